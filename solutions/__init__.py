@@ -1,0 +1,7 @@
+"""Reference kernels of the course: a small Triton kernel library with a stable API.
+
+Each module is one lesson (``vector_add``, ``softmax``, ``matmul``, ...). The regions between
+``### BEGIN SOLUTION`` and ``### END SOLUTION`` are what ``exercises/`` leaves for the learner
+(``make exercises`` regenerates them). Importing ``tkcourse.mode`` first makes the kernels run in
+Triton's interpreter when there is no GPU.
+"""

@@ -1,0 +1,164 @@
+"""Runtime mode: compiled on a CUDA GPU, or Triton's interpreter on the CPU.
+
+This module is the foundation of the course and imports nothing else of it, so anything
+(solutions, exercises, notebooks) may import it first. Importing it decides the mode:
+
+* a CUDA GPU is present            -> kernels compile and run on it (``DEVICE == "cuda"``);
+* no GPU, or ``TRITON_INTERPRET=1`` -> ``TRITON_INTERPRET=1`` is set *before* any
+  ``@triton.jit`` kernel is defined, so every kernel runs in Triton's interpreter on the CPU.
+
+It also owns the problem sizes that fit the mode (``size``), and the guard that keeps bf16
+away from the interpreter, where it gives wrong results (``check_dtype``).
+"""
+
+from __future__ import annotations
+
+import os
+
+_USER_SET = "TRITON_INTERPRET" in os.environ
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
+if _USER_SET:
+    INTERPRET: bool = os.environ["TRITON_INTERPRET"].strip().lower() in ("1", "true", "yes", "on")
+else:
+    INTERPRET = not _has_cuda()
+    if INTERPRET:
+        os.environ["TRITON_INTERPRET"] = "1"
+
+if "triton" in __import__("sys").modules and INTERPRET and not _USER_SET:
+    # Kernels defined before this point were compiled-mode kernels; say so instead of failing later.
+    import warnings
+
+    warnings.warn(
+        "triton was imported before tkcourse: kernels defined before `import tkcourse` will not use "
+        "the interpreter. Import tkcourse first (or set TRITON_INTERPRET=1).",
+        stacklevel=2,
+    )
+
+#: Where tensors live in this mode.
+DEVICE: str = "cpu" if INTERPRET else "cuda"
+
+#: Short words for reports.
+MODE_NAME: str = "interpreter (CPU)" if INTERPRET else "compiled (GPU)"
+
+# --------------------------------------------------------------------------------------------
+# Problem sizes. One table, two columns: small enough that the interpreter stays quick on a
+# laptop, large enough on a GPU that timings mean something.
+# --------------------------------------------------------------------------------------------
+_SIZES: dict[str, tuple[object, object]] = {
+    #  name                     interpreter                 GPU
+    "vector_add.n": (98_433, 1 << 26),
+    "vector_add.sweep": ([1 << 10, 1 << 12, 1 << 14, 1 << 16], [1 << p for p in range(12, 29, 2)]),
+    "softmax.shape": ((64, 1000), (4096, 4096)),
+    "matmul.shape": ((96, 80, 112), (4096, 4096, 4096)),
+    "online_softmax.shape": ((8, 5000), (1024, 131072)),
+    "attention.shape": ((1, 2, 64, 32), (4, 16, 4096, 128)),
+}
+
+
+def size(name: str):
+    """The problem size for ``name`` in the current mode (see ``_SIZES``)."""
+    try:
+        small, large = _SIZES[name]
+    except KeyError:
+        raise KeyError(f"no size named {name!r}; known: {', '.join(sorted(_SIZES))}") from None
+    return small if INTERPRET else large
+
+
+def register_sizes(**sizes: tuple[object, object]) -> None:
+    """Add ``name=(interpreter_size, gpu_size)`` entries (for lessons that add their own)."""
+    _SIZES.update(sizes)
+
+
+# --------------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------------
+
+
+def float_dtypes():
+    """The float dtypes kernels accept in this mode: no bf16 in the interpreter."""
+    import torch
+
+    if INTERPRET:
+        return (torch.float32, torch.float16)
+    return (torch.float32, torch.float16, torch.bfloat16)
+
+
+class UnsupportedInInterpreter(ValueError):
+    """A dtype (bf16) that Triton's interpreter computes wrongly."""
+
+
+def check_dtype(*tensors) -> None:
+    """Raise a clear error instead of letting bf16 reach a kernel in the interpreter.
+
+    In Triton's interpreter (triton 3.9) a bf16 copy comes back wrong and a bf16 ``tl.dot`` is off
+    by ~1e10 relative: a silent wrong answer is the worst thing a course can give, so refuse.
+    """
+    import torch
+
+    if not INTERPRET:
+        return
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16:
+            raise UnsupportedInInterpreter(
+                "bfloat16 does not work in Triton's interpreter (it returns wrong numbers), and with "
+                "no GPU the course runs every kernel there. Use torch.float16 or torch.float32 on "
+                "the CPU; bf16 works on a GPU."
+            )
+
+
+def validate(*tensors, names=None, ndim=None, same_shape=False, same_dtype=True, dtypes=None) -> None:
+    """Input checks shared by every launcher; each failure says what to fix.
+
+    ``ndim``: required number of dimensions; ``same_shape``/``same_dtype``: across all tensors;
+    ``dtypes``: allowed dtypes (default: ``float_dtypes()``). All tensors must be on one device,
+    and that device must be the mode's (``cuda`` on a GPU, ``cpu`` in the interpreter).
+    """
+    import torch
+
+    names = list(names or [f"input {i}" for i in range(len(tensors))])
+    allowed = tuple(dtypes or float_dtypes())
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if ndim is not None and t.dim() != ndim:
+            raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); give it at least one element")
+        if t.device.type != DEVICE:
+            raise ValueError(
+                f"{name} is on {t.device}, but kernels run on {DEVICE!r} in this mode ({MODE_NAME}); "
+                f"move it with .to({DEVICE!r})"
+            )
+    check_dtype(*tensors)
+    for name, t in zip(names, tensors):
+        if t.dtype not in allowed:
+            raise ValueError(f"{name} has dtype {t.dtype}; supported here: {', '.join(map(str, allowed))}")
+    first_name, first = names[0], tensors[0]
+    for name, t in zip(names[1:], tensors[1:]):
+        if t.device != first.device:
+            raise ValueError(f"{first_name} is on {first.device} but {name} is on {t.device}; put both on one device")
+        if same_dtype and t.dtype != first.dtype:
+            raise ValueError(f"{first_name} is {first.dtype} but {name} is {t.dtype}; cast one with .to(...)")
+        if same_shape and t.shape != first.shape:
+            raise ValueError(f"{first_name} has shape {tuple(first.shape)} but {name} has {tuple(t.shape)}; they must match")
+
+
+def describe() -> dict:
+    """A small report of the mode, for notebooks and ``tkcourse doctor``."""
+    info = {"mode": MODE_NAME, "device": DEVICE, "interpret_set_by_user": _USER_SET}
+    if not INTERPRET:
+        import torch
+
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, sms=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1),
+                    capability=f"{p.major}.{p.minor}")
+    return info
