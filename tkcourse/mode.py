@@ -147,7 +147,7 @@ def validate(*tensors, names=None, ndim=None, same_shape=False, same_dtype=True,
         if t.device != first.device:
             raise ValueError(f"{first_name} is on {first.device} but {name} is on {t.device}; put both on one device")
         if same_dtype and t.dtype != first.dtype:
-            raise ValueError(f"{first_name} is {first.dtype} but {name} is {t.dtype}; cast one with .to(...)")
+            raise ValueError(f"{first_name} has dtype {first.dtype} but {name} has dtype {t.dtype}; cast one with .to(...)")
         if same_shape and t.shape != first.shape:
             raise ValueError(f"{first_name} has shape {tuple(first.shape)} but {name} has {tuple(t.shape)}; they must match")
 

@@ -1,0 +1,1 @@
+"""Your exercises: one module per lesson, generated from solutions/ (see tkcourse.stubs)."""

@@ -1,0 +1,44 @@
+# Exercise generated from solutions/vector_add.py by `make exercises`. Fill in the parts marked TODO.
+# Your edits are safe: the generator never overwrites a file you have changed.
+# Check your work: `tkcourse check vector_add` in a shell, or tkcourse.check.run("vector_add") in a notebook.
+"""Lesson 01: vector add, ``out = x + y``, one program per BLOCK elements.
+
+Traffic: read 2n elements, write n elements (12 bytes an element in fp32).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from tkcourse.mode import validate
+
+
+@triton.jit
+def _add_kernel(
+    x_ptr,  # pointer to the first element of x
+    y_ptr,  # pointer to the first element of y
+    out_ptr,  # pointer to the first element of out
+    n,  # number of elements in each vector
+    BLOCK: tl.constexpr,  # elements per program; a power of two
+):
+    # TODO: your code here
+    # 1. pid = tl.program_id(axis=0)
+    # 2. offsets of this program's BLOCK elements: pid * BLOCK + tl.arange(0, BLOCK)
+    # 3. a mask for the last, partial block: offsets < n
+    # 4. load x and y with that mask, store x + y with it
+    pass
+
+
+def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 1024) -> torch.Tensor:
+    """``x + y`` for 1-D tensors of one length, dtype and device."""
+    validate(x, y, names=["x", "y"], ndim=1, same_shape=True)
+    x, y = x.contiguous(), y.contiguous()
+    # TODO: your code here
+    # allocate out like x, launch _add_kernel on a grid of triton.cdiv(n, BLOCK) programs
+    out = None
+    return out
+
+
+def reference(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """What ``add`` must return."""
+    return x + y

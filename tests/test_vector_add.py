@@ -1,0 +1,122 @@
+"""Lesson 01: the solution passes, and each classic mistake is caught with a fitting hint."""
+
+import types
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from solutions import vector_add
+from tkcourse import check, mode
+
+
+def test_solution_matches_torch():
+    for n in (1, 17, 1025):
+        x, y = torch.randn(n, device=mode.DEVICE), torch.randn(n, device=mode.DEVICE)
+        torch.testing.assert_close(vector_add.add(x, y), x + y)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda d: (torch.ones(3, device=d), torch.ones(4, device=d)), "shape"),
+    (lambda d: (torch.ones(3, device=d), torch.ones(3, device=d, dtype=torch.float16)), "dtype"),
+    (lambda d: (torch.ones(3, 2, device=d), torch.ones(3, 2, device=d)), "1-D"),
+    (lambda d: (torch.ones(3, device=d), [1.0, 2.0, 3.0]), "torch.Tensor"),
+    (lambda d: (torch.ones(0, device=d), torch.ones(0, device=d)), "empty"),
+])
+def test_bad_input_raises_valueerror(bad, message):
+    with pytest.raises(ValueError, match=message):
+        vector_add.add(*bad(mode.DEVICE))
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="bf16 is fine on a GPU")
+def test_bf16_refused_in_interpreter():
+    x = torch.ones(8, dtype=torch.bfloat16)
+    with pytest.raises(mode.UnsupportedInInterpreter, match="bfloat16"):
+        vector_add.add(x, x)
+
+
+def test_grader_passes_solution():
+    assert check.run("vector_add", module=vector_add, quiet=True).passed
+
+
+# ----- planted mistakes: each must fail, with the hint that names it -------------------------
+
+
+@triton.jit
+def _unmasked(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs))
+
+
+@triton.jit
+def _off_by_one(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs + 1, mask=m) + tl.load(y_ptr + offs + 1, mask=m), mask=m)
+
+
+@triton.jit
+def _first_block_only(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)  # forgot tl.program_id
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def _good(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+def _module(kernel, grid=lambda n, B: triton.cdiv(n, B), out_dtype=None):
+    def add(x, y, BLOCK=1024):
+        if x.shape != y.shape:
+            raise ValueError("shape")
+        out = torch.empty_like(x, dtype=out_dtype or x.dtype)
+        kernel[(grid(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK)
+        return out
+    return types.SimpleNamespace(add=add, __name__="planted")
+
+
+@pytest.mark.parametrize("name, module, hint", [
+    ("unmasked tail", _module(_unmasked), "unmasked tail"),
+    ("offset off by one", _module(_off_by_one), "off by one"),
+    ("only the first block", _module(_first_block_only), "only the first block"),
+    ("grid rounds down", _module(_good, grid=lambda n, B: n // B), "triton.cdiv"),
+    ("wrong output dtype", _module(_good, out_dtype=torch.float64), "wrong output dtype"),
+])
+def test_grader_catches_planted_mistake(name, module, hint):
+    rep = check.run("vector_add", module=module, quiet=True)
+    assert rep.status == "fail", f"{name} slipped through:\n{rep}"
+    bad = rep.first_problem()
+    assert hint in bad.hint, f"{name}: hint was {bad.hint!r}"
+    assert "position" in bad.detail or "dtype" in bad.detail or "past the end" in bad.detail
+    assert hint in str(rep)
+
+
+def test_correct_planted_kernel_passes():
+    assert check.run("vector_add", module=_module(_good), quiet=True).passed
+
+
+def test_untouched_stub_reads_not_done(monkeypatch):
+    monkeypatch.setenv("TKCOURSE_SOLUTIONS", "0")
+    rep = check.run("vector_add", quiet=True)
+    from tkcourse import stubs
+    if stubs.status("vector_add").state == "edited":
+        pytest.skip("you have edited exercises/vector_add.py")
+    assert rep.status == "todo" and "not done yet" in str(rep)
+    assert "Traceback" not in str(rep)
+
+
+def test_stub_module_itself_reads_not_done():
+    """Graded directly (bypassing the file check), the stub still reads as not done, not a traceback."""
+    import importlib.util
+
+    from tkcourse import stubs
+    spec = importlib.util.spec_from_loader("stub_vector_add", loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    exec(compile(stubs.expected("vector_add"), "stub_vector_add.py", "exec"), mod.__dict__)
+    rep = check.run("vector_add", module=mod, quiet=True)
+    assert rep.status == "todo", rep

@@ -1,0 +1,45 @@
+"""tkcourse: the helper package of the Triton kernel course.
+
+Importing it first decides the runtime mode (``tkcourse.mode``): compiled on a CUDA GPU, or Triton's
+interpreter on the CPU. Everything else is imported on demand, so ``import tkcourse`` stays cheap:
+
+* ``tkcourse.exercise(name)``: your module ``exercises/<name>.py`` (the solution when
+  ``TKCOURSE_SOLUTIONS=1``), reloaded so your latest edits count;
+* ``tkcourse.check.run(name)``: grade it, with hints when something is wrong;
+* ``tkcourse.bench``, ``tkcourse.traffic``, ``tkcourse.autotune``, ``tkcourse.plots``: measuring and drawing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+from . import mode  # noqa: F401  (first: sets TRITON_INTERPRET before any kernel is defined)
+from .mode import DEVICE, INTERPRET  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def use_solutions() -> bool:
+    """True when ``TKCOURSE_SOLUTIONS=1``: exercises resolve to the reference solutions."""
+    return os.environ.get("TKCOURSE_SOLUTIONS", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def exercise(name: str):
+    """The learner's module for lesson ``name`` (or the solution with ``TKCOURSE_SOLUTIONS=1``)."""
+    package = "solutions" if use_solutions() else "exercises"
+    try:
+        module = importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name in (f"{package}.{name}", package):
+            raise ModuleNotFoundError(
+                f"no {package}/{name}.py. Lessons: see solutions/. Generate missing exercises with `make exercises`."
+            ) from e
+        raise
+    return importlib.reload(module)
+
+
+def __getattr__(attr):  # lazy submodules: tkcourse.bench, tkcourse.plots, ...
+    if attr in ("check", "bench", "traffic", "autotune", "plots", "stubs", "doctor", "lab"):
+        return importlib.import_module(f".{attr}", __name__)
+    raise AttributeError(f"module 'tkcourse' has no attribute {attr!r}")

@@ -1,0 +1,23 @@
+"""Benchmarks: every solution against its peer, in one run, into one long-format table.
+
+``tkcourse/bench/<lesson>.py`` lists a lesson's cases (``cases() -> list[Case]``); ``core``
+measures them (``triton.testing.do_bench`` medians on a GPU) and writes rows of the table that
+every plot reads. Recorded H200 results ship in ``tkcourse/data/h200/bench.csv``.
+"""
+
+from .core import (  # noqa: F401
+    COLUMNS,
+    RECORDED,
+    Case,
+    RecordsFormatError,
+    attention_flops,
+    bytes_moved,
+    load_records,
+    lessons,
+    matmul_flops,
+    measure,
+    provenance,
+    run,
+    select,
+    write_records,
+)

@@ -1,0 +1,187 @@
+"""Measuring: times, bytes, FLOPs, and the one results table.
+
+The table is long-format CSV, one row per (kernel, provider, shape, dtype, metric):
+``kernel, provider, shape, dtype, metric, median, p20, p80, ms, bytes, flops, gpu, triton, torch,
+date, command``. ``median/p20/p80`` are in ``metric`` units (GB/s or TFLOP/s; note that the p20 of
+the time is the p80 of the rate); ``bytes`` and ``flops`` are the analytic minimum counts the rate
+was computed from.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import importlib
+import math
+import pkgutil
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .. import mode
+
+COLUMNS = ["kernel", "provider", "shape", "dtype", "metric", "median", "p20", "p80", "ms", "bytes", "flops",
+           "gpu", "triton", "torch", "date", "command"]
+DATA = Path(__file__).resolve().parent.parent / "data"
+RECORDED = DATA / "h200" / "bench.csv"
+
+
+class RecordsFormatError(ValueError):
+    """A results file that is not the course's table."""
+
+
+# ------------------------------------------------------------------------------------------
+# counting
+# ------------------------------------------------------------------------------------------
+
+
+def bytes_moved(*tensors) -> int:
+    """Bytes of the given tensors (each read or written once): sum of numel * element_size."""
+    return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def matmul_flops(M: int, N: int, K: int) -> int:
+    return 2 * M * N * K
+
+
+def attention_flops(B: int, H: int, N: int, D: int, causal: bool = False, backward: bool = False) -> int:
+    """4*B*H*N*N*D for the forward (two matmuls), half when causal; the backward is 2.5x that."""
+    f = 4 * B * H * N * N * D
+    if causal:
+        f //= 2
+    return int(f * 2.5) if backward else f
+
+
+# ------------------------------------------------------------------------------------------
+# timing
+# ------------------------------------------------------------------------------------------
+
+
+def measure(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> tuple[float, float, float]:
+    """(median, p20, p80) milliseconds of ``fn()`` on the GPU, from ``triton.testing.do_bench``.
+
+    Refuses in the interpreter: timings there say nothing about GPU speed.
+    """
+    if mode.INTERPRET:
+        raise RuntimeError("no GPU: kernels run in Triton's interpreter, whose timings say nothing about GPU "
+                           "speed. Read the recorded H200 figures instead (tkcourse.bench.load_records()).")
+    import triton
+
+    med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5, 0.2, 0.8])
+    return float(med), float(p20), float(p80)
+
+
+@dataclass
+class Case:
+    """One measurement: ``fn`` launches ``provider``'s version of ``kernel`` once."""
+
+    kernel: str
+    provider: str
+    shape: str
+    dtype: str
+    fn: Callable[[], object]
+    bytes: int = 0
+    flops: int = 0
+
+    @property
+    def metric(self) -> str:
+        return "TFLOP/s" if self.flops else "GB/s"
+
+    def rate(self, ms: float) -> float:
+        return self.flops / ms * 1e-9 if self.flops else self.bytes / ms * 1e-6
+
+
+def provenance(command: str | None = None) -> dict:
+    import torch
+    import triton
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({platform.processor() or 'unknown'})"
+    return {"gpu": gpu, "triton": triton.__version__, "torch": torch.__version__,
+            "date": datetime.date.today().isoformat(),
+            "command": command if command is not None else " ".join(["python -m tkcourse"] + sys.argv[1:])}
+
+
+def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, progress=print) -> list[dict]:
+    """Measure each case; a case that fails is reported and skipped, the others go on."""
+    prov, rows = provenance(command), []
+    cases = list(cases)
+    for i, c in enumerate(cases, 1):
+        try:
+            med, p20, p80 = measure(c.fn, warmup=warmup, rep=rep)
+        except Exception as e:  # keep going: one broken case must not lose a whole run
+            progress(f"[{i}/{len(cases)}] {c.kernel} {c.provider} {c.shape} {c.dtype}: FAILED {type(e).__name__}: {e}")
+            continue
+        row = dict(kernel=c.kernel, provider=c.provider, shape=c.shape, dtype=c.dtype, metric=c.metric,
+                   median=round(c.rate(med), 4), p20=round(c.rate(p80), 4), p80=round(c.rate(p20), 4),
+                   ms=round(med, 6), bytes=c.bytes, flops=c.flops, **prov)
+        rows.append(row)
+        progress(f"[{i}/{len(cases)}] {c.kernel:<22} {c.provider:<14} {c.shape:<22} {c.dtype:<9} "
+                 f"{row['median']:>9.1f} {c.metric}")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# the table
+# ------------------------------------------------------------------------------------------
+
+
+def write_records(rows: list[dict], path, append: bool = False) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not (append and path.exists())
+    with open(path, "w" if new else "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in COLUMNS})
+    return path
+
+
+_FLOATS = ("median", "p20", "p80", "ms")
+_INTS = ("bytes", "flops")
+
+
+def load_records(path=None) -> list[dict]:
+    """Rows of a results table (the recorded H200 one by default), typed; clear errors if malformed."""
+    path = Path(path) if path is not None else RECORDED
+    if not path.exists():
+        raise FileNotFoundError(f"no results table at {path}; on a GPU, `python -m tkcourse bench` writes one")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise RecordsFormatError(f"{path}: not a tkcourse results table: missing column(s) {', '.join(missing)} "
+                                     f"(expected {', '.join(COLUMNS)})")
+        rows = []
+        for line, r in enumerate(reader, 2):
+            try:
+                for k in _FLOATS:
+                    r[k] = float(r[k])
+                    if not math.isfinite(r[k]):
+                        raise ValueError(f"{k} is {r[k]}")
+                for k in _INTS:
+                    r[k] = int(r[k] or 0)
+            except (TypeError, ValueError) as e:
+                raise RecordsFormatError(f"{path}, line {line}: {e} (row {dict(r)})") from None
+            rows.append(r)
+    return rows
+
+
+def select(rows, **where) -> list[dict]:
+    """Rows whose columns equal ``where`` (a value may be a tuple of allowed values)."""
+    def ok(r):
+        return all(r.get(k) in (v if isinstance(v, tuple) else (v,)) for k, v in where.items())
+    return [r for r in rows if ok(r)]
+
+
+def lessons() -> list[str]:
+    """Lessons with benchmark cases (modules beside this one)."""
+    here = Path(__file__).parent
+    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name not in ("core",))
+
+
+def cases_for(name: str):
+    return importlib.import_module(f"tkcourse.bench.{name}").cases()

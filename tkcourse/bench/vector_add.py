@@ -1,0 +1,26 @@
+"""Benchmark cases of lesson 01: ``solutions.vector_add.add`` against ``torch.add``, and a copy.
+
+Traffic: read x and y, write out: 3 x 4 bytes an element in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .core import Case, bytes_moved
+
+SIZES = [1 << 20, 1 << 24, 1 << 26, 1 << 28]
+
+
+def cases():
+    from solutions.vector_add import add
+
+    for n in SIZES:
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        moved = bytes_moved(x, y, x)  # read x and y, write an output of x's size
+        yield Case("vector_add", "triton", str(n), "float32", lambda x=x, y=y: add(x, y), bytes=moved)
+        yield Case("vector_add", "torch", str(n), "float32", lambda x=x, y=y: torch.add(x, y), bytes=moved)
+    # The ceiling every memory-bound kernel is measured against: a device-to-device copy.
+    src = torch.empty(1 << 29, dtype=torch.float32, device="cuda")  # 2 GiB
+    dst = torch.empty_like(src)
+    yield Case("copy", "torch", str(src.numel()), "float32", lambda: dst.copy_(src), bytes=bytes_moved(src, dst))
