@@ -1,0 +1,45 @@
+# One entry point. README's quick start is `make lab` and `make test`; the rest are for the curious.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tkcourse-installed
+
+.PHONY: setup lab test unit notebooks check exercises bench doctor lint strip
+
+setup: $(STAMP)  ## create .venv and install the course with its dev tools
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+lab: setup  ## open JupyterLab on notebooks/
+	$(BIN)/python -m tkcourse lab
+
+test: setup  ## the whole suite: unit tests, graders, every notebook (solutions), the browser test
+	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q --nbval-lax --durations=15 tests notebooks
+
+unit: setup  ## unit tests only
+	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q tests -m "not browser"
+
+notebooks: setup  ## run every notebook against the solutions
+	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q --nbval-lax notebooks
+
+check: setup  ## grade YOUR exercises (all, or: make check LESSON=vector_add)
+	$(BIN)/tkcourse check $(LESSON)
+
+exercises: setup  ## (re)generate exercises/ from solutions/; never overwrites your edits
+	$(BIN)/tkcourse exercises
+
+bench: setup  ## on a GPU: every solution against its peer -> artifacts/bench.csv
+	$(BIN)/tkcourse bench --out artifacts/bench.csv
+
+doctor: setup  ## versions, GPU or interpreter, widget extension
+	$(BIN)/tkcourse doctor
+
+lint: setup
+	$(BIN)/ruff check tkcourse solutions tests
+
+strip: setup  ## remove outputs from the notebooks before committing
+	$(BIN)/jupyter nbconvert --clear-output --inplace notebooks/*.ipynb

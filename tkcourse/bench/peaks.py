@@ -1,0 +1,60 @@
+"""The device's two ceilings: copy bandwidth and dense fp16 matmul rate.
+
+Measured now on a GPU; read from the recorded H200 table without one.
+"""
+
+from __future__ import annotations
+
+from .. import mode
+from .core import bytes_moved, load_records, matmul_flops, measure, provenance, select
+
+
+def measured() -> dict:
+    """Copy GB/s (1 GiB device-to-device) and fp16 matmul TFLOP/s (cuBLAS, 4096^3) on this GPU."""
+    import torch
+
+    src = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    ms = measure(lambda: dst.copy_(src))[0]
+    copy = bytes_moved(src, dst) / ms * 1e-6
+    del src, dst
+    a = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+    ms = measure(lambda: a @ a)[0]
+    mm = matmul_flops(4096, 4096, 4096) / ms * 1e-9
+    p = provenance()
+    return {"copy_GBps": copy, "matmul_TFLOPs": mm, "source": f"measured now on {p['gpu']}"}
+
+
+def recorded(rows=None) -> dict:
+    """The same two ceilings from the recorded table (an H200)."""
+    rows = load_records() if rows is None else rows
+    copy = select(rows, kernel="copy")
+    mm = select(rows, kernel="matmul", provider="cublas", dtype="float16", shape="4096x4096x4096")
+    if not copy:
+        raise LookupError("the recorded table has no 'copy' row")
+    out = {"copy_GBps": max(r["median"] for r in copy),
+           "matmul_TFLOPs": max(r["median"] for r in mm) if mm else float("nan"),
+           "source": f"recorded on {copy[0]['gpu']}, {copy[0]['date']} (triton {copy[0]['triton']}, torch {copy[0]['torch']})"}
+    return out
+
+
+def peaks() -> dict:
+    return recorded() if mode.INTERPRET else measured()
+
+
+def report() -> None:
+    """Print the device and its ceilings, saying where the figures come from."""
+    info = mode.describe()
+    if mode.INTERPRET:
+        print("No GPU: kernels run in Triton's interpreter on the CPU. Timings here say nothing about GPU speed.")
+    else:
+        print(f"GPU: {info['gpu']} ({info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability']})")
+    try:
+        p = peaks()
+    except (FileNotFoundError, LookupError) as e:
+        print(f"(no ceilings available: {e})")
+        return
+    mm = p["matmul_TFLOPs"]
+    print(f"copy bandwidth      {p['copy_GBps'] / 1000:6.2f} TB/s\n"
+          f"fp16 matmul (cuBLAS) {mm:6.0f} TFLOP/s\n"
+          f"ridge point          {mm * 1e12 / (p['copy_GBps'] * 1e9):6.0f} FLOP per byte\n({p['source']})")

@@ -1,0 +1,43 @@
+"""Pictures of the results table: rate against size, one line per provider, with provenance."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from ..bench.core import select
+
+
+def provenance_label(rows) -> str:
+    if not rows:
+        return ""
+    r = rows[0]
+    return f"measured on {r['gpu']}, {r['date']}, triton {r['triton']}, torch {r['torch']}"
+
+
+def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: str | None = None):
+    """Rate (the rows' metric) against problem size for each provider of ``kernel``."""
+    rows = select(rows, kernel=kernel, **({"dtype": dtype} if dtype else {}))
+    if not rows:
+        raise ValueError(f"no rows for kernel {kernel!r}" + (f" and dtype {dtype}" if dtype else ""))
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7, 4))
+    for provider in sorted({r["provider"] for r in rows}, key=lambda p: (p != "triton", p)):
+        pr = sorted(select(rows, provider=provider), key=lambda r: _size(r["shape"]))
+        xs = [_size(r["shape"]) for r in pr]
+        ax.plot(xs, [r["median"] for r in pr], marker="o", label=provider)
+        ax.fill_between(xs, [r["p20"] for r in pr], [r["p80"] for r in pr], alpha=0.2)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("problem size (elements)")
+    ax.set_ylabel(rows[0]["metric"])
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    ax.set_title((title or kernel) + "\n" + provenance_label(rows), fontsize=10)
+    return fig if fig is not None else ax.figure
+
+
+def _size(shape: str) -> int:
+    n = 1
+    for part in str(shape).split("x"):
+        n *= int(part)
+    return n
