@@ -1,0 +1,135 @@
+"""The course's foundation: runtime mode, notebooks kept clean, the results table, the CLI."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tkcourse
+from tkcourse import bench, mode
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_mode_matches_the_machine():
+    assert mode.INTERPRET == (not torch.cuda.is_available()) or mode._USER_SET
+    if mode.INTERPRET:
+        assert os.environ["TRITON_INTERPRET"] == "1" and mode.DEVICE == "cpu"
+        assert torch.bfloat16 not in mode.float_dtypes()
+
+
+def test_interpreter_is_set_before_kernels_are_defined():
+    """A fresh process that imports tkcourse, then defines a kernel, gets an interpreter kernel."""
+    code = ("import tkcourse, triton, triton.language as tl\n"
+            "@triton.jit\ndef k(x): pass\n"
+            "print(type(k).__name__, tkcourse.mode.INTERPRET)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    if not torch.cuda.is_available():
+        assert out.split() == ["InterpretedFunction", "True"]
+
+
+def test_sizes_are_per_mode():
+    assert mode.size("vector_add.n") == (98_433 if mode.INTERPRET else 1 << 26)
+    with pytest.raises(KeyError, match="known"):
+        mode.size("nope")
+
+
+def test_validate_messages_say_what_to_fix():
+    x = torch.ones(4, device=mode.DEVICE)
+    with pytest.raises(ValueError, match="must be 2-D"):
+        mode.validate(x, ndim=2)
+    with pytest.raises(ValueError, match="dtype"):
+        mode.validate(x.to(torch.int32))
+    if mode.INTERPRET:
+        with pytest.raises(ValueError, match=r"move it with \.to\('cpu'\)"):
+            mode.validate(torch.ones(4, device="meta"))
+        with pytest.raises(mode.UnsupportedInInterpreter, match="float16 or torch.float32"):
+            mode.validate(x.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebooks_are_stored_without_outputs(nb):
+    data = json.loads(nb.read_text())
+    for i, cell in enumerate(data["cells"]):
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs") and not cell.get("execution_count"), \
+                f"{nb.name} cell {i} has stored outputs: run `make strip`"
+
+
+def test_notebooks_are_numbered_and_named_like_their_lessons():
+    names = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert names[:2] == ["00_welcome", "01_vector_add"]
+    for stem in names[1:]:
+        lesson = stem.split("_", 1)[1]
+        assert (ROOT / "solutions" / f"{lesson}.py").exists(), f"{stem}: no solutions/{lesson}.py"
+
+
+def _row(**kw):
+    r = dict(kernel="vector_add", provider="triton", shape="1024", dtype="float32", metric="GB/s", median=1.0,
+             p20=0.9, p80=1.1, ms=0.01, bytes=12288, flops=0, gpu="X", triton="3", torch="2", date="2026-01-01",
+             command="c")
+    r.update(kw)
+    return r
+
+
+def test_records_round_trip_and_select(tmp_path):
+    path = bench.write_records([_row(), _row(provider="torch", median=2.0)], tmp_path / "t.csv")
+    rows = bench.load_records(path)
+    assert [r["median"] for r in rows] == [1.0, 2.0] and rows[0]["bytes"] == 12288
+    assert bench.select(rows, provider="torch")[0]["median"] == 2.0
+
+
+def test_malformed_records_get_clear_errors(tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_text("kernel,provider\nx,y\n")
+    with pytest.raises(bench.RecordsFormatError, match="missing column"):
+        bench.load_records(p)
+    bench.write_records([_row(median="fast")], p)
+    with pytest.raises(bench.RecordsFormatError, match="line 2"):
+        bench.load_records(p)
+    with pytest.raises(FileNotFoundError, match="tkcourse bench"):
+        bench.load_records(tmp_path / "none.csv")
+
+
+def test_counting_helpers():
+    assert bench.bytes_moved(torch.empty(10), torch.empty(10, dtype=torch.float16)) == 60
+    assert bench.matmul_flops(2, 3, 4) == 48
+    assert bench.attention_flops(1, 1, 4, 2, causal=True) == 64
+    assert bench.attention_flops(1, 1, 4, 2, backward=True) == 320
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="measures on a GPU")
+def test_measure_refuses_in_interpreter():
+    with pytest.raises(RuntimeError, match="say nothing about GPU speed"):
+        bench.measure(lambda: None)
+
+
+def test_recorded_table_has_provenance():
+    if not bench.RECORDED.exists():
+        pytest.skip("no recorded table yet")
+    rows = bench.load_records()
+    assert rows
+    for r in rows:
+        assert "H200" in r["gpu"] and r["triton"] and r["torch"] and r["date"] and "tkcourse bench" in r["command"]
+
+
+def test_cli_check_and_doctor_run():
+    env = dict(os.environ, TKCOURSE_SOLUTIONS="1")
+    out = subprocess.run([sys.executable, "-m", "tkcourse", "check", "vector_add"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and "PASS" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "tkcourse", "doctor"], capture_output=True, text=True, env=env)
+    assert "triton" in out.stdout and "mode" in out.stdout and "widgets" in out.stdout
+
+
+def test_exercise_resolves_by_environment(monkeypatch):
+    monkeypatch.setenv("TKCOURSE_SOLUTIONS", "1")
+    assert tkcourse.exercise("vector_add").__name__ == "solutions.vector_add"
+    monkeypatch.setenv("TKCOURSE_SOLUTIONS", "0")
+    assert tkcourse.exercise("vector_add").__name__ == "exercises.vector_add"
+    with pytest.raises(ModuleNotFoundError, match="make exercises"):
+        tkcourse.exercise("no_such_lesson")
