@@ -20,7 +20,7 @@ def _check(args) -> int:
 
 def _bench(args) -> int:
     from . import bench, mode
-    from .bench.core import cases_for
+    from .bench.core import module_for
 
     if mode.INTERPRET:
         print("No GPU here: timings in Triton's interpreter say nothing about GPU speed, so nothing is measured.\n"
@@ -28,10 +28,14 @@ def _bench(args) -> int:
         return 1
     names = args.lessons or bench.lessons()
     rows = []
-    for name in names:
+    for i, name in enumerate(names):
         print(f"== {name}")
-        rows += bench.run(cases_for(name), warmup=args.warmup, rep=args.rep)
-    path = bench.write_records(rows, args.out, append=args.append)
+        module = module_for(name)
+        new = bench.run(module.cases(), warmup=args.warmup, rep=args.rep)
+        if hasattr(module, "extra_rows"):
+            new += module.extra_rows(bench.provenance())
+        path = bench.write_records(new, args.out, append=args.append or i > 0)  # saved lesson by lesson
+        rows += new
     print(f"\n{len(rows)} rows -> {path}")
     from .bench.summary import summary_table
 

@@ -106,18 +106,17 @@ def provenance(command: str | None = None) -> dict:
 def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, progress=print) -> list[dict]:
     """Measure each case; a case that fails is reported and skipped, the others go on."""
     prov, rows = provenance(command), []
-    cases = list(cases)
-    for i, c in enumerate(cases, 1):
+    for i, c in enumerate(cases, 1):  # lazily: each case's tensors are freed before the next is built
         try:
             med, p20, p80 = measure(c.fn, warmup=warmup, rep=rep)
         except Exception as e:  # keep going: one broken case must not lose a whole run
-            progress(f"[{i}/{len(cases)}] {c.kernel} {c.provider} {c.shape} {c.dtype}: FAILED {type(e).__name__}: {e}")
+            progress(f"[{i}] {c.kernel} {c.provider} {c.shape} {c.dtype}: FAILED {type(e).__name__}: {str(e)[:300]}")
             continue
         row = dict(kernel=c.kernel, provider=c.provider, shape=c.shape, dtype=c.dtype, metric=c.metric,
                    median=round(c.rate(med), 4), p20=round(c.rate(p80), 4), p80=round(c.rate(p20), 4),
                    ms=round(med, 6), bytes=c.bytes, flops=c.flops, **prov)
         rows.append(row)
-        progress(f"[{i}/{len(cases)}] {c.kernel:<22} {c.provider:<14} {c.shape:<22} {c.dtype:<9} "
+        progress(f"[{i}] {c.kernel:<22} {c.provider:<14} {c.shape:<22} {c.dtype:<9} "
                  f"{row['median']:>9.1f} {c.metric}")
     return rows
 
@@ -180,8 +179,9 @@ def select(rows, **where) -> list[dict]:
 def lessons() -> list[str]:
     """Lessons with benchmark cases (modules beside this one)."""
     here = Path(__file__).parent
-    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name not in ("core",))
+    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name not in ("core", "peaks", "summary"))
 
 
-def cases_for(name: str):
-    return importlib.import_module(f"tkcourse.bench.{name}").cases()
+def module_for(name: str):
+    """A lesson's bench module: ``cases()`` and, optionally, ``extra_rows(provenance) -> rows``."""
+    return importlib.import_module(f"tkcourse.bench.{name}")

@@ -1,0 +1,87 @@
+"""Benchmark cases of lessons 06 and 07: FlashAttention forward and backward against SDPA.
+
+Shapes keep B*N = 16k tokens and H*D = 2048. FLOPs: 4*B*H*N*N*D forward (half when causal), the
+backward 2.5x that. Peers: SDPA's flash backend (FlashAttention-2) and its cuDNN backend.
+Peak memory of forward + backward is recorded too (metric "GB", lower is better).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .core import Case, attention_flops
+
+TOKENS, WIDTH = 16384, 2048
+NS = [1024, 4096, 16384]
+DS = [64, 128]
+
+
+def _sdpa(backend):
+    from torch.nn.attention import sdpa_kernel
+
+    def f(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return f
+
+
+def providers():
+    from solutions.flash_attention import attention
+    from torch.nn.attention import SDPBackend
+
+    return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal),
+            "sdpa-flash": _sdpa(SDPBackend.FLASH_ATTENTION),
+            "sdpa-cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION)}
+
+
+def _qkv(B, H, N, D, grad=False):
+    return [torch.randn(B, H, N, D, dtype=torch.float16, device="cuda", requires_grad=grad) for _ in range(3)]
+
+
+def cases():
+    for D in DS:
+        for N in NS:
+            B, H = TOKENS // N, WIDTH // D
+            for causal in (False, True):
+                shape = f"B{B}-H{H}-N{N}-D{D}" + ("-causal" if causal else "")
+                fwd, bwd = attention_flops(B, H, N, D, causal), attention_flops(B, H, N, D, causal, backward=True)
+                for name, f in providers().items():
+                    q, k, v = _qkv(B, H, N, D)
+                    yield Case("attention_fwd", name, shape, "float16", lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c),
+                               flops=fwd)
+                    yield Case("attention_bwd", name, shape, "float16", _backward(f, B, H, N, D, causal), flops=bwd)
+
+
+def _backward(f, B, H, N, D, causal):
+    q, k, v = _qkv(B, H, N, D, grad=True)
+    o = f(q, k, v, causal)
+    do = torch.randn_like(o)
+
+    def run():
+        q.grad = k.grad = v.grad = None
+        o.backward(do, retain_graph=True)
+    return run
+
+
+def extra_rows(prov: dict) -> list[dict]:
+    """Peak GPU memory (GB) of one forward + backward, ours against SDPA's, at each shape."""
+    rows = []
+    for D in DS:
+        for N in NS:
+            B, H = TOKENS // N, WIDTH // D
+            for causal in (False, True):
+                shape = f"B{B}-H{H}-N{N}-D{D}" + ("-causal" if causal else "")
+                for name, f in providers().items():
+                    q, k, v = _qkv(B, H, N, D, grad=True)
+                    do = torch.randn_like(q)
+                    torch.cuda.synchronize()
+                    base = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    f(q, k, v, causal).backward(do)
+                    torch.cuda.synchronize()
+                    peak = (torch.cuda.max_memory_allocated() - base) / 1e9
+                    rows.append(dict(kernel="attention_memory", provider=name, shape=shape, dtype="float16",
+                                     metric="GB", median=round(peak, 4), p20=round(peak, 4), p80=round(peak, 4),
+                                     ms=0.0, bytes=0, flops=0, **prov))
+                    del q, k, v, do
+    return rows

@@ -1,0 +1,24 @@
+"""Benchmark cases of lesson 03: the tiled matmul against ``torch.matmul`` (cuBLAS).
+
+FLOPs: 2*M*N*K. Traffic at least: read A and B, write C.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .core import Case, matmul_flops
+
+SHAPES = [1024, 2048, 4096, 8192]
+
+
+def cases():
+    from solutions.matmul import matmul
+
+    for dtype in (torch.float16, torch.bfloat16):
+        for n in SHAPES:
+            a = torch.randn(n, n, dtype=dtype, device="cuda")
+            b = torch.randn(n, n, dtype=dtype, device="cuda")
+            shape, dt, flops = f"{n}x{n}x{n}", str(dtype).replace("torch.", ""), matmul_flops(n, n, n)
+            yield Case("matmul", "triton", shape, dt, lambda a=a, b=b: matmul(a, b), flops=flops)
+            yield Case("matmul", "cublas", shape, dt, lambda a=a, b=b: torch.matmul(a, b), flops=flops)

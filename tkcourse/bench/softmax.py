@@ -1,0 +1,27 @@
+"""Benchmark cases of lessons 02 and 05: fused and online softmax against ``torch.softmax``.
+
+Traffic: read the input once, write the output once (2 x 2 bytes an element in fp16).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .core import Case, bytes_moved
+
+FUSED = [(4096, 1024), (4096, 4096), (4096, 16384)]
+ONLINE = [(4096, 32768), (1024, 131072), (256, 262144)]
+
+
+def cases():
+    from solutions.online_softmax import softmax as online
+
+    from solutions.softmax import softmax as fused
+
+    for kernel, shapes, fn in (("softmax", FUSED, fused), ("online_softmax", ONLINE, online)):
+        for M, N in shapes:
+            x = torch.randn(M, N, dtype=torch.float16, device="cuda")
+            moved = bytes_moved(x, x)
+            shape = f"{M}x{N}"
+            yield Case(kernel, "triton", shape, "float16", lambda x=x, fn=fn: fn(x), bytes=moved)
+            yield Case(kernel, "torch", shape, "float16", lambda x=x: torch.softmax(x, dim=-1), bytes=moved)
