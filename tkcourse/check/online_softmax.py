@@ -1,0 +1,68 @@
+"""Grader for lesson 05: ``softmax(x)`` over rows of any length, streamed in blocks."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import mode
+from .core import call, compare, error_case, padded
+
+# rows shorter and longer than any block, one element, strided rows, values that overflow exp
+SHAPES = [(3, 5000, ""), (2, 1, ""), (4, 100, ""), (2, 20_011, ""), (5, 3000, "strided rows"),
+          (3, 4099, "large values"), (2, 2500, "one huge value")]
+
+
+def _input(rows, cols, note, dtype, gen):
+    x = torch.randn(rows, cols, generator=gen, dtype=torch.float64)
+    if note == "large values":
+        x = x * 3000
+    if note == "one huge value":
+        x[:, -1] = 1e4  # the max arrives in the very last block: every earlier block must be rescaled
+    x = x.to(dtype)
+    if note == "strided rows":
+        wide = torch.zeros(rows, cols + 13, dtype=dtype)
+        wide[:, :cols] = x
+        return wide.to(mode.DEVICE)[:, :cols]
+    return padded(x.to(mode.DEVICE))
+
+
+def _diagnose(note):
+    def hint(o, e, wrong):
+        if (torch.isnan(o) | torch.isinf(o)).any() and note in ("large values", "one huge value"):
+            return ("overflow: keep a running max m and compute exp(x - m); when a block raises the max, "
+                    "rescale the running sum: l = l * exp(m_old - m_new) + sum(exp(x - m_new))")
+        if note == "one huge value":
+            return ("the max came in the last block and earlier blocks were not rescaled: multiply the running "
+                    "sum by exp(m_old - m_new) whenever the max grows")
+        if note == "strided rows":
+            return "strided rows are wrong while contiguous ones pass: find row i at x_ptr + i * x.stride(0)"
+        sums = o.sum(dim=1)
+        if not torch.isclose(sums, torch.ones_like(sums), atol=1e-2).all():
+            return ("rows do not sum to 1: the second pass must divide exp(x - m) by the final l, with m the "
+                    "final max, and masked lanes must add nothing (load them as -inf)")
+        if torch.isnan(o).any():
+            return "some blocks were never written: the second pass must loop over the whole row too"
+        return ""
+    return hint
+
+
+def grade(mod):
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float16):
+        for rows, cols, note in SHAPES:
+            if dtype == torch.float16 and note == "one huge value":
+                continue  # 1e4 is fine in fp16, but keep the fp16 pass short
+            label = f"{rows}x{cols} {str(dtype)[6:]}" + (f" ({note})" if note else "")
+            x = _input(rows, cols, note, dtype, gen)
+            expected = torch.softmax(x.double(), dim=-1)
+            try:
+                out, allocs = call(mod.softmax, x)
+            except Exception as exc:
+                yield error_case(label, exc)
+                return
+            case = compare(label, out, expected, dtype=dtype, allocs=allocs,
+                           atol=1e-3 if dtype == torch.float16 else 1e-6, rtol=1e-2 if dtype == torch.float16 else 1e-4,
+                           diagnose=_diagnose(note))
+            yield case
+            if case.status == "todo":
+                return
