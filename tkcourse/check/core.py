@@ -141,7 +141,8 @@ class Report:
             return f"{self.lesson}: not done yet. {self.message}"
         n_ok = sum(c.status == "pass" for c in self.cases)
         head = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "todo": "NOT DONE YET"}[self.status]
-        lines = [f"{self.lesson} ({self.source}): {head}, {n_ok} of {len(self.cases)} cases pass"]
+        tail = f"all {n_ok} cases pass" if self.passed else f"{n_ok} case(s) pass, then it stopped at the first problem"
+        lines = [f"{self.lesson} ({self.source}): {head}, {tail}"]
         if self.message:
             lines.append(f"  {self.message}")
         for c in self.cases:

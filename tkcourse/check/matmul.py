@@ -52,8 +52,12 @@ def _diagnose(a, b, layout):
         if layout:
             return ("a transposed input is wrong while contiguous ones pass: index with both strides, "
                     "a_ptr + rows * stride_am + ks * stride_ak (a transposed tensor has stride_am == 1)")
-        if K > 1 and torch.allclose(o, ad[:, :1] @ bd[:1], atol=1e-2, rtol=1e-2):
-            return "only the first K step counts: accumulate (acc += tl.dot(a, b)) and advance the pointers each step"
+        for bk in (16, 32, 64, 128):
+            last = (K - 1) // bk * bk
+            if K > bk and torch.allclose(o, ad[:, last:] @ bd[last:], atol=1e-2, rtol=1e-2):
+                return "only the last K step counts: accumulate with acc += tl.dot(a, b), not acc = tl.dot(a, b)"
+            if K > bk and torch.allclose(o, ad[:, :bk] @ bd[:bk], atol=1e-2, rtol=1e-2):
+                return "only the first K step counts: accumulate, and advance the pointers by BLOCK_K each step"
         return "compare with the reference: are a's and b's strides passed in the right order (am, ak, bk, bn)?"
     return hint
 
