@@ -5,3 +5,5 @@ Each module is one lesson (``vector_add``, ``softmax``, ``matmul``, ...). The re
 (``make exercises`` regenerates them). Importing ``tkcourse.mode`` first makes the kernels run in
 Triton's interpreter when there is no GPU.
 """
+
+import tkcourse.mode  # noqa: E402,F401  (before triton: its own jit functions must see TRITON_INTERPRET)

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 _USER_SET = "TRITON_INTERPRET" in os.environ
 
 
 def _has_cuda() -> bool:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a hard dependency
-        return False
     return bool(torch.cuda.is_available())
 
 
@@ -83,13 +81,12 @@ def register_sizes(**sizes: tuple[object, object]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+_FLOAT_DTYPES = (torch.float32, torch.float16) if INTERPRET else (torch.float32, torch.float16, torch.bfloat16)
+
+
 def float_dtypes():
     """The float dtypes kernels accept in this mode: no bf16 in the interpreter."""
-    import torch
-
-    if INTERPRET:
-        return (torch.float32, torch.float16)
-    return (torch.float32, torch.float16, torch.bfloat16)
+    return _FLOAT_DTYPES
 
 
 class UnsupportedInInterpreter(ValueError):
@@ -102,8 +99,6 @@ def check_dtype(*tensors) -> None:
     In Triton's interpreter (triton 3.9) a bf16 copy comes back wrong and a bf16 ``tl.dot`` is off
     by ~1e10 relative: a silent wrong answer is the worst thing a course can give, so refuse.
     """
-    import torch
-
     if not INTERPRET:
         return
     for t in tensors:
@@ -120,12 +115,22 @@ def validate(*tensors, names=None, ndim=None, same_shape=False, same_dtype=True,
 
     ``ndim``: required number of dimensions; ``same_shape``/``same_dtype``: across all tensors;
     ``dtypes``: allowed dtypes (default: ``float_dtypes()``). All tensors must be on one device,
-    and that device must be the mode's (``cuda`` on a GPU, ``cpu`` in the interpreter).
+    and that device must be the mode's (``cuda`` on a GPU, ``cpu`` in the interpreter). Launchers
+    call it on every launch, so the happy path is a few attribute reads per tensor.
     """
-    import torch
+    allowed = dtypes or _FLOAT_DTYPES
+    first = tensors[0]
+    for i, t in enumerate(tensors):
+        if (not isinstance(t, torch.Tensor) or (ndim is not None and t.dim() != ndim) or t.numel() == 0
+                or t.device.type != DEVICE or t.dtype not in allowed
+                or (i and ((same_dtype and t.dtype != first.dtype) or (same_shape and t.shape != first.shape)
+                           or t.device != first.device))):
+            _explain(tensors, names, ndim, same_shape, same_dtype, allowed)
 
+
+def _explain(tensors, names, ndim, same_shape, same_dtype, allowed) -> None:
+    """Raise the ValueError that says what is wrong with the inputs (the slow path of ``validate``)."""
     names = list(names or [f"input {i}" for i in range(len(tensors))])
-    allowed = tuple(dtypes or float_dtypes())
     for name, t in zip(names, tensors):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -156,8 +161,6 @@ def describe() -> dict:
     """A small report of the mode, for notebooks and ``tkcourse doctor``."""
     info = {"mode": MODE_NAME, "device": DEVICE, "interpret_set_by_user": _USER_SET}
     if not INTERPRET:
-        import torch
-
         p = torch.cuda.get_device_properties(0)
         info.update(gpu=p.name, sms=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1),
                     capability=f"{p.major}.{p.minor}")

@@ -41,7 +41,10 @@ HEADER = (
     "# Check your work: `tkcourse check {name}` in a shell, or tkcourse.check.run(\"{name}\") in a notebook.\n"
 )
 
-INIT_TEXT = '"""Your exercises: one module per lesson, generated from solutions/ (see tkcourse.stubs)."""\n'
+INIT_TEXT = (
+    '"""Your exercises: one module per lesson, generated from solutions/ (see tkcourse.stubs)."""\n\n'
+    "import tkcourse.mode  # noqa: F401  (before triton: its own jit functions must see TRITON_INTERPRET)\n"
+)
 
 
 class MarkerError(ValueError):

@@ -1,0 +1,119 @@
+"""Lesson 04: autotuning the matmul: a config space, and pruning it before anything compiles.
+
+Every config in a space costs a compile (about a second) and a benchmark, so drop the ones that
+cannot win before paying for them. A config's shared memory, for a pipelined matmul that keeps
+``num_stages`` tiles of A and of B in flight, is about
+``(BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * dtype_bytes * num_stages`` bytes: over the GPU's limit
+(227 KiB a block on an H100/H200) the kernel fails to launch with ``OutOfResources``. A tile much
+larger than the problem (BLOCK_M = 256 when M = 16) only computes masked-off zeros.
+
+Config keys: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M (constexprs of the kernel) and num_warps,
+num_stages (launch options).
+"""
+
+import itertools
+
+import triton
+
+CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")  # kernel arguments; the rest are launch options
+
+
+def config_space() -> list[dict]:
+    """A matmul config space of at least 60 configs (dicts with the six keys above)."""
+    ### BEGIN SOLUTION
+    axes = itertools.product(
+        (16, 64, 128, 256),  # BLOCK_M: 16 for skinny problems (M = 16), up to 256 for big squares
+        (64, 128, 256),  # BLOCK_N
+        (32, 64),  # BLOCK_K
+        (8,),  # GROUP_M: programs in a group share B's column tiles in L2
+        (4, 8),  # num_warps
+        (3, 4),  # num_stages
+    )
+    return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g, num_warps=w, num_stages=s)
+            for bm, bn, bk, g, w, s in axes]
+    ### STUB
+    # Build a list of dicts, one per combination (itertools.product), with keys
+    # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages; at least 60 of them.
+    # Include a small BLOCK_M (16) for skinny problems and tiles up to 256 for big ones.
+    #! return []
+    ### END SOLUTION
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def shared_memory_bytes(config: dict, dtype_bytes: int = 2) -> int:
+    """Estimated shared memory of one config: ``num_stages`` tiles of A and of B."""
+    ### BEGIN SOLUTION
+    tiles = config["BLOCK_M"] * config["BLOCK_K"] + config["BLOCK_K"] * config["BLOCK_N"]
+    return tiles * dtype_bytes * config["num_stages"]
+    ### STUB
+    # (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) elements, dtype_bytes each, num_stages copies
+    #! return 0
+    ### END SOLUTION
+
+
+def prune(configs: list[dict], M: int, N: int, K: int, dtype_bytes: int = 2,
+          smem_limit: int = 228 * 1024) -> list[dict]:
+    """The configs worth compiling for an M x K by K x N matmul, in their original order.
+
+    Drops a config whose shared memory (``shared_memory_bytes``) exceeds ``smem_limit``, and one
+    whose tile is absurdly larger than the problem: BLOCK_M > max(16, next_pow2(M)), and the same
+    for BLOCK_N against N and BLOCK_K against K (16 is the smallest tile ``tl.dot`` takes).
+    """
+    ### BEGIN SOLUTION
+    kept = []
+    for c in configs:
+        if shared_memory_bytes(c, dtype_bytes) > smem_limit:
+            continue  # would fail to launch: out of shared memory
+        if (c["BLOCK_M"] > max(16, next_pow2(M)) or c["BLOCK_N"] > max(16, next_pow2(N))
+                or c["BLOCK_K"] > max(16, next_pow2(K))):
+            continue  # the tile would mostly compute masked-off zeros
+        kept.append(c)
+    return kept
+    ### STUB
+    # Keep a config only if both hold:
+    #   shared_memory_bytes(c, dtype_bytes) <= smem_limit
+    #   no tile side is larger than the problem needs: BLOCK_M <= max(16, next_pow2(M)),
+    #   BLOCK_N <= max(16, next_pow2(N)), BLOCK_K <= max(16, next_pow2(K))
+    # Return the kept configs in their original order.
+    #! return list(configs)
+    ### END SOLUTION
+
+
+# ------------------------------------------------------------------------------------------
+# The same rules for @triton.autotune, which works with triton.Config objects.
+# ------------------------------------------------------------------------------------------
+
+
+def to_triton_configs(configs: list[dict]) -> list:
+    """``triton.Config`` objects for ``@triton.autotune`` from config dicts."""
+    return [triton.Config({k: c[k] for k in CONSTEXPRS if k in c}, num_warps=c["num_warps"],
+                          num_stages=c["num_stages"]) for c in configs]
+
+
+def _as_dict(cfg) -> dict:
+    return {**cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+
+
+def early_config_prune(configs, named_args, **kwargs):
+    """For ``@triton.autotune(..., prune_configs_by={"early_config_prune": early_config_prune})``.
+
+    Triton calls it with the ``triton.Config`` list and the kernel's arguments by name; it needs
+    arguments named ``M``, ``N`` and ``K``, and takes the element size from the first tensor.
+    Keeps at least one config (the one with the least shared memory) so the autotuner always has
+    something to run.
+    """
+    try:
+        M, N, K = (int(named_args[k]) for k in ("M", "N", "K"))
+    except KeyError as e:
+        raise KeyError(f"early_config_prune needs kernel arguments named M, N and K; got {sorted(named_args)}") from e
+    dtype_bytes = next((v.element_size() for v in named_args.values() if hasattr(v, "element_size")), 2)
+    dicts = [_as_dict(c) for c in configs]
+    keep = prune(dicts, M, N, K, dtype_bytes=dtype_bytes, smem_limit=kwargs.get("smem_limit", 228 * 1024))
+    kept = [c for c, d in zip(configs, dicts) if d in keep]
+    if not kept:
+        kept = [min(configs, key=lambda c: shared_memory_bytes(_as_dict(c), dtype_bytes))]
+    return kept

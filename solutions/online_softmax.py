@@ -1,0 +1,220 @@
+"""Lesson 05: softmax of rows of any length, streamed in blocks with the online normalizer.
+
+Pass 1 reads a row block by block and keeps two numbers: the running max ``m`` and the running
+sum ``l`` of ``exp(x - m)``. When a block raises the max, the sum so far is rescaled by
+``exp(m_old - m_new)``. Pass 2 reads the row again and writes ``exp(x - m) / l``.
+
+Traffic: read the (M, N) input, write the (M, N) output: ``2 * M * N`` elements at least
+(4 bytes an element in fp16). Pass 2 reads the input a second time; at speed that second read
+comes from L2, not HBM, when the row was read a moment before.
+
+Few long rows (256 rows of 262144 on a GPU with 132 SMs) would leave SMs idle with one program
+per row, and a 512 KB row pushes the start of itself out of L2 before pass 2 comes back for it.
+So on a GPU a long row is split into ``parts``: a *stats* program per part computes that part's
+``(m, l)``; a *write* program per part combines the parts' pairs into the row's ``(m, l)``:
+``m = max m_p``, ``l = sum l_p * exp(m_p - m)``, and writes its part.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from tkcourse.mode import INTERPRET, validate
+
+
+@triton.jit
+def _online_stats(
+    x_row,  # pointer to the first element of the row
+    start,  # first column to read
+    end,  # one past the last column to read
+    BLOCK: tl.constexpr,  # columns read per step; a power of two
+    NUM_STAGES: tl.constexpr,  # blocks the loop loads ahead (1: none); ignored by the interpreter
+):
+    """Running max ``m`` and sum ``l`` of exp(x - m) over x_row[start:end], one block at a time."""
+    ### BEGIN SOLUTION
+    m = tl.full((), float("-inf"), tl.float32)  # max of the columns read so far
+    l = tl.zeros((), tl.float32)  # sum of exp(x - m) over the columns read so far
+    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
+        cols = block_start + tl.arange(0, BLOCK)
+        # evict_last: keep the row in L2 for pass 2
+        x = tl.load(x_row + cols, mask=cols < end, other=float("-inf"), eviction_policy="evict_last")
+        x = x.to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # all -inf so far: keep l at 0, not nan
+        l = l * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)  # rescale the old sum, add the block's
+        m = m_new
+    ### STUB
+    # m = -inf and l = 0 as fp32 scalars (tl.full((), float("-inf"), tl.float32), tl.zeros((), tl.float32))
+    # for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
+    #     load the block's columns (mask cols < end, other=-inf) as fp32
+    #     m_new = the larger of m and the block's max
+    #     l = l * exp(m - m_new) + sum(exp(x - m_new))   (rows that start with -inf: use 0 for m_new while it is -inf)
+    #     m = m_new
+    ### END SOLUTION
+    return m, l
+
+
+@triton.jit
+def _write_softmax(
+    x_row,  # pointer to the first element of the input row
+    out_row,  # pointer to the first element of the output row
+    start,  # first column to write
+    end,  # one past the last column to write
+    m,  # the row's max (fp32 scalar)
+    l,  # the row's sum of exp(x - m) (fp32 scalar)
+    BLOCK: tl.constexpr,  # columns written per step; a power of two
+    NUM_STAGES: tl.constexpr,  # blocks the loop loads ahead (1: none); ignored by the interpreter
+):
+    """Pass 2: out_row[start:end] = exp(x - m) / l."""
+    ### BEGIN SOLUTION
+    inv_l = 1.0 / l  # one division a row, not one an element
+    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
+        cols = block_start + tl.arange(0, BLOCK)
+        mask = cols < end
+        # evict_first: pass 2 is the last use of x, and out is never read back here
+        x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first")
+        y = tl.exp(x.to(tl.float32) - m) * inv_l
+        tl.store(out_row + cols, y.to(out_row.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+    ### STUB
+    # for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES): load the block (masked) as fp32,
+    # store exp(x - m) / l in out's dtype (out_row.dtype.element_ty), with the same mask
+    ### END SOLUTION
+
+
+@triton.jit
+def _online_softmax_kernel(
+    x_ptr,  # pointer to x[0, 0]
+    out_ptr,  # pointer to out[0, 0]
+    x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
+    out_row_stride,  # elements between the starts of two rows of out
+    n_cols,  # columns: the softmax length, any size
+    BLOCK: tl.constexpr,  # columns per step; a power of two
+    NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)
+):
+    """One program per row: pass 1 for (m, l), then pass 2."""
+    row = tl.program_id(0).to(tl.int64)  # row * stride can pass 2**31 on a big tensor
+    x_row = x_ptr + row * x_row_stride
+    m, l = _online_stats(x_row, 0, n_cols, BLOCK, NUM_STAGES)
+    _write_softmax(x_row, out_ptr + row * out_row_stride, 0, n_cols, m, l, BLOCK, NUM_STAGES)
+
+
+@triton.jit
+def _split_softmax_kernel(
+    x_ptr,  # pointer to x[0, 0]
+    out_ptr,  # pointer to out[0, 0]
+    x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
+    out_row_stride,  # elements between the starts of two rows of out
+    n_cols,  # columns: the softmax length
+    part_cols,  # columns per part, a multiple of BLOCK; part p covers [p * part_cols, (p + 1) * part_cols)
+    ticket_ptr,  # int32 counter of work items handed out so far (zero at launch)
+    done_ptr,  # int32 per row: parts whose (m, l) is published (zero at launch)
+    m_ptr,  # fp32 (rows, PARTS): each part's max
+    l_ptr,  # fp32 (rows, PARTS): each part's sum of exp(x - max)
+    PARTS: tl.constexpr,  # parts a row is split into; a power of two
+    BLOCK: tl.constexpr,  # columns per step; a power of two
+    NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)
+):
+    """Each row is 2 * PARTS work items, taken in this order: PARTS stats items, then PARTS writes.
+
+    Items are numbered by a ticket taken at the program's start (an atomic counter), not by
+    program_id: the GPU may start programs in any order, but a ticket is only handed to a program
+    that is running. A write item waits for its row's stats items, whose tickets are smaller, so it
+    only ever waits for programs that have started and never wait themselves: no deadlock, whatever
+    the order, and in the interpreter (one program at a time) it never waits at all.
+    """
+    t = tl.atomic_add(ticket_ptr, 1)
+    row = t // (2 * PARTS)
+    item = t % (2 * PARTS)
+    part = item % PARTS
+    start = part * part_cols
+    end = tl.minimum(start + part_cols, n_cols)  # trailing parts may be empty: start >= end
+    x_row = x_ptr + row.to(tl.int64) * x_row_stride
+    if item < PARTS:  # stats item: pass 1 over this part, publish its (m, l)
+        m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
+        tl.store(m_ptr + row * PARTS + part, m)
+        tl.store(l_ptr + row * PARTS + part, l)
+        tl.atomic_add(done_ptr + row, 1, sem="release")  # release: the stores above are visible first
+    else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
+        done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
+        while done < PARTS:
+            done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
+        parts = row * PARTS + tl.arange(0, PARTS)
+        m_parts = tl.load(m_ptr + parts, cache_modifier=".cg")  # .cg: from L2, never a stale L1 line
+        l_parts = tl.load(l_ptr + parts, cache_modifier=".cg")
+        m = tl.max(m_parts, axis=0)
+        l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)  # rescale each part's sum to the row's max
+        _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
+
+
+#: GPU plan (tune on the target): a part is about this many bytes of a row, so that the parts read
+#: by every program running at once still sit in L2 when their write items come back for them.
+PART_BYTES = 32 * 1024
+#: GPU plan: bytes a program loads per step (4096 fp16 values: 16 a thread with 8 warps).
+BLOCK_BYTES = 8 * 1024
+NUM_WARPS = 8
+#: GPU plan: blocks each loop loads ahead of the one it works on (cp.async into shared memory).
+NUM_STAGES = 2
+#: Interpreter: columns per step (each step costs the same Python time whatever its size).
+INTERPRETER_BLOCK = 1024
+
+
+def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
+    """(parts, BLOCK) for a row: one part in the interpreter, about PART_BYTES a part on a GPU."""
+    if INTERPRET:
+        return 1, min(INTERPRETER_BLOCK, triton.next_power_of_2(n_cols))
+    block = min(BLOCK_BYTES // element_size, triton.next_power_of_2(n_cols))
+    parts = triton.next_power_of_2(triton.cdiv(n_cols * element_size, PART_BYTES))
+    return parts, block
+
+
+def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None) -> torch.Tensor:
+    """Softmax over the last dim of a 2-D ``x``, rows of any length; a new tensor in x's dtype.
+
+    Rows may be strided (read in place); columns must be contiguous, else x is copied first.
+    ``parts`` (a power of two) splits each row over that many programs; ``block`` (a power of two)
+    is the columns read per step. Both default to a plan for the mode (see ``_plan``).
+    """
+    validate(x, names=["x"], ndim=2)
+    n_rows, n_cols = x.shape
+    auto_parts, auto_block = _plan(n_cols, x.element_size())
+    parts, block = parts or auto_parts, block or auto_block
+    for name, v in (("parts", parts), ("block", block)):
+        if v < 1 or v & (v - 1):
+            raise ValueError(f"{name} must be a power of two, got {v}")
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    if parts == 1:  # one program per row
+        _online_softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block,
+                                          NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS)
+        return out
+    part_cols = triton.cdiv(triton.cdiv(n_cols, parts), block) * block
+    counters = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device)  # ticket, then done per row
+    m_parts = torch.empty((n_rows, parts), dtype=torch.float32, device=x.device)
+    l_parts = torch.empty((n_rows, parts), dtype=torch.float32, device=x.device)
+    _split_softmax_kernel[(2 * parts * n_rows,)](
+        x, out, x.stride(0), out.stride(0), n_cols, part_cols, counters, counters[1:], m_parts, l_parts,
+        PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS,
+    )
+    return out
+
+
+def step_states(row: torch.Tensor, block: int) -> list[tuple[float, float]]:
+    """(m, l) after each block of a 1-D ``row``, as pass 1 computes them (fp32, pure torch)."""
+    x = row.detach().reshape(-1).to("cpu", torch.float32)
+    m, l, states = -math.inf, 0.0, []
+    for start in range(0, x.numel(), block):
+        chunk = x[start:start + block]
+        m_new = max(m, chunk.max().item())
+        shift = 0.0 if m_new == -math.inf else m_new
+        l = l * math.exp(m - shift) + torch.exp(chunk - shift).sum().item()
+        m = m_new
+        states.append((m, l))
+    return states
+
+
+def reference(x: torch.Tensor) -> torch.Tensor:
+    """What ``softmax`` must return (computed in fp32, returned in x's dtype)."""
+    return torch.softmax(x.float(), dim=-1).to(x.dtype)

@@ -1,0 +1,116 @@
+"""Lesson 03: the tiled matmul matches torch on ragged shapes, strided inputs and any config."""
+
+import pytest
+import torch
+
+from solutions import matmul as lesson
+from tkcourse import mode
+
+DEV = mode.DEVICE
+
+
+def _tol(dtype, K):
+    if dtype == torch.float32:  # exact fp32 in the interpreter; TF32 (10-bit mantissa) on a GPU
+        return dict(rtol=1e-4, atol=1e-4) if mode.INTERPRET else dict(rtol=1e-2, atol=1e-2 * K**0.5)
+    return dict(rtol=1e-2, atol=1e-2)  # fp16 / bf16: one rounding of the fp32 sum
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype).to(DEV)
+
+
+def _assert_matmul(c, a, b):
+    assert c.dtype == a.dtype and c.shape == (a.shape[0], b.shape[1])
+    torch.testing.assert_close(c, lesson.reference(a, b), **_tol(a.dtype, a.shape[1]))
+
+
+@pytest.mark.parametrize("dtype", mode.float_dtypes())
+@pytest.mark.parametrize("M, N, K", [(1, 1, 1), (3, 5, 7), (17, 31, 13), (127, 61, 257), (97, 193, 67)])
+def test_matches_torch(M, N, K, dtype):
+    a, b = _randn(M, K, dtype=dtype, seed=1), _randn(K, N, dtype=dtype, seed=2)
+    _assert_matmul(lesson.matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("which", ["a", "b", "both"])
+def test_transposed_inputs_need_no_copy(which):
+    M, N, K = 37, 53, 71
+    a = _randn(K, M).t() if which in ("a", "both") else _randn(M, K)
+    b = _randn(N, K, seed=3).t() if which in ("b", "both") else _randn(K, N, seed=3)
+    assert not (a.is_contiguous() and b.is_contiguous())
+    _assert_matmul(lesson.matmul(a, b), a, b)
+
+
+def test_sliced_inputs():
+    a = _randn(80, 90)[::2, 3:62]  # (40, 59), row stride 180
+    b = _randn(59, 150, seed=4)[:, ::3]  # (59, 50), column stride 3
+    _assert_matmul(lesson.matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("config", [
+    dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=1, num_stages=1),
+    dict(BLOCK_M=64, BLOCK_N=16, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=3),  # BLOCK_K > K
+    dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=3, num_warps=2, num_stages=2),  # group larger than the grid
+])
+def test_explicit_config_is_used(config):
+    a, b = _randn(41, 43, seed=5), _randn(43, 29, seed=6)
+    _assert_matmul(lesson.matmul(a, b, config=config), a, b)
+
+
+def test_config_lists():
+    for c in lesson.CONFIGS + [lesson.DEFAULT_INTERPRETER_CONFIG]:
+        assert set(c) == set(lesson.CONFIG_KEYS)
+        assert all(c[k] & (c[k] - 1) == 0 for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    c = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
+    assert lesson.shared_memory_bytes(c, 2) == (128 * 64 + 64 * 256) * 2 * 3 == 147_456
+
+
+@pytest.mark.parametrize("a, b, message", [
+    (lambda: _randn(4, 5), lambda: _randn(6, 3), "inner dimensions"),
+    (lambda: _randn(4, 5), lambda: _randn(5, 3, dtype=torch.float16), "dtype"),
+    (lambda: _randn(4), lambda: _randn(4, 3), "2-D"),
+    (lambda: _randn(0, 5), lambda: _randn(5, 3), "empty"),
+])
+def test_bad_input_raises_valueerror(a, b, message):
+    with pytest.raises(ValueError, match=message):
+        lesson.matmul(a(), b())
+
+
+@pytest.mark.parametrize("config, message", [
+    (dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=1), "missing: num_stages"),
+    (dict(BLOCK_SIZE_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=1, num_stages=1), "unknown: BLOCK_SIZE_M"),
+])
+def test_bad_config_raises_valueerror(config, message):
+    with pytest.raises(ValueError, match=message):
+        lesson.matmul(_randn(4, 4), _randn(4, 4), config=config)
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="bf16 is fine on a GPU")
+def test_bf16_refused_in_interpreter():
+    a = torch.ones(4, 4, dtype=torch.bfloat16)
+    with pytest.raises(mode.UnsupportedInInterpreter):
+        lesson.matmul(a, a)
+
+
+# ----- the shapes above catch the classic launch mistakes ------------------------------------
+
+
+def _launch(a, b, grid, strides=None):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.zeros(M, N, dtype=a.dtype, device=a.device)
+    cfg = lesson.DEFAULT_INTERPRETER_CONFIG
+    s = strides or (a.stride(0), a.stride(1), b.stride(0), b.stride(1))
+    lesson._matmul_kernel[(grid(M, N, cfg),)](a, b, c, M, N, K, *s, c.stride(0), c.stride(1), **cfg)
+    return c
+
+
+def test_planted_mistakes_are_caught():
+    a, b = _randn(37, 45, seed=7), _randn(45, 50, seed=8)
+    full = lambda M, N, c: -(-M // c["BLOCK_M"]) * -(-N // c["BLOCK_N"])  # noqa: E731
+    _assert_matmul(_launch(a, b, full), a, b)  # done right, the hand launch passes
+    with pytest.raises(AssertionError):  # grid rounded down: the ragged last tiles are never computed
+        _assert_matmul(_launch(a, b, lambda M, N, c: (M // c["BLOCK_M"]) * (N // c["BLOCK_N"])), a, b)
+    at = _randn(45, 37, seed=7).t()
+    with pytest.raises(AssertionError):  # strides assumed contiguous: a transposed A is read wrong
+        _assert_matmul(_launch(at, b, full, strides=(at.shape[1], 1, b.stride(0), b.stride(1))), at, b)

@@ -1,0 +1,141 @@
+"""Lesson 05: the online softmax matches torch on rows of any length, split or not."""
+
+import math
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from solutions import online_softmax as lesson
+from tkcourse import mode
+
+DEV = mode.DEVICE
+
+
+def _tol(dtype):
+    return dict(rtol=2e-3, atol=1e-5) if dtype == torch.float16 else dict(rtol=1e-4, atol=1e-6)
+
+
+def _randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
+
+
+def _assert_softmax(out, x):
+    assert out.dtype == x.dtype and out.shape == x.shape
+    torch.testing.assert_close(out, lesson.reference(x), **_tol(x.dtype))
+
+
+@pytest.mark.parametrize("dtype", mode.float_dtypes())
+@pytest.mark.parametrize("n_cols", [1, 3, 17, 1000, 1025])
+def test_matches_torch(n_cols, dtype):
+    x = _randn(4, n_cols, dtype=dtype, scale=3.0)
+    _assert_softmax(lesson.softmax(x), x)  # the mode's plan
+    _assert_softmax(lesson.softmax(x, block=128), x)  # several blocks a row
+
+
+@pytest.mark.parametrize("parts", [2, 4, 8])
+def test_rows_split_over_programs(parts):
+    # 1000 columns, block 128: parts of 512/256/128 columns; with 8 parts the last one is empty
+    x = _randn(3, 1000, scale=4.0, seed=parts)
+    _assert_softmax(lesson.softmax(x, parts=parts, block=128), x)
+    xh = _randn(2, 517, dtype=torch.float16, scale=4.0, seed=parts)
+    _assert_softmax(lesson.softmax(xh, parts=parts, block=64), xh)
+
+
+def test_rows_longer_than_lesson_02_allows():
+    x = _randn(2, 40_000, scale=3.0)
+    _assert_softmax(lesson.softmax(x), x)
+
+
+def test_max_moves_every_block():
+    # an ascending row: every block raises the max, so the running sum is rescaled every step
+    x = torch.linspace(-50, 50, 3000, device=DEV).repeat(3, 1)
+    _assert_softmax(lesson.softmax(x, block=256), x)
+    _assert_softmax(lesson.softmax(x, parts=4, block=256), x)
+
+
+def test_large_magnitudes_and_leading_minus_inf():
+    x = _randn(3, 2000, scale=300.0) + 1e4
+    assert torch.isinf(torch.exp(x)).any()
+    _assert_softmax(lesson.softmax(x, block=256), x)
+    y = _randn(3, 2000, scale=3.0)
+    y[:, :700] = float("-inf")  # whole blocks of -inf before the first finite value
+    _assert_softmax(lesson.softmax(y, block=256), y)
+    _assert_softmax(lesson.softmax(y, parts=4, block=256), y)
+
+
+def test_strided_rows():
+    base = _randn(12, 1500)
+    x = base[::2, 100:1400]
+    assert not x.is_contiguous() and x.stride(1) == 1
+    _assert_softmax(lesson.softmax(x, block=256), x)
+    _assert_softmax(lesson.softmax(x, parts=2, block=256), x)
+    _assert_softmax(lesson.softmax(x.t().contiguous().t()), x)  # columns strided: copied
+
+
+def test_step_states():
+    row = torch.linspace(-5, 5, 1000) * torch.linspace(1, -1, 1000) ** 2
+    states = lesson.step_states(row, 128)
+    assert len(states) == math.ceil(1000 / 128)
+    ms = [m for m, _ in states]
+    assert ms == sorted(ms)  # the running max never goes down
+    for i, (m, l) in enumerate(states):  # after block i: the max and sum of exp(x - max) seen so far
+        seen = row[: (i + 1) * 128]
+        assert m == seen.max().item()
+        assert l == pytest.approx(torch.exp(seen - seen.max()).sum().item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(parts=3), "parts must be a power of two"),
+    (dict(block=100), "block must be a power of two"),
+])
+def test_bad_arguments_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        lesson.softmax(_randn(2, 10), **kwargs)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: torch.ones(8, device=DEV), "2-D"),
+    (lambda: torch.ones(2, 0, device=DEV), "empty"),
+])
+def test_bad_input_raises_valueerror(bad, message):
+    with pytest.raises(ValueError, match=message):
+        lesson.softmax(bad())
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="bf16 is fine on a GPU")
+def test_bf16_refused_in_interpreter():
+    with pytest.raises(mode.UnsupportedInInterpreter):
+        lesson.softmax(torch.ones(2, 4, dtype=torch.bfloat16))
+
+
+# ----- the ascending row catches a missing rescale -------------------------------------------
+
+
+@triton.jit
+def _no_rescale(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = tl.full((), float("-inf"), tl.float32)
+    l = tl.zeros((), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x, axis=0))
+        l += tl.sum(tl.exp(x - m), axis=0)  # forgot l * exp(m_old - m_new)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        tl.store(out_ptr + row * n_cols + cols, tl.exp(x - m) / l, mask=cols < n_cols)
+
+
+def test_missing_rescale_is_caught():
+    x = torch.linspace(-20, 20, 3000, device=DEV).repeat(2, 1)
+    out = torch.empty_like(x)
+    _no_rescale[(2,)](x, out, 3000, BLOCK=256)
+    with pytest.raises(AssertionError):
+        _assert_softmax(out, x)
+    one_block = torch.empty_like(x)  # with the whole row in one block there is nothing to rescale
+    _no_rescale[(2,)](x, one_block, 3000, BLOCK=4096)
+    _assert_softmax(one_block, x)

@@ -1,0 +1,123 @@
+"""Lesson 02: the fused softmax matches torch on awkward shapes, strided rows and huge inputs."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from solutions import softmax as lesson
+from tkcourse import mode
+
+DEV = mode.DEVICE
+
+
+def _tol(dtype):
+    # fp16: one rounding of the fp32 result (~1e-3 relative); fp32: exp.approx on a GPU
+    return dict(rtol=2e-3, atol=1e-5) if dtype == torch.float16 else dict(rtol=1e-4, atol=1e-6)
+
+
+def _randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
+
+
+def _assert_softmax(out, x):
+    assert out.dtype == x.dtype and out.shape == x.shape
+    torch.testing.assert_close(out, lesson.reference(x), **_tol(x.dtype))
+
+
+@pytest.mark.parametrize("dtype", mode.float_dtypes())
+@pytest.mark.parametrize("n_cols", [1, 3, 17, 1000, 1025])
+def test_matches_torch(n_cols, dtype):
+    x = _randn(5, n_cols, dtype=dtype, scale=3.0)
+    _assert_softmax(lesson.softmax(x), x)
+
+
+def test_longest_row_and_many_rows():
+    x = _randn(2, lesson.MAX_COLS, scale=3.0)
+    _assert_softmax(lesson.softmax(x), x)
+    x = _randn(300, 7, dtype=torch.float16)
+    _assert_softmax(lesson.softmax(x), x)
+
+
+def test_large_magnitudes_do_not_overflow():
+    x = _randn(4, 300, scale=200.0) + 1e4  # exp(x) is inf in fp32: the max must be subtracted first
+    assert torch.isinf(torch.exp(x)).any()
+    _assert_softmax(lesson.softmax(x), x)
+    xh = _randn(4, 300, dtype=torch.float16, scale=30.0)  # exp(x) overflows fp16 past x = 11
+    assert torch.isinf(torch.exp(xh)).any()
+    _assert_softmax(lesson.softmax(xh), xh)
+
+
+def test_strided_rows_are_read_in_place():
+    base = _randn(20, 300)
+    x = base[::3, 5:262]  # row stride 900, 257 contiguous columns
+    assert not x.is_contiguous() and x.stride(1) == 1
+    _assert_softmax(lesson.softmax(x), x)
+    b = _randn(1, 64).expand(6, 64)  # row stride 0: six views of one row
+    _assert_softmax(lesson.softmax(b), b)
+
+
+def test_strided_columns_are_copied():
+    x = _randn(130, 9).t()  # column stride 9
+    assert x.stride(1) != 1
+    _assert_softmax(lesson.softmax(x), x)
+
+
+def test_naive_softmax_matches():
+    x = _randn(6, 100, scale=5.0)
+    torch.testing.assert_close(lesson.naive_softmax(x), lesson.reference(x), rtol=1e-5, atol=1e-7)
+
+
+def test_row_too_long_points_to_lesson_05():
+    x = torch.zeros(1, lesson.MAX_COLS + 1, device=DEV)
+    with pytest.raises(ValueError, match="online"):
+        lesson.softmax(x)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: torch.ones(8, device=DEV), "2-D"),
+    (lambda: torch.ones(0, 4, device=DEV), "empty"),
+    (lambda: torch.ones(2, 4, dtype=torch.int32, device=DEV), "dtype"),
+])
+def test_bad_input_raises_valueerror(bad, message):
+    with pytest.raises(ValueError, match=message):
+        lesson.softmax(bad())
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="bf16 is fine on a GPU")
+def test_bf16_refused_in_interpreter():
+    with pytest.raises(mode.UnsupportedInInterpreter):
+        lesson.softmax(torch.ones(2, 4, dtype=torch.bfloat16))
+
+
+# ----- the inputs above catch the classic mistakes -------------------------------------------
+
+
+@triton.jit
+def _planted(x_ptr, out_ptr, x_row_stride, n_cols, BLOCK: tl.constexpr, SUB_MAX: tl.constexpr, FILL: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=FILL).to(tl.float32)
+    if SUB_MAX:
+        x = x - tl.max(x, axis=0)
+    num = tl.exp(x)
+    tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=0), mask=cols < n_cols)
+
+
+def _run_planted(x, sub_max, fill):
+    out = torch.empty_like(x)
+    _planted[(x.shape[0],)](x, out, x.stride(0), x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]),
+                            SUB_MAX=sub_max, FILL=fill)
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the overflow is the point
+def test_planted_mistakes_are_caught():
+    good = _randn(3, 17, scale=3.0)
+    _assert_softmax(_run_planted(good, True, float("-inf")), good)  # the planted kernel done right passes
+    big = _randn(3, 17, scale=200.0)
+    with pytest.raises(AssertionError):  # no max subtracted: exp overflows to inf, inf / inf = nan
+        _assert_softmax(_run_planted(big, False, float("-inf")), big)
+    with pytest.raises(AssertionError):  # masked lanes filled with 0: exp(0 - max) joins the sum
+        _assert_softmax(_run_planted(good, True, 0.0), good)
