@@ -114,3 +114,67 @@ def test_planted_mistakes_are_caught():
     at = _randn(45, 37, seed=7).t()
     with pytest.raises(AssertionError):  # strides assumed contiguous: a transposed A is read wrong
         _assert_matmul(_launch(at, b, full, strides=(at.shape[1], 1, b.stride(0), b.stride(1))), at, b)
+
+
+# ----- the grader catches planted mistakes, each with the hint that names it ------------------
+
+import types  # noqa: E402
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from tkcourse import check  # noqa: E402
+
+
+@triton.jit
+def _grader_planted(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BUG: tl.constexpr):
+    pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    if BUG == "contiguous":  # assumes a row-major layout instead of using the strides
+        sam, sak, sbk, sbn = K, 1, N, 1
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    steps = K // BK if BUG == "kfloor" else tl.cdiv(K, BK)
+    for k in range(0, steps):
+        ks = k * BK + rk
+        a = tl.load(a_ptr + rm[:, None] * sam + ks[None, :] * sak, mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * sbk + rn[None, :] * sbn, mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if BUG == "noacc":
+            acc = tl.dot(a, b, input_precision="ieee")
+        else:
+            acc += tl.dot(a, b, input_precision="ieee")
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _matmul_module(bug, grid_m=None):
+    def matmul(a, b):
+        if a.shape[1] != b.shape[0] or a.dtype != b.dtype:
+            raise ValueError("shapes or dtypes")
+        M, K = a.shape
+        N = b.shape[1]
+        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        BM, BN, BK = 32, 32, 16
+        grid = ((grid_m or triton.cdiv)(M, BM), triton.cdiv(N, BN))
+        _grader_planted[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                       BM=BM, BN=BN, BK=BK, BUG=bug)
+        return c
+    return types.SimpleNamespace(matmul=matmul, __name__="planted")
+
+
+@pytest.mark.parametrize("name, module, hint", [
+    ("K loop rounds down", _matmul_module("kfloor"), "last, partial K block is missing"),
+    ("strides ignored", _matmul_module("contiguous"), "index with both strides"),
+    ("edge tiles not launched", _matmul_module("none", grid_m=lambda m, b: max(1, m // b)), "were never written"),
+    ("no accumulation", _matmul_module("noacc"), "accumulate"),
+])
+def test_grader_catches_planted_mistake(name, module, hint):
+    rep = check.run("matmul", module=module, quiet=True)
+    assert rep.status == "fail", f"{name} slipped through:\n{rep}"
+    assert hint in rep.first_problem().hint, f"{name}: {rep.first_problem()}"
+
+
+def test_grader_passes_a_correct_planted_kernel():
+    assert check.run("matmul", module=_matmul_module("none"), quiet=True).passed

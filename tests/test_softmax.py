@@ -121,3 +121,53 @@ def test_planted_mistakes_are_caught():
         _assert_softmax(_run_planted(big, False, float("-inf")), big)
     with pytest.raises(AssertionError):  # masked lanes filled with 0: exp(0 - max) joins the sum
         _assert_softmax(_run_planted(good, True, 0.0), good)
+
+
+# ----- the grader catches planted mistakes, each with the hint that names it ------------------
+
+import types  # noqa: E402
+
+from tkcourse import check  # noqa: E402
+
+
+@triton.jit
+def _grader_planted(x_ptr, out_ptr, x_stride, out_stride, n_cols, BLOCK: tl.constexpr, BUG: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    stride = n_cols if BUG == "stride" else x_stride
+    other = 0.0 if BUG == "other" else float("-inf")
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=other).to(tl.float32)
+    z = x if BUG == "nomax" else x - tl.max(x, axis=0)
+    num = tl.exp(z)
+    y = num / tl.sum(num, axis=0)
+    tl.store(out_ptr + row * out_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _softmax_module(bug, block=None, rows=None):
+    def softmax(x):
+        if x.shape[1] > 32768:
+            raise ValueError("too long: see lesson 05 (online softmax)")
+        out = torch.empty_like(x)
+        BLOCK = block or triton.next_power_of_2(x.shape[1])
+        grid = (rows(x.shape[0]) if rows else x.shape[0],)
+        _grader_planted[grid](x, out, x.stride(0), out.stride(0), x.shape[1], BLOCK=min(BLOCK, triton.next_power_of_2(x.shape[1])), BUG=bug)
+        return out
+    return types.SimpleNamespace(softmax=softmax, __name__="planted")
+
+
+@pytest.mark.parametrize("name, module, hint", [
+    ("no max subtraction", _softmax_module("nomax"), "Subtract the row max"),
+    ("masked lanes loaded as 0", _softmax_module("other"), "masked lanes count in the sum"),
+    ("row stride ignored", _softmax_module("stride"), "x.stride(0)"),
+    ("BLOCK too small", _softmax_module("none", block=512), "BLOCK must cover the whole row"),
+    ("first rows only", _softmax_module("none", rows=lambda m: min(m, 2)), "some rows were never written"),
+])
+def test_grader_catches_planted_mistake(name, module, hint):
+    rep = check.run("softmax", module=module, quiet=True)
+    assert rep.status == "fail", f"{name} slipped through:\n{rep}"
+    assert hint in rep.first_problem().hint, f"{name}: {rep.first_problem()}"
+
+
+def test_grader_passes_a_correct_planted_kernel():
+    assert check.run("softmax", module=_softmax_module("none"), quiet=True).passed
