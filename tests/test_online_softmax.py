@@ -139,3 +139,47 @@ def test_missing_rescale_is_caught():
     one_block = torch.empty_like(x)  # with the whole row in one block there is nothing to rescale
     _no_rescale[(2,)](x, one_block, 3000, BLOCK=4096)
     _assert_softmax(one_block, x)
+
+
+# ----- the grader catches planted mistakes, each with the hint that names it ------------------
+# Planted in torch code that streams the row block by block as the kernel does: the grader only
+# sees the function, and torch keeps these tests quick.
+
+import types  # noqa: E402
+
+from tkcourse import check  # noqa: E402
+
+
+def _streamed(x, block=1024, rescale=True, subtract_max=True):
+    xd = x.double()
+    m = torch.full((x.shape[0],), float("-inf"), dtype=torch.float64)
+    l = torch.zeros(x.shape[0], dtype=torch.float64)
+    for j in range(0, x.shape[1], block):
+        b = xd[:, j:j + block]
+        m_new = torch.maximum(m, b.amax(1)) if subtract_max else torch.zeros_like(m)
+        l = (l * torch.exp(m - m_new) if rescale else l) + torch.exp(b - m_new[:, None]).sum(1)
+        m = m_new
+    return (torch.exp(xd - m[:, None]) / l[:, None]).to(x.dtype)
+
+
+def _grader_module(**mistake):
+    def softmax(x):
+        if mistake.get("contiguous_rows"):
+            x = torch.as_strided(x, x.shape, (x.shape[1], 1))  # ignores the row stride
+        return _streamed(x, rescale=mistake.get("rescale", True), subtract_max=mistake.get("subtract_max", True))
+    return types.SimpleNamespace(softmax=softmax, __name__="planted")
+
+
+@pytest.mark.parametrize("name, mistake, hint", [
+    ("running sum not rescaled", dict(rescale=False), "rescale"),
+    ("no running max", dict(subtract_max=False), "overflow"),
+    ("row stride ignored", dict(contiguous_rows=True), "x.stride(0)"),
+])
+def test_grader_catches_planted_mistake(name, mistake, hint):
+    rep = check.run("online_softmax", module=_grader_module(**mistake), quiet=True)
+    assert rep.status == "fail", f"{name} slipped through:\n{rep}"
+    assert hint in rep.first_problem().hint, f"{name}: {rep.first_problem()}"
+
+
+def test_grader_passes_a_correct_planted_function():
+    assert check.run("online_softmax", module=_grader_module(), quiet=True).passed

@@ -26,8 +26,25 @@ def _input(rows, cols, note, dtype, gen):
     return padded(x.to(mode.DEVICE))
 
 
-def _diagnose(note):
+def _unrescaled(x, block):
+    """The classic mistake: the running sum is not rescaled when the running max grows."""
+    xd = x.double().cpu()
+    m = torch.full((x.shape[0],), float("-inf"), dtype=torch.float64)
+    l = torch.zeros(x.shape[0], dtype=torch.float64)
+    for j in range(0, x.shape[1], block):
+        b = xd[:, j:j + block]
+        m = torch.maximum(m, b.amax(1))
+        l = l + torch.exp(b - m[:, None]).sum(1)
+    return torch.exp(xd - m[:, None]) / l[:, None]
+
+
+def _diagnose(note, x):
     def hint(o, e, wrong):
+        if x.shape[1] > 256 and not torch.isnan(o).any():
+            for block in (256, 512, 1024, 2048, 4096, 8192):
+                if block < x.shape[1] and torch.allclose(o, _unrescaled(x, block), rtol=1e-2, atol=1e-6):
+                    return ("missing rescale: when a block raises the running max, multiply the running sum by "
+                            "exp(m_old - m_new) before adding the block's sum")
         if (torch.isnan(o) | torch.isinf(o)).any() and note in ("large values", "one huge value"):
             return ("overflow: keep a running max m and compute exp(x - m); when a block raises the max, "
                     "rescale the running sum: l = l * exp(m_old - m_new) + sum(exp(x - m_new))")
@@ -62,7 +79,7 @@ def grade(mod):
                 return
             case = compare(label, out, expected, dtype=dtype, allocs=allocs,
                            atol=1e-3 if dtype == torch.float16 else 1e-6, rtol=1e-2 if dtype == torch.float16 else 1e-4,
-                           diagnose=_diagnose(note))
+                           diagnose=_diagnose(note, x))
             yield case
             if case.status == "todo":
                 return
