@@ -1,0 +1,379 @@
+"""Lesson 07: FlashAttention backward: dQ, dK, dV from dO, recomputing P instead of storing it.
+
+With S = scale · Q Kᵀ (masked when causal), P = softmax(S) = exp(S − lse), O = P V:
+
+    dV = Pᵀ dO        dP = dO Vᵀ        dS = P ∘ (dP − Δ),  Δ = rowsum(dO ∘ O)
+    dQ = scale · dS K                   dK = scale · dSᵀ Q
+
+P is recomputed block by block from Q, K and the forward's saved ``lse`` (natural log, fp32,
+(B, H, N)), so the extra memory is O(N): Δ (fp32, (B, H, N)) and nothing of size N².
+The kernels work in base 2: exp(x) = exp2(x · log2 e), so P = exp2(scale·log2(e) · q·k − lse·log2(e)).
+
+Three kernels: ``_attn_bwd_preprocess`` (Δ), ``_attn_bwd_dkdv`` (a program per K/V block looping
+over the query blocks: the one you write) and ``_attn_bwd_dq`` (a program per Q block looping over
+the K/V blocks). Causal attention skips the blocks wholly above the diagonal and masks the diagonal.
+
+Traffic (minimum): read Q, K, V, O, dO (5·B·H·N·D elements) and lse, write dQ, dK, dV (3·B·H·N·D):
+16·B·H·N·D bytes in fp16 (+ 12·B·H·N bytes for lse and Δ). Each kernel re-reads what it loops over.
+FLOPs, counted as usual: 2.5x the forward, 10·B·H·N²·D (half when causal); these kernels compute
+QKᵀ and dO Vᵀ twice (once for dK/dV, once for dQ), 14·B·H·N²·D in all.
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from tkcourse.mode import INTERPRET, validate
+
+HEAD_DIMS = (16, 32, 64, 128)
+
+
+@triton.jit
+def _attn_bwd_preprocess(
+    O,  # pointer to the forward's output o, contiguous (B, H, N, D)
+    DO,  # pointer to the incoming gradient dO, same layout
+    Delta,  # pointer to Δ, fp32 (B, H, N): written here
+    N,  # number of tokens
+    HEAD_DIM: tl.constexpr,  # D
+    BLOCK_M: tl.constexpr,  # rows per program
+):
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    bh = tl.program_id(1).to(tl.int64)
+    offs = bh * N * HEAD_DIM + offs_m[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    o = tl.load(O + offs, mask=offs_m[:, None] < N, other=0.0).to(tl.float32)
+    do = tl.load(DO + offs, mask=offs_m[:, None] < N, other=0.0).to(tl.float32)
+    tl.store(Delta + bh * N + offs_m, tl.sum(o * do, axis=1), mask=offs_m < N)  # Δ_i = Σ_d dO_id · O_id
+
+
+@triton.jit
+def _attn_bwd_dkdv_loop(
+    dk, dv,  # fp32 accumulators (BLOCK_N, HEAD_DIM) of this program's keys
+    k, v,  # this program's K and V blocks, (BLOCK_N, HEAD_DIM)
+    desc_q, desc_do,  # tensor descriptors of this head's Q and dO, blocks of (BLOCK_M, HEAD_DIM)
+    LSE,  # pointer to this head's lse (natural log), fp32 (N,)
+    Delta,  # pointer to this head's Δ = rowsum(dO ∘ O), fp32 (N,)
+    offs_n,  # this program's key rows, (BLOCK_N,)
+    lo, hi,  # the query rows [lo, hi) to visit; lo is a multiple of BLOCK_M
+    N,  # number of tokens
+    qk_scale,  # sm_scale · log2(e)
+    BLOCK_M: tl.constexpr,  # queries per loop step
+    MASK: tl.constexpr,  # causal mask (the diagonal blocks)
+):
+    ### BEGIN SOLUTION
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        # rows past N load as zeros (q, dO from the descriptors; lse, Δ with other=0), so they add
+        # nothing below: pT = exp2(0) = 1 multiplies dO = 0, and dpT − Δ = 0
+        q = desc_q.load([start_m, 0])
+        do = desc_do.load([start_m, 0])
+        lse2 = tl.load(LSE + offs_m, mask=offs_m < N, other=0.0) * 1.4426950408889634  # lse in base 2
+        delta = tl.load(Delta + offs_m, mask=offs_m < N, other=0.0)
+        # Pᵀ recomputed: pT[j, i] = exp(scale · k_j·q_i − lse_i), keys along the first axis
+        pT = tl.math.exp2(tl.dot(k, q.T) * qk_scale - lse2[None, :])
+        if MASK:  # the diagonal: query i only sees keys j <= i
+            pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        dv += tl.dot(pT.to(do.dtype), do)  # dV += Pᵀ dO
+        dpT = tl.dot(v, do.T)  # dPᵀ = V dOᵀ
+        dsT = pT * (dpT - delta[None, :])  # dSᵀ = Pᵀ ∘ (dPᵀ − Δ)
+        dk += tl.dot(dsT.to(q.dtype), q)  # dK += dSᵀ Q (sm_scale is applied once, at the end)
+    ### STUB
+    # for start_m in range(lo, hi, BLOCK_M):
+    #   1. offs_m = start_m + arange(BLOCK_M); load q and do with desc_q.load([start_m, 0]) / desc_do
+    #   2. load lse and Δ of these rows (mask offs_m < N, other=0); lse2 = lse * log2(e)
+    #   3. pT = exp2(dot(k, q.T) * qk_scale - lse2[None, :])        (P transposed: keys x queries)
+    #   4. if MASK: zero pT where query < key
+    #   5. dv += dot(pT.to(do.dtype), do)
+    #   6. dpT = dot(v, do.T); dsT = pT * (dpT - Δ[None, :])        (Δ is not optional)
+    #   7. dk += dot(dsT.to(q.dtype), q)                           (no sm_scale here: once, in the kernel)
+    ### END SOLUTION
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dkdv(
+    Q,  # pointer to q, contiguous (B, H, N, D), 16-byte aligned
+    K,  # pointer to k, same layout
+    V,  # pointer to v, same layout
+    DO,  # pointer to dO, same layout
+    DK,  # pointer to dK (written), same layout
+    DV,  # pointer to dV (written), same layout
+    LSE,  # pointer to the forward's lse (natural log), fp32 (B, H, N)
+    Delta,  # pointer to Δ, fp32 (B, H, N)
+    N,  # number of tokens
+    sm_scale,  # softmax scale
+    HEAD_DIM: tl.constexpr,  # D
+    CAUSAL: tl.constexpr,  # causal attention
+    BLOCK_M: tl.constexpr,  # queries per loop step
+    BLOCK_N: tl.constexpr,  # keys per program (a multiple of BLOCK_M when causal)
+):
+    if CAUSAL:
+        tl.static_assert(BLOCK_N % BLOCK_M == 0, "causal dK/dV needs BLOCK_N to be a multiple of BLOCK_M")
+    start_n = tl.program_id(0) * BLOCK_N  # this program's first key
+    bh = tl.program_id(1).to(tl.int64)
+    head = bh * N * HEAD_DIM
+    # one descriptor per head, of shape (N, D): a partial block loads zeros past row N, a store stops there
+    desc_q = tl.make_tensor_descriptor(Q + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_do = tl.make_tensor_descriptor(DO + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_k = tl.make_tensor_descriptor(K + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    desc_v = tl.make_tensor_descriptor(V + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    desc_dk = tl.make_tensor_descriptor(DK + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    desc_dv = tl.make_tensor_descriptor(DV + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    LSE += bh * N
+    Delta += bh * N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    k = desc_k.load([start_n, 0])  # K and V stay on chip for the whole loop
+    v = desc_v.load([start_n, 0])
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) into the scale: exp(x) = exp2(x · log2 e)
+
+    ### BEGIN SOLUTION
+    if CAUSAL:
+        # queries before start_n never see these keys: skip them. The BLOCK_N // BLOCK_M query blocks
+        # on the diagonal are masked; every query block below the diagonal sees all of these keys.
+        dk, dv = _attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
+                                     start_n, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, BLOCK_M, True)
+        dk, dv = _attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
+                                     start_n + BLOCK_N, N, N, qk_scale, BLOCK_M, False)
+    else:
+        dk, dv = _attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
+                                     0, N, N, qk_scale, BLOCK_M, False)
+    dk *= sm_scale  # dS is the gradient of the scaled scores: the scale, once
+    ### STUB
+    # non-causal: one _attn_bwd_dkdv_loop over the query rows [0, N), MASK=False
+    # causal: no query before start_n sees these keys. Loop over [start_n, min(start_n + BLOCK_N, N))
+    #   with MASK=True (the diagonal), then over [start_n + BLOCK_N, N) with MASK=False
+    # then multiply dk by sm_scale (once)
+    ### END SOLUTION
+    desc_dk.store([start_n, 0], dk.to(DK.dtype.element_ty))
+    desc_dv.store([start_n, 0], dv.to(DV.dtype.element_ty))
+
+
+@triton.jit
+def _attn_bwd_dq_loop(
+    dq,  # fp32 accumulator (BLOCK_M, HEAD_DIM) of this program's queries
+    q, do,  # this program's Q and dO blocks
+    lse2, delta,  # this program's lse (base 2) and Δ, (BLOCK_M,)
+    desc_k, desc_v,  # tensor descriptors of this head's K and V, blocks of (BLOCK_N, HEAD_DIM)
+    offs_m,  # this program's query rows
+    lo, hi,  # key rows [lo, hi) to visit; lo is a multiple of BLOCK_N
+    N,  # number of tokens
+    qk_scale,  # sm_scale · log2(e)
+    BLOCK_N: tl.constexpr,  # keys per loop step
+    MASK: tl.constexpr,  # mask keys >= N (and, if CAUSAL, keys after the query)
+    CAUSAL: tl.constexpr,  # causal attention
+):
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = desc_k.load([start_n, 0])
+        v = desc_v.load([start_n, 0])
+        p = tl.math.exp2(tl.dot(q, k.T) * qk_scale - lse2[:, None])
+        if MASK:
+            keep = (start_n + offs_n)[None, :] < N
+            if CAUSAL:
+                keep = keep & (offs_m[:, None] >= (start_n + offs_n)[None, :])
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, v.T)  # dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − Δ)
+        dq += tl.dot(ds.to(k.dtype), k)  # dQ += dS K
+    return dq
+
+
+@triton.jit
+def _attn_bwd_dq(
+    Q,  # pointer to q, contiguous (B, H, N, D), 16-byte aligned
+    K,  # pointer to k, same layout
+    V,  # pointer to v, same layout
+    DO,  # pointer to dO, same layout
+    DQ,  # pointer to dQ (written), same layout
+    LSE,  # pointer to the forward's lse (natural log), fp32 (B, H, N)
+    Delta,  # pointer to Δ, fp32 (B, H, N)
+    N,  # number of tokens
+    sm_scale,  # softmax scale
+    HEAD_DIM: tl.constexpr,  # D
+    CAUSAL: tl.constexpr,  # causal attention
+    BLOCK_M: tl.constexpr,  # queries per program (a multiple of BLOCK_N when causal)
+    BLOCK_N: tl.constexpr,  # keys per loop step
+):
+    if CAUSAL:
+        tl.static_assert(BLOCK_M % BLOCK_N == 0, "causal dQ needs BLOCK_M to be a multiple of BLOCK_N")
+    pid = tl.program_id(0)
+    if CAUSAL:  # heaviest query blocks (most keys) first
+        pid = tl.num_programs(0) - 1 - pid
+    start_m = pid * BLOCK_M
+    bh = tl.program_id(1).to(tl.int64)
+    head = bh * N * HEAD_DIM
+    desc_q = tl.make_tensor_descriptor(Q + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_do = tl.make_tensor_descriptor(DO + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_dq = tl.make_tensor_descriptor(DQ + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_k = tl.make_tensor_descriptor(K + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    desc_v = tl.make_tensor_descriptor(V + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = desc_q.load([start_m, 0])
+    do = desc_do.load([start_m, 0])
+    lse2 = tl.load(LSE + bh * N + offs_m, mask=offs_m < N, other=0.0) * 1.4426950408889634
+    delta = tl.load(Delta + bh * N + offs_m, mask=offs_m < N, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+
+    if CAUSAL:  # keys left of the diagonal without a mask, then the diagonal masked
+        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, 0, start_m, N, qk_scale,
+                               BLOCK_N, False, CAUSAL)
+        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, start_m,
+                               tl.minimum(start_m + BLOCK_M, N), N, qk_scale, BLOCK_N, True, CAUSAL)
+    else:  # full key blocks without a mask, then the last, partial one (if any) masked
+        n_full = (N // BLOCK_N) * BLOCK_N
+        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, 0, n_full, N, qk_scale,
+                               BLOCK_N, False, CAUSAL)
+        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, n_full, N, N, qk_scale,
+                               BLOCK_N, True, CAUSAL)
+    desc_dq.store([start_m, 0], (dq * sm_scale).to(DQ.dtype.element_ty))
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU autotune configs (keyed on N, D, causal and the dtype). Compiled for sm_90 with triton 3.9,
+# every config below fits without register spills except those the prune drops: fp32 accumulators
+# of more than MAX_ACC_REGS registers per thread (e.g. dK/dV with BLOCK_N=128, D=128, 4 warps).
+# Configs that need more shared memory than the GPU has fail at launch; autotune skips them.
+# ----------------------------------------------------------------------------------------------
+#: dK/dV kernel: BLOCK_N keys per program (kept on chip), BLOCK_M queries per step.
+DKDV_CONFIGS = [
+    triton.Config({"BLOCK_N": bn, "BLOCK_M": bm}, num_warps=w, num_stages=s)
+    for bn, bm, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 32, 8), (128, 64, 8)]
+    for s in (2, 3)
+]
+#: dQ kernel: BLOCK_M queries per program (kept on chip), BLOCK_N keys per step.
+DQ_CONFIGS = [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+    for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 32, 8), (128, 64, 8), (128, 128, 8)]
+    for s in (2, 3)
+]
+#: Prune limit: fp32 accumulator registers per thread (dK and dV: 2·BLOCK_N·D, dQ: BLOCK_M·D values).
+MAX_ACC_REGS = 128
+#: Fixed configs in the interpreter (no autotune there).
+INTERPRET_DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32}
+INTERPRET_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32}
+#: Below this many tokens a GPU launch takes these fixed configs instead of autotuning (compiling
+#: every config for each (D, causal, dtype) costs more than small problems ever run).
+AUTOTUNE_MIN_N = 512
+SMALL_N_DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32, "num_warps": 4, "num_stages": 2}
+SMALL_N_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+PREPROCESS_BLOCK = 128
+
+
+def _prune(configs, named_args, kwargs, rows, cols, n_acc):
+    """Keep configs whose program tile (``rows``) fits N and whose accumulators fit in registers;
+    causal attention needs ``rows`` to be a multiple of ``cols`` (whole steps on the diagonal)."""
+    a = {**named_args, **kwargs}
+
+    def keep(c):
+        r, k = c.kwargs[rows], c.kwargs[cols]
+        return (r <= max(a["N"], 64) and (not a["CAUSAL"] or r % k == 0)
+                and n_acc * r * a["HEAD_DIM"] / (32 * c.num_warps) <= MAX_ACC_REGS)
+
+    return [c for c in configs if keep(c)] or configs[:1]
+
+
+def _prune_dkdv(configs, named_args, **kwargs):
+    return _prune(configs, named_args, kwargs, "BLOCK_N", "BLOCK_M", 2)
+
+
+def _prune_dq(configs, named_args, **kwargs):
+    return _prune(configs, named_args, kwargs, "BLOCK_M", "BLOCK_N", 1)
+
+
+_dkdv_autotuned = _dq_autotuned = None
+if not INTERPRET:  # autotune times kernels on a GPU; the interpreter cannot
+    _dkdv_autotuned = triton.autotune(DKDV_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
+                                      prune_configs_by={"early_config_prune": _prune_dkdv})(_attn_bwd_dkdv)
+    _dq_autotuned = triton.autotune(DQ_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
+                                    prune_configs_by={"early_config_prune": _prune_dq})(_attn_bwd_dq)
+
+
+def _tma_scratch(size: int, alignment: int, stream):
+    """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def _prepare(t: torch.Tensor) -> torch.Tensor:
+    """Contiguous and 16-byte aligned (tensor descriptors need both)."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _config(config, name):
+    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_N"} <= set(config):
+        raise ValueError(f"{name} must be a dict with BLOCK_M, BLOCK_N (and num_warps, num_stages), got {config!r}")
+    unknown = set(config) - {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}
+    if unknown:
+        raise ValueError(f"{name} has unknown keys {sorted(unknown)}; allowed: BLOCK_M, BLOCK_N, num_warps, num_stages")
+    return {"num_warps": 4, "num_stages": 2, **config}
+
+
+def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
+    """``(dq, dk, dv)`` of FlashAttention, given the gradient ``do`` of its output ``o``.
+
+    q, k, v, o, do: (B, H, N, D), one dtype; ``lse``: the forward's natural-log log-sum-exp, fp32
+    (B, H, N). ``sm_scale`` defaults to 1/sqrt(D). ``dkdv_config`` / ``dq_config`` ({BLOCK_M, BLOCK_N,
+    num_warps, num_stages}) launch exactly that config instead of autotuning (GPU) or the fixed
+    interpreter config.
+    """
+    validate(do, q, k, v, o, names=["do", "q", "k", "v", "o"], ndim=4, same_shape=True)
+    B, H, N, D = q.shape
+    validate(lse, names=["lse"], ndim=3, dtypes=(torch.float32,))
+    if tuple(lse.shape) != (B, H, N) or lse.device != q.device:
+        raise ValueError(f"lse must be the forward's fp32 log-sum-exp of shape {(B, H, N)} on {q.device}, "
+                         f"got shape {tuple(lse.shape)} on {lse.device}")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"head dimension D = {D} is not supported; use one of {HEAD_DIMS}")
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    causal = bool(causal)
+    do, q, k, v, o, lse = (_prepare(t) for t in (do, q, k, v, o, lse))
+    if not INTERPRET:
+        triton.set_allocator(_tma_scratch)  # here: autograd runs the backward in its own thread
+
+    delta = torch.empty_like(lse)  # Δ = rowsum(dO ∘ O), fp32 (B, H, N)
+    _attn_bwd_preprocess[(triton.cdiv(N, PREPROCESS_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
+                                                                     BLOCK_M=PREPROCESS_BLOCK)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    args = dict(N=N, sm_scale=sm_scale, HEAD_DIM=D, CAUSAL=causal)
+
+    small = N < AUTOTUNE_MIN_N  # a fixed config: tuning small problems costs more than they run
+    if dkdv_config is None and _dkdv_autotuned is not None and not small:
+        grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)
+        _dkdv_autotuned[grid](q, k, v, do, dk, dv, lse, delta, **args)
+    else:
+        cfg = _config(dkdv_config if dkdv_config is not None else INTERPRET_DKDV_CONFIG if INTERPRET
+                      else SMALL_N_DKDV_CONFIG, "dkdv_config")
+        _attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
+
+    if dq_config is None and _dq_autotuned is not None and not small:
+        grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
+        _dq_autotuned[grid](q, k, v, do, dq, lse, delta, **args)
+    else:
+        cfg = _config(dq_config if dq_config is not None else INTERPRET_DQ_CONFIG if INTERPRET
+                      else SMALL_N_DQ_CONFIG, "dq_config")
+        _attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
+    return dq, dk, dv
+
+
+def reference(q, k, v, causal=False, sm_scale=None):
+    """Attention's output in plain torch (float64-capable); ``torch.autograd`` gives the reference
+    gradients: ``torch.autograd.grad(reference(q, k, v), (q, k, v), do)``."""
+    D, N = q.shape[-1], q.shape[-2]
+    scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    s = (q @ k.transpose(-2, -1)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def reference_backward(do, q, k, v, causal=False, sm_scale=None):
+    """``(dq, dk, dv)`` by autograd through ``reference`` (use float64 inputs for a tight check)."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        o = reference(q, k, v, causal, sm_scale)
+        return torch.autograd.grad(o, (q, k, v), do)

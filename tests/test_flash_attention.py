@@ -1,0 +1,182 @@
+"""Lesson 06: FlashAttention forward, the readable and the tuned kernel, against float64 torch."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from solutions import flash_attention as fa
+from tkcourse import mode, stubs
+
+# fp32 tl.dot is exact fp32 in the interpreter, TF32 on a GPU
+ATOL32 = 2e-5 if mode.INTERPRET else 5e-3
+
+
+def _qkv(B, H, N, D, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, N, D, generator=g).to(dtype=dtype, device=mode.DEVICE) for _ in range(3)]
+
+
+def _check(q, k, v, causal, impl, config=None, sm_scale=None, atol=ATOL32):
+    o, lse = fa.attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, impl=impl, config=config)
+    assert o.shape == q.shape and o.dtype == q.dtype
+    assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
+    ro, rlse = fa.reference(*(t.double() for t in (q, k, v)), causal=causal, sm_scale=sm_scale, return_lse=True)
+    torch.testing.assert_close(o.double(), ro, atol=atol, rtol=atol)
+    torch.testing.assert_close(lse.double(), rlse, atol=atol, rtol=atol)  # natural log, per row
+    return o
+
+
+@pytest.mark.parametrize("impl", ["simple", "tuned"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [16, 64])
+@pytest.mark.parametrize("N", [1, 17, 64, 100])
+def test_forward_matches_reference(N, D, causal, impl):
+    _check(*_qkv(2, 2, N, D), causal, impl)  # B=2, H=2: a wrong batch or head offset shows
+
+
+@pytest.mark.parametrize("impl", ["simple", "tuned"])
+@pytest.mark.parametrize("D", [32, 128])
+def test_other_head_dims(D, impl):
+    for causal in (False, True):
+        _check(*_qkv(2, 1, 33, D, seed=D), causal, impl)
+
+
+@pytest.mark.parametrize("impl", ["simple", "tuned"])
+def test_fp16(impl):
+    for causal in (False, True):
+        _check(*_qkv(2, 1, 100, 64, dtype=torch.float16), causal, impl, atol=2e-3)
+
+
+@pytest.mark.parametrize("config", [
+    {"BLOCK_M": 16, "BLOCK_N": 32},  # key blocks wider than query blocks
+    {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
+])
+def test_tuned_with_explicit_config(config):
+    for causal in (False, True):
+        _check(*_qkv(2, 1, 100, 16), causal, "tuned", config=config)
+
+
+def test_warp_specialized_config():
+    """A warp-specialized K/V loop must be the kernel's only loop: non-causal, N a multiple of BLOCK_N."""
+    config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WARP_SPECIALIZE": True}
+    _check(*_qkv(2, 2, 64, 16), False, "tuned", config=config)
+    for N, causal in ((64, True), (50, False)):
+        with pytest.raises(ValueError, match="WARP_SPECIALIZE"):
+            fa.attention_forward(*_qkv(1, 1, N, 16), causal=causal, impl="tuned", config=config)
+
+
+def test_simple_with_explicit_config_and_scale():
+    _check(*_qkv(1, 2, 50, 32), True, "simple", config={"BLOCK_M": 16, "BLOCK_N": 16}, sm_scale=0.3)
+    _check(*_qkv(1, 2, 50, 32), False, "tuned", sm_scale=0.3)
+
+
+def test_attention_is_differentiable_and_takes_views():
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for t in _qkv(2, 3, 20, 16))
+    assert not q.is_contiguous()
+    o = fa.attention(q, k, v, causal=True)
+    assert o.requires_grad
+    torch.testing.assert_close(o.double(), fa.reference(q.double(), k.double(), v.double(), causal=True),
+                               atol=ATOL32, rtol=ATOL32)
+
+
+def test_tolerance_catches_common_mistakes():
+    """The checks above are tight enough to see a forgotten mask, a wrong scale or a base-2 lse."""
+    q, k, v = _qkv(2, 2, 64, 16)
+    o, lse = fa.attention_forward(q, k, v, causal=False, impl="simple")
+    ro, rlse = fa.reference(*(t.double() for t in (q, k, v)), causal=True, return_lse=True)
+    assert (o.double() - ro).abs().max() > 100 * ATOL32  # causal mask forgotten
+    wrong_scale = fa.reference(q, k, v, sm_scale=1.0)
+    assert (wrong_scale.double() - fa.reference(q.double(), k.double(), v.double())).abs().max() > 100 * ATOL32
+    assert (lse.double() / 0.6931471805599453 - fa.reference(q.double(), k.double(), v.double(),
+                                                             return_lse=True)[1]).abs().max() > 100 * ATOL32
+
+
+@pytest.mark.parametrize("args, message", [
+    (lambda d: _qkv(1, 1, 8, 16)[:2] + [torch.randn(1, 1, 9, 16, device=d)], "shape"),
+    (lambda d: _qkv(1, 1, 8, 16)[:2] + [torch.randn(1, 1, 8, 16, device=d, dtype=torch.float16)], "dtype"),
+    (lambda d: [torch.randn(1, 8, 16, device=d)] * 3, "4-D"),
+    (lambda d: _qkv(1, 1, 8, 48), "head dimension"),
+    (lambda d: _qkv(1, 1, 8, 256), "head dimension"),
+    (lambda d: _qkv(1, 1, 8, 16)[:2] + [[1.0]], "torch.Tensor"),
+])
+def test_bad_inputs_raise_valueerror(args, message):
+    with pytest.raises(ValueError, match=message):
+        fa.attention(*args(mode.DEVICE))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"impl": "fast"}, "impl"),
+    ({"config": {"BLOCK_M": 32}}, "BLOCK_N"),
+    ({"config": {"BLOCK_M": 32, "BLOCK_N": 32, "warps": 4}}, "unknown"),
+])
+def test_bad_options_raise_valueerror(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        fa.attention_forward(*_qkv(1, 1, 8, 16), **kwargs)
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="bf16 is fine on a GPU")
+def test_bf16_refused_in_interpreter():
+    with pytest.raises(mode.UnsupportedInInterpreter, match="bfloat16"):
+        fa.attention(*_qkv(1, 1, 8, 16, dtype=torch.bfloat16))
+
+
+def test_without_tuned_kernel_auto_falls_back(monkeypatch):
+    """The exercise has no tuned kernel: "auto" must use the readable one, "tuned" must say why not."""
+    monkeypatch.setattr(fa, "_attn_fwd_tuned", None)
+    monkeypatch.setattr(fa, "_attn_fwd_autotuned", None)
+    _check(*_qkv(1, 2, 20, 16), True, "auto")
+    with pytest.raises(ValueError, match="no tuned kernel"):
+        fa.attention_forward(*_qkv(1, 1, 8, 16), impl="tuned")
+
+
+def test_exercise_keeps_only_the_readable_kernel():
+    text = stubs.expected("flash_attention")
+    assert "def _attn_fwd_tuned_loop" not in text and "tl.make_tensor_descriptor(Q" not in text
+    assert "tl.exp(" not in text  # the simple kernel's body is the learner's
+    spec = importlib.util.spec_from_loader("stub_flash_attention", loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    exec(compile(text, "stub_flash_attention.py", "exec"), mod.__dict__)
+    assert mod._attn_fwd_tuned is None and not mod._use_tuned("auto")
+
+
+# ----- the grader catches planted mistakes, each with the hint that names it ------------------
+# The mistakes are planted in torch code that computes attention block by block as the kernel does:
+# the grader only sees the function, and torch keeps these tests quick in the interpreter.
+
+import math  # noqa: E402
+import types  # noqa: E402
+
+from tkcourse import check  # noqa: E402
+from tkcourse.check.flash_attention import _no_rescale  # noqa: E402
+from tkcourse.check.flash_attention import reference as fwd_reference  # noqa: E402
+
+
+def _fwd_module(bug):
+    def attention(q, k, v, causal=False, sm_scale=None):
+        if q.shape != k.shape or q.dtype != k.dtype:
+            raise ValueError("q and k must match")
+        scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+        if bug == "scale":
+            scale = 1 / q.shape[-1]
+        if bug == "rescale":
+            out = _no_rescale(q, k, v, causal, scale, 32)
+        else:
+            out = fwd_reference(q, k, v, causal if bug != "causal" else False, scale)
+        return out.to(q.dtype)
+    return types.SimpleNamespace(attention=attention, __name__="planted")
+
+
+@pytest.mark.parametrize("name, bug, hint", [
+    ("wrong scale", "scale", "wrong scale"),
+    ("missing rescale", "rescale", "missing rescale"),
+    ("causal mask ignored", "causal", "causal mask is ignored"),
+])
+def test_forward_grader_catches_planted_mistake(name, bug, hint):
+    rep = check.run("flash_attention", module=_fwd_module(bug), quiet=True)
+    assert rep.status == "fail", f"{name} slipped through:\n{rep}"
+    assert hint in rep.first_problem().hint, f"{name}: {rep.first_problem()}"
+
+
+def test_forward_grader_passes_a_correct_planted_function():
+    assert check.run("flash_attention", module=_fwd_module(None), quiet=True).passed
