@@ -6,7 +6,8 @@
 Shapes are (B, H, N, D): B batch, H heads, N tokens, D head dimension (16, 32, 64 or 128).
 Traffic (minimum): read Q, K, V (3·B·H·N·D elements), write O (B·H·N·D elements) and the row
 log-sum-exp (B·H·N fp32): 8·B·H·N·D + 4·B·H·N bytes in fp16. Naive attention also writes and reads
-the B·H·N² scores (and the probabilities): at N = 4096 that is ~16x more bytes than Q, K, V and O.
+the B·H·N² scores and probabilities: the score matrix alone is N/(4·D) times Q, K, V and O together
+(8x at N = 4096, D = 128).
 FLOPs: 4·B·H·N²·D (two matmuls of 2·N²·D per head), half that with ``causal=True``.
 
 Two kernels compute the same thing:
@@ -88,6 +89,10 @@ FWD_CONFIGS = [
 FWD_TRY_WARP_SPECIALIZE = False
 #: The one config "tuned" runs with in the interpreter (autotune cannot time kernels on the CPU).
 INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+#: Below this many tokens a GPU launch takes SMALL_N_CONFIG instead of autotuning: tuning compiles
+#: every config for each (D, causal, dtype), which costs more than small problems ever run.
+AUTOTUNE_MIN_N = 512
+SMALL_N_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 
 def _prune_fwd_configs(configs, named_args, **kwargs):
@@ -171,11 +176,11 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     if tuned:
         if not INTERPRET:
             triton.set_allocator(_tma_scratch)  # set here: ContextVars do not follow other threads
-        if config is None and _attn_fwd_autotuned is not None:
+        if config is None and _attn_fwd_autotuned is not None and N >= AUTOTUNE_MIN_N:
             grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
             _attn_fwd_autotuned[grid](q, k, v, o, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
         else:
-            cfg = _launch_config(config if config is not None else INTERPRET_CONFIG)
+            cfg = _launch_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG)
             ws = bool(cfg.pop("WARP_SPECIALIZE", False))
             if ws and (causal or N % cfg["BLOCK_N"]):
                 raise ValueError("WARP_SPECIALIZE=True needs causal=False and N a multiple of BLOCK_N "
@@ -204,7 +209,7 @@ class _Attention(torch.autograd.Function):
         o, lse = attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, impl=impl, config=config)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.causal = bool(causal)
-        ctx.sm_scale = _check_inputs(q, k, v, sm_scale)
+        ctx.sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
         return o
 
     @staticmethod

@@ -230,6 +230,11 @@ MAX_ACC_REGS = 128
 #: Fixed configs in the interpreter (no autotune there).
 INTERPRET_DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32}
 INTERPRET_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32}
+#: Below this many tokens a GPU launch takes these fixed configs instead of autotuning (compiling
+#: every config for each (D, causal, dtype) costs more than small problems ever run).
+AUTOTUNE_MIN_N = 512
+SMALL_N_DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32, "num_warps": 4, "num_stages": 2}
+SMALL_N_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 PREPROCESS_BLOCK = 128
 
 
@@ -310,18 +315,21 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     args = dict(N=N, sm_scale=sm_scale, HEAD_DIM=D, CAUSAL=causal)
 
-    if dkdv_config is None and _dkdv_autotuned is not None:
+    small = N < AUTOTUNE_MIN_N  # a fixed config: tuning small problems costs more than they run
+    if dkdv_config is None and _dkdv_autotuned is not None and not small:
         grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)
         _dkdv_autotuned[grid](q, k, v, do, dk, dv, lse, delta, **args)
     else:
-        cfg = _config(dkdv_config if dkdv_config is not None else INTERPRET_DKDV_CONFIG, "dkdv_config")
+        cfg = _config(dkdv_config if dkdv_config is not None else INTERPRET_DKDV_CONFIG if INTERPRET
+                      else SMALL_N_DKDV_CONFIG, "dkdv_config")
         _attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
 
-    if dq_config is None and _dq_autotuned is not None:
+    if dq_config is None and _dq_autotuned is not None and not small:
         grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
         _dq_autotuned[grid](q, k, v, do, dq, lse, delta, **args)
     else:
-        cfg = _config(dq_config if dq_config is not None else INTERPRET_DQ_CONFIG, "dq_config")
+        cfg = _config(dq_config if dq_config is not None else INTERPRET_DQ_CONFIG if INTERPRET
+                      else SMALL_N_DQ_CONFIG, "dq_config")
         _attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
     return dq, dk, dv
 

@@ -117,6 +117,12 @@ _matmul_autotuned = triton.autotune(
 )(_matmul_kernel)
 
 
+#: Smaller problems take SMALL_CONFIG on a GPU instead of autotuning: tuning compiles and times
+#: every config for each new (M, N, K), which costs more than a small product ever runs.
+AUTOTUNE_MIN_MNK = 256**3
+SMALL_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3)
+
+
 def _check_config(config: dict) -> None:
     if not isinstance(config, dict):
         raise ValueError(f"config must be a dict with keys {', '.join(CONFIG_KEYS)}; got {type(config).__name__}")
@@ -156,10 +162,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torc
     # grid(meta): a 1-tuple, the number of (BLOCK_M, BLOCK_N) tiles that cover C (triton.cdiv twice)
     grid = None
 
-    if config is None and not INTERPRET:
+    if config is None and not INTERPRET and M * N * K >= AUTOTUNE_MIN_MNK:
         _matmul_autotuned[grid](*args)
     else:
-        _matmul_kernel[grid](*args, **(config or DEFAULT_INTERPRETER_CONFIG))
+        _matmul_kernel[grid](*args, **(config or (DEFAULT_INTERPRETER_CONFIG if INTERPRET else SMALL_CONFIG)))
     return c
 
 
