@@ -19,6 +19,13 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+def _older(version: str, than: tuple[int, int]) -> bool:
+    try:
+        return tuple(int(p) for p in version.split(".")[:2]) < than
+    except ValueError:
+        return False
+
+
 def widget_extension() -> tuple[bool, str]:
     """Is JupyterLab's ipywidgets extension installed and enabled?"""
     try:
@@ -49,6 +56,10 @@ def report() -> list[tuple[str, str, bool]]:
         v = _version(dist)
         rows.append((dist, v, v != "not installed"))
     info = mode.describe()
+    tv, nv = _version("triton"), _version("numpy")
+    if mode.INTERPRET and _older(tv, (3, 9)) and not _older(nv, (2, 4)):
+        rows.append(("interpreter", f"triton {tv}'s interpreter fails with numpy {nv}: pip install 'numpy<2.4' "
+                                    "or 'triton>=3.9'", False))
     rows.append(("mode", info["mode"] + (" (TRITON_INTERPRET set by you)" if info["interpret_set_by_user"] else ""), True))
     if mode.INTERPRET:
         rows.append(("gpu", "none: kernels run in Triton's interpreter on the CPU; timings there say nothing "
