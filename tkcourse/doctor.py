@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as md
-import json
+import re
 import platform
 import shutil
 import subprocess
@@ -29,24 +29,17 @@ def _older(version: str, than: tuple[int, int]) -> bool:
 def widget_extension() -> tuple[bool, str]:
     """Is JupyterLab's ipywidgets extension installed and enabled?"""
     try:
-        out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list", "--json"],
+        out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"],
                              capture_output=True, text=True, timeout=60)
     except Exception as e:  # pragma: no cover
         return False, f"could not run `jupyter labextension list` ({e})"
-    text = out.stdout + out.stderr
-    try:
-        data = json.loads(out.stdout)
-    except json.JSONDecodeError:
-        data = None
-    if data is not None:  # newer jupyterlab
-        found = [e for e in data if "jupyter-widgets/jupyterlab-manager" in json.dumps(e)]
-        ok = bool(found)
-    else:
-        line = next((ln for ln in text.splitlines() if "@jupyter-widgets/jupyterlab-manager" in ln), "")
-        ok = bool(line) and "enabled" in line and "disabled" not in line
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)  # drop terminal colors
+    line = next((ln for ln in text.splitlines() if "@jupyter-widgets/jupyterlab-manager" in ln), "")
+    ok = " enabled" in line and "disabled" not in line
     return ok, ("@jupyter-widgets/jupyterlab-manager enabled" if ok
                 else "the ipywidgets extension is missing or disabled: `pip install jupyterlab_widgets` "
-                     "(or `pip install -e .[dev]`), then restart JupyterLab")
+                     "(or `pip install -e .[dev]`), then restart JupyterLab"
+                     + (f" (jupyter says: {line.strip()})" if line else ""))
 
 
 def report() -> list[tuple[str, str, bool]]:
