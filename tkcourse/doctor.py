@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata as md
-import re
 import platform
+import re
 import shutil
 import subprocess
 import sys
