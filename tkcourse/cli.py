@@ -59,7 +59,7 @@ def _doctor(args) -> int:
 def _lab(args) -> int:
     from . import lab
 
-    return lab.main()
+    return lab.main(args.args)
 
 
 def main(argv=None) -> int:
@@ -81,7 +81,8 @@ def main(argv=None) -> int:
     e.set_defaults(fn=_exercises)
     d = sub.add_parser("doctor", help="versions, GPU or interpreter, JupyterLab's widget extension")
     d.set_defaults(fn=_doctor)
-    la = sub.add_parser("lab", help="start JupyterLab on notebooks/")
+    la = sub.add_parser("lab", help="start JupyterLab on notebooks/ (options: python -m tkcourse.lab --help)")
+    la.add_argument("args", nargs=argparse.REMAINDER)
     la.set_defaults(fn=_lab)
     args = p.parse_args(argv)
     return int(args.fn(args) or 0)

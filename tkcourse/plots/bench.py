@@ -33,7 +33,10 @@ def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: st
     ax.grid(True, alpha=0.3)
     ax.legend()
     ax.set_title((title or kernel) + "\n" + provenance_label(rows), fontsize=10)
-    return fig if fig is not None else ax.figure
+    if fig is not None:
+        plt.close(fig)  # returned, not shown twice (see tkcourse.plots)
+        return fig
+    return ax.figure
 
 
 def _size(shape: str) -> int:

@@ -40,7 +40,10 @@ def program_map(n: int, BLOCK: int, ax=None, max_cells: int = 128):
     ax.set_title(f"grid = cdiv({n}, {BLOCK}) = {grid} programs; {lanes - n} masked lane(s) hatched")
     for side in ("left", "right", "top"):
         ax.spines[side].set_visible(False)
-    return fig if fig is not None else ax.figure
+    if fig is not None:
+        plt.close(fig)  # returned, not shown twice (see tkcourse.plots)
+        return fig
+    return ax.figure
 
 
 def program_map_explorer(n: int = 37, BLOCK: int = 8):
