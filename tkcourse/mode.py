@@ -36,8 +36,9 @@ if "triton" in __import__("sys").modules and INTERPRET and not _USER_SET:
     import warnings
 
     warnings.warn(
-        "triton was imported before tkcourse: kernels defined before `import tkcourse` will not use "
-        "the interpreter. Import tkcourse first (or set TRITON_INTERPRET=1).",
+        "triton was imported before tkcourse, so triton's own functions (tl.max, tl.sum, ...) were not "
+        "set up for the interpreter and kernels that call them will fail. Import tkcourse before "
+        "triton (or set TRITON_INTERPRET=1 yourself), then restart the kernel.",
         stacklevel=2,
     )
 
