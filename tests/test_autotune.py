@@ -456,3 +456,168 @@ def test_cli_tiny_run_with_the_course_matmul(tmp_path, capsys):
     s = at.load_sweep(Path(tmp_path) / "matmul_float32_32x32x32.json")
     assert len(s.results) == 2 and s.ok, s.table()
     assert "best config" in capsys.readouterr().out
+
+
+# ----- the grader: passes the reference, names each planted mistake ---------------------------
+
+import types  # noqa: E402
+
+from tkcourse import check  # noqa: E402
+from tkcourse.check import autotune as grader  # noqa: E402
+
+
+def _est(c, db):
+    return (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * db * c["num_stages"]
+
+
+def _fits(c, M, N, K, pow2=sol.next_pow2, floor=16):
+    return all(c[b] <= max(floor, pow2(d)) for b, d in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))
+
+
+def _prune_by(keep):
+    """A prune that keeps ``keep(config, M, N, K, dtype_bytes, smem_limit)``."""
+    def prune(configs, M, N, K, dtype_bytes=2, smem_limit=228 * 1024):
+        return [c for c in configs if keep(c, M, N, K, dtype_bytes, smem_limit)]
+    return prune
+
+
+def _planted(prune=None, config_space=None):
+    return types.SimpleNamespace(config_space=config_space or sol.config_space, prune=prune or sol.prune,
+                                 __name__="planted")
+
+
+def _best_est():
+    return _est(grader.recorded_best()[0], 2)
+
+
+PLANTED_PRUNES = [
+    ("estimate forgets num_stages",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) // c["num_stages"] <= L and _fits(c, M, N, K)),
+     "forgets num_stages"),
+    ("comparison the wrong way round",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) > L and _fits(c, M, N, K)), "wrong way round"),
+    ("strict < at the limit",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) < L and _fits(c, M, N, K)), "exactly smem_limit"),
+    ("dtype_bytes ignored",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, 2) <= L and _fits(c, M, N, K)), "dtype_bytes ignored"),
+    ("a fixed limit just below the best config",  # ignores smem_limit: prunes the best config
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) < _best_est() and _fits(c, M, N, K)),
+     "pruned the best config"),
+    ("tiles larger than the problem kept",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) <= L), "tiles larger than the problem"),
+    ("BLOCK_M > M instead of next_pow2",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) <= L and _fits(c, M, N, K, pow2=int)), "next_pow2"),
+    ("no 16 floor for tl.dot",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) <= L and _fits(c, M, N, K, floor=1)), "at least 16"),
+    ("M and N swapped",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) <= L and _fits(c, N, M, K)), "its own dimension"),
+    ("order lost",
+     lambda configs, *a, **k: sorted(sol.prune(configs, *a, **k), key=lambda c: _est(c, 2)), "original order"),
+]
+
+
+def test_grader_passes_the_solution():
+    rep = check.run("autotune", module=sol, quiet=True)
+    assert rep.passed, str(rep)
+    assert len(rep.cases) >= 12
+
+
+@pytest.mark.parametrize("name, prune, hint", PLANTED_PRUNES, ids=[p[0] for p in PLANTED_PRUNES])
+def test_grader_catches_planted_prune(name, prune, hint):
+    rep = check.run("autotune", module=_planted(prune), quiet=True)
+    assert rep.status == "fail", f"{name} slipped through:\n{rep}"
+    bad = rep.first_problem()
+    assert bad.label.startswith("prune"), bad.label
+    assert hint in bad.hint, f"{name}: hint was {bad.hint!r}"
+    assert hint in str(rep)
+
+
+def test_grader_names_the_reversed_comparison_and_the_pruned_best():
+    rep = check.run("autotune", module=_planted(PLANTED_PRUNES[1][1]), quiet=True)
+    bad = rep.first_problem()
+    assert "pruned the best config" in bad.hint and "wrong way round" in bad.hint
+    assert "missing from prune's answer" in bad.detail
+
+
+def test_grader_stub_prune_is_not_done():
+    rep = check.run("autotune", module=_planted(lambda configs, *a, **k: list(configs)), quiet=True)
+    assert rep.status == "todo" and "TODO" in rep.first_problem().hint
+    rep = check.run("autotune", module=_planted(lambda *a, **k: None), quiet=True)
+    assert rep.status == "todo"
+    rep = check.run("autotune", module=_planted(lambda *a, **k: 1 / 0), quiet=True)
+    assert rep.status == "error" and "ZeroDivisionError" in rep.first_problem().detail
+
+
+def _space(**change):
+    space = sol.config_space()
+    for k, v in change.items():
+        space = v(space)
+    return lambda: space
+
+
+PLANTED_SPACES = [
+    ("empty (the stub)", lambda: [], "todo", "fill in config_space"),
+    ("too small", _space(cut=lambda s: s[:24]), "fail", "too small"),
+    ("a duplicate", _space(dup=lambda s: s + [dict(s[3])]), "fail", "duplicate"),
+    ("a missing key", _space(key=lambda s: [{k: v for k, v in c.items() if k != "GROUP_M"} for c in s]), "fail",
+     "exactly these six keys"),
+    ("BLOCK_N not a power of two", _space(p2=lambda s: [{**c, "BLOCK_N": 96} if c["BLOCK_N"] == 64 else c for c in s]),
+     "fail", "power of two"),
+    ("no BLOCK_M for skinny problems", _space(big=lambda s: [c for c in s if c["BLOCK_M"] > 16]), "fail",
+     "BLOCK_M = 16"),
+]
+
+
+@pytest.mark.parametrize("name, space, status, hint", PLANTED_SPACES, ids=[p[0] for p in PLANTED_SPACES])
+def test_grader_catches_planted_config_space(name, space, status, hint):
+    rep = check.run("autotune", module=_planted(config_space=space), quiet=True)
+    assert rep.status == status, f"{name}:\n{rep}"
+    assert hint in rep.first_problem().hint, f"{name}: hint was {rep.first_problem().hint!r}"
+
+
+def test_grader_catches_a_wrong_shared_memory_estimate():
+    forgot = types.SimpleNamespace(config_space=sol.config_space, prune=sol.prune, __name__="planted",
+                                   shared_memory_bytes=lambda c, db=2: _est(c, db) // c["num_stages"])
+    rep = check.run("autotune", module=forgot, quiet=True)
+    assert rep.status == "fail" and "forgets num_stages" in rep.first_problem().hint
+    stub = types.SimpleNamespace(config_space=sol.config_space, prune=sol.prune, __name__="planted",
+                                 shared_memory_bytes=lambda c, db=2: 0)
+    assert check.run("autotune", module=stub, quiet=True).status == "todo"
+
+
+def test_grader_uses_the_recorded_best_config(tmp_path, monkeypatch):
+    """With a recorded 4096³ fp16 sweep, the case keeps *its* fastest config (one not in the grader's space)."""
+    best = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=5)
+    slower = dict(best, num_stages=3)
+    flops = 2 * 4096**3
+    results = [at.Result(best, ms=0.2, p20=0.19, p80=0.21), at.Result(slower, ms=0.3, p20=0.29, p80=0.31),
+               at.Result(dict(best, BLOCK_N=512), reason="out of shared memory", error="OutOfResources: x")]
+    at.Sweep("matmul", "4096x4096x4096", "float16", results, flops=flops, bytes=3 * 4096**2 * 2, gpu="NVIDIA H200",
+             sms=132, triton="3.6.0", torch="2.11.0", date="2026-01-01", command="test").save(tmp_path)
+    monkeypatch.setattr(at, "SWEEPS", tmp_path)
+    config, why = grader.recorded_best()
+    assert config == best and "recorded sweep" in why and "NVIDIA H200" in why
+    rep = check.run("autotune", module=sol, quiet=True)
+    assert rep.passed and "BM128 BN128 BK64 G8 w8 s5" in str(rep)
+    drops_it = _prune_by(lambda c, M, N, K, db, L: sol.prune([c], M, N, K, db, L) and c["num_stages"] < 5)
+    bad = check.run("autotune", module=_planted(drops_it), quiet=True).first_problem()
+    assert "pruned the best config" in bad.hint and "recorded sweep" in bad.hint
+
+
+def test_grader_falls_back_without_recorded_sweeps(tmp_path, monkeypatch):
+    monkeypatch.setattr(at, "SWEEPS", tmp_path / "none")
+    config, why = grader.recorded_best()
+    assert config == grader.FALLBACK_BEST and "known-good" in why
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "matmul_float16_4096x4096x4096.json").write_text("{ not json")
+    monkeypatch.setattr(at, "SWEEPS", tmp_path / "bad")
+    config, why = grader.recorded_best()
+    assert config == grader.FALLBACK_BEST and "did not load" in why
+
+
+def test_grader_rules_match_the_brief():
+    """The grader's own rules: more than half of its space is over the tight limit, and the size rule."""
+    fits = grader.expected_prune(grader.SPACE, 4096, 4096, 4096, 2, grader.TIGHT)
+    assert len(fits) <= len(grader.SPACE) // 2
+    assert any(grader.smem(c, 2) == grader.TIGHT for c in fits), "a config exactly at the limit must be kept"
+    assert all(c["BLOCK_M"] == 16 for c in grader.expected_prune(grader.SPACE, 16, 4096, 4096, 2, grader.H200_SMEM))

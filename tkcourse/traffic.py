@@ -911,7 +911,8 @@ def capture(name: str | None = None):
 # ---------------------------------------------------------------------------------------------
 
 _FREE_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias",
-             "lift_fresh", "_to_copy_noop", "clone_noop", "set_", "resize_", "_local_scalar_dense"}
+             "lift_fresh", "_to_copy_noop", "clone_noop", "set_", "resize_", "_local_scalar_dense",
+             "_unsafe_view"}  # a view that torch.matmul emits on 4-D inputs: no bytes move
 
 
 _WRITE_ONLY = {"copy_", "fill_", "zero_", "normal_", "uniform_", "random_", "bernoulli_", "exponential_"}

@@ -34,13 +34,18 @@ def run(name: str, module=None, quiet: bool = False) -> Report:
             st = stubs.status(name) if name in stubs.lessons() else None
             if st is not None and st.state in ("untouched", "missing"):
                 what = "is still the generated stub" if st.state == "untouched" else "does not exist (run `make exercises`)"
-                return Report(name, f"exercises/{name}.py", status="todo",
-                              message=f"exercises/{name}.py {what}: fill in its TODO parts, then check again.")
+                report = Report(name, f"exercises/{name}.py", status="todo",
+                                message=f"exercises/{name}.py {what}: fill in its TODO parts, then check again.")
+                if not quiet:
+                    print(report)
+                return report
         try:
             module = exercise(name)
         except Exception as e:  # a syntax error in the learner's file, say
             rep = Report(name, f"exercises/{name}.py", [error_case("import", e)])
             rep.cases[0].hint = "your file does not import: fix the error above first"
+            if not quiet:
+                print(rep.finish())
             return rep.finish()
     source = getattr(module, "__file__", None) or getattr(module, "__name__", repr(module))
     source = "/".join(str(source).replace("\\", "/").split("/")[-2:])

@@ -208,7 +208,7 @@ def best_vs_shape(sweeps, *, fixed: dict | list[dict] | None = None, metric: str
     ax_t.set_title("best config per shape (red: changed from the shape before)", fontsize=9)
 
     # right: fraction of best reached by each fixed config
-    width = 0.8 / len(fixed)
+    bar_w = 0.8 / len(fixed)
     xs = np.arange(len(sweeps))
     for f_i, cfg in enumerate(fixed):
         fracs, notes = [], []
@@ -221,8 +221,8 @@ def best_vs_shape(sweeps, *, fixed: dict | list[dict] | None = None, metric: str
                 rb, rf = s.rate(b, metric), s.rate(r, metric)
                 fracs.append(rf / rb if higher_is_better(metric) else rb / rf)
                 notes.append("")
-        pos = xs - 0.4 + width * (f_i + 0.5)
-        bars = ax_f.bar(pos, fracs, width=width * 0.9, label=config_label(cfg), gid=f"fixed-{f_i}")
+        pos = xs - 0.4 + bar_w * (f_i + 0.5)
+        bars = ax_f.bar(pos, fracs, width=bar_w * 0.9, label=config_label(cfg), gid=f"fixed-{f_i}")
         for x, frac, note, bar in zip(pos, fracs, notes, bars):
             ax_f.text(x, (frac if not note else 0) + 0.02, note or f"{frac:.0%}", ha="center", va="bottom",
                       fontsize=8, rotation=90 if note else 0)
@@ -230,7 +230,7 @@ def best_vs_shape(sweeps, *, fixed: dict | list[dict] | None = None, metric: str
     ax_f.set_xticks(xs, [_shape_label(s) for s in sweeps], fontsize=8)
     ax_f.set_ylim(0, 1.15)
     ax_f.set_ylabel("fraction of that shape's best")
-    ax_f.legend(fontsize=8, loc="lower left", title="one config for every shape", title_fontsize=8)
+    ax_f.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), title="one config for every shape", title_fontsize=8)
     ax_f.set_title("what tuning once costs elsewhere", fontsize=9)
     s0 = sweeps[0]
     fig.suptitle(_wrap([f"{s0.kernel} {s0.dtype}: the best config depends on the shape", s0.provenance()], width),
