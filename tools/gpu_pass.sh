@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The course's pass on a GPU machine with no network (how the recorded H200 figures are made).
-#   bash tools/gpu_pass.sh check OUT   # graders and every notebook on the GPU, then the autotune sweeps
-#   bash tools/gpu_pass.sh bench OUT   # every reference kernel against its peer -> OUT/bench.csv
+#   bash tools/gpu_pass.sh "bench sweeps" OUT  # every reference kernel against its peer -> OUT/bench.csv,
+#                                              # then the autotune sweeps -> OUT/sweeps.tgz
+#   bash tools/gpu_pass.sh check OUT           # every grader and every notebook on the GPU
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
 # Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ and unpack OUT/sweeps.tgz into tkcourse/data/.
 set -uo pipefail
-what=${1:?check or bench}; OUT=${2:-artifacts/gpu}
+what=${1:?bench, sweeps and/or check}; OUT=${2:-artifacts/gpu}
 mkdir -p "$OUT"
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -18,18 +19,20 @@ export PYTHONUNBUFFERED=1 TKCOURSE_SOLUTIONS=1 MPLBACKEND=Agg
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)"
   date -u +%FT%TZ; } | tee -a "$OUT/gpu.txt"
-if [ "$what" = check ]; then
+for step in $what; do case $step in
+bench)
+  python3 -m tkcourse bench --out "$OUT/bench.csv" > "$OUT/bench.log" 2>&1
+  echo "bench exit $?" | tee -a "$OUT/gpu.txt"; sed -n '/rows ->/,$p' "$OUT/bench.log" ;;
+sweeps)
+  sw=$OUT/sweeps/sweeps; mkdir -p "$sw"
+  python3 -m tkcourse.autotune matmul --dtype float16 --out "$sw" \
+    --shapes 4096x4096x4096,16x4096x4096,8192x8192x8192,512x512x512,1024x1024x1024,2048x2048x2048 > "$OUT/sweeps.log" 2>&1
+  python3 -m tkcourse.autotune attention --dtype float16 --out "$sw" --shapes 4x16x4096x128 >> "$OUT/sweeps.log" 2>&1
+  tar -C "$OUT/sweeps" -czf "$OUT/sweeps.tgz" sweeps && rm -r "$OUT/sweeps"
+  grep -vE "^\[|^ *[0-9]+/" "$OUT/sweeps.log" | tail -25 ;;
+check)
   python3 -m tkcourse check > "$OUT/check.log" 2>&1; echo "graders exit $?" | tee -a "$OUT/gpu.txt"
   grep -E "^[a-z_]+ \(" "$OUT/check.log"
   python3 -m pytest -q --nbval-lax -p no:cacheprovider --durations=10 notebooks > "$OUT/notebooks.log" 2>&1
-  echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"; tail -4 "$OUT/notebooks.log"
-  sw=$OUT/sweeps/sweeps; mkdir -p "$sw"
-  python3 -m tkcourse.autotune matmul --dtype float16 --out "$sw" \
-    --shapes 4096x4096x4096,8192x8192x8192,16x4096x4096,512x512x512,1024x1024x1024,2048x2048x2048 > "$OUT/sweeps.log" 2>&1
-  python3 -m tkcourse.autotune attention --dtype float16 --out "$sw" --shapes 4x16x4096x128 >> "$OUT/sweeps.log" 2>&1
-  tar -C "$OUT/sweeps" -czf "$OUT/sweeps.tgz" sweeps && rm -r "$OUT/sweeps"
-  grep -vE "^\[|^ *[0-9]+/" "$OUT/sweeps.log" | tail -25
-else
-  python3 -m tkcourse bench --out "$OUT/bench.csv" > "$OUT/bench.log" 2>&1
-  echo "bench exit $?" | tee -a "$OUT/gpu.txt"; sed -n '/rows ->/,$p' "$OUT/bench.log"
-fi
+  echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"; tail -15 "$OUT/notebooks.log" ;;
+esac; done

@@ -26,8 +26,9 @@ def _sdpa(backend):
 
 
 def providers():
-    from solutions.flash_attention import attention
     from torch.nn.attention import SDPBackend
+
+    from solutions.flash_attention import attention
 
     return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal),
             "sdpa-flash": _sdpa(SDPBackend.FLASH_ATTENTION),

@@ -15,7 +15,6 @@ ONLINE = [(4096, 32768), (1024, 131072), (256, 262144)]
 
 def cases():
     from solutions.online_softmax import softmax as online
-
     from solutions.softmax import softmax as fused
 
     for kernel, shapes, fn in (("softmax", FUSED, fused), ("online_softmax", ONLINE, online)):
