@@ -268,10 +268,19 @@ def test_compiled_mode_kernels_are_traced_in_the_interpreter(tmp_path):
         def k(x_ptr, o_ptr, n, BLOCK: tl.constexpr):
             off = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
             tl.store(o_ptr + off, twice(tl.load(x_ptr + off, mask=off < n)), mask=off < n)
+        @triton.jit
+        def row_softmax(x_ptr, o_ptr, n, BLOCK: tl.constexpr):  # tl.max, tl.sum: triton's own @jit functions
+            off = tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + off, mask=off < n, other=-float("inf"))
+            e = tl.exp(x - tl.max(x, axis=0))
+            tl.store(o_ptr + off, e / tl.sum(e, axis=0), mask=off < n)
         assert type(k).__name__ == "JITFunction"
         x, o = torch.randn(100), torch.zeros(100)
         t = traffic.trace(k, (4,), x, o, 100, BLOCK=32)
         assert (t.read_bytes, t.written_bytes) == (400, 400), t
+        t = traffic.trace(row_softmax, (1,), x, o, 100, BLOCK=128)
+        assert (t.read_bytes, t.written_bytes) == (400, 400), t
+        assert type(tl.max).__name__ == "JITFunction"  # restored
         assert type(k).__name__ == "JITFunction" and type(twice).__name__ == "JITFunction"
         print("OK")
     """)

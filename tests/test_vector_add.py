@@ -120,3 +120,19 @@ def test_stub_module_itself_reads_not_done():
     exec(compile(stubs.expected("vector_add"), "stub_vector_add.py", "exec"), mod.__dict__)
     rep = check.run("vector_add", module=mod, quiet=True)
     assert rep.status == "todo", rep
+
+
+def test_integer_scratch_allocations_keep_their_canary():
+    """A launcher's integer scratch buffer (a TMA descriptor workspace, say) is no store past the end."""
+    from tkcourse.check.core import poisoned_allocations
+
+    with poisoned_allocations() as allocs:
+        scratch = torch.empty(128, dtype=torch.int8)
+        scratch.fill_(7)
+        out = torch.empty(5)
+        out.fill_(1.0)
+    assert all(a.canary_intact() for a in allocs)
+    with poisoned_allocations() as allocs:
+        out = torch.empty(5)
+    out.as_strided((6,), (1,))[5] = 2.0  # one element past the end
+    assert not allocs[0].canary_intact() and allocs[0].first_overwrite() == 0

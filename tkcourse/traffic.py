@@ -644,6 +644,15 @@ def _interpreter_globals(fn):
                 patched.append((g, k, v))
                 g[k] = interp.InterpretedFunction(v.fn)
                 visit(v.fn)
+            elif inspect.ismodule(v) and v.__name__.startswith("triton.language") and id(v) not in seen:
+                # tl.max, tl.sum, tl.cdiv, ...: triton's own @jit functions, reached as module attributes
+                seen.add(id(v))
+                d = vars(v)
+                for name, w in list(d.items()):
+                    if isinstance(w, JITFunction):
+                        patched.append((d, name, w))
+                        d[name] = interp.InterpretedFunction(w.fn)
+                        visit(w.fn)
 
     old_env = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"

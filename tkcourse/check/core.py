@@ -43,13 +43,13 @@ def padded(t: torch.Tensor) -> torch.Tensor:
 class _Alloc:
     buf: torch.Tensor
     numel: int
+    canary: float = CANARY  # what fills the buffer past numel (0 for integer scratch buffers)
 
     def canary_intact(self) -> bool:
-        tail = self.buf[self.numel:]
-        return bool((tail == CANARY).all())
+        return self.first_overwrite() is None
 
     def first_overwrite(self) -> int | None:
-        bad = (self.buf[self.numel:] != CANARY).nonzero()
+        bad = (self.buf[self.numel:] != self.canary).nonzero()
         return int(bad[0]) if len(bad) else None
 
 
@@ -69,9 +69,10 @@ def poisoned_allocations():
         shape = tuple(int(s) for s in (shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape))
         numel = math.prod(shape)
         buf = real["empty"](numel + _pad_for(numel), dtype=dtype, device=device)
+        canary = CANARY if dtype.is_floating_point else 0
         buf[:numel] = _poison_value(dtype)
-        buf[numel:] = CANARY if dtype.is_floating_point else 0
-        allocs.append(_Alloc(buf, numel))
+        buf[numel:] = canary
+        allocs.append(_Alloc(buf, numel, canary))
         return buf[:numel].view(shape)
 
     def empty(*shape, dtype=None, device=None, **_):
