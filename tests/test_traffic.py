@@ -278,9 +278,16 @@ def test_compiled_mode_kernels_are_traced_in_the_interpreter(tmp_path):
         x, o = torch.randn(100), torch.zeros(100)
         t = traffic.trace(k, (4,), x, o, 100, BLOCK=32)
         assert (t.read_bytes, t.written_bytes) == (400, 400), t
+        core_before = dict(vars(tl.core))
+        tensor_before = dict(vars(tl.core.tensor))
         t = traffic.trace(row_softmax, (1,), x, o, 100, BLOCK=128)
         assert (t.read_bytes, t.written_bytes) == (400, 400), t
         assert type(tl.max).__name__ == "JITFunction"  # restored
+        # the interpreter's patches of triton.language do not outlive the trace (a GPU compiles next)
+        leaked = [k for k, v in vars(tl.core).items() if core_before.get(k) is not v and not hasattr(v, "__path__")
+                  and type(v).__name__ != "module"]
+        leaked += [k for k, v in vars(tl.core.tensor).items() if tensor_before.get(k) is not v]
+        assert not leaked, leaked
         assert type(k).__name__ == "JITFunction" and type(twice).__name__ == "JITFunction"
         print("OK")
     """)

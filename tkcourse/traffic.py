@@ -28,6 +28,7 @@ import functools
 import html
 import inspect
 import os
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -625,6 +626,44 @@ def _hooked(recorder: _Recorder):
                     delattr(b, n)
 
 
+_MISSING = object()
+
+
+def _language_namespaces() -> list:
+    """triton.language's modules and the classes they define: what the interpreter patches."""
+    out = []
+    for name, m in list(sys.modules.items()):
+        if name.startswith("triton.language") and m is not None:
+            out.append(m)
+            out.extend(v for v in vars(m).values()
+                       if isinstance(v, type) and getattr(v, "__module__", "").startswith("triton.language"))
+    return out
+
+
+@contextlib.contextmanager
+def _language_restored():
+    """Put triton.language back as it was after an interpreted launch.
+
+    The interpreter patches triton.language for a launch and restores it, except for what a
+    nested @jit call patches (InterpretedFunction.__call__ never restores, in triton 3.6 and 3.9).
+    Harmless when everything runs in the interpreter; on a GPU it leaves the compiler a patched
+    triton.language, and the next real compile fails. So trace() snapshots and restores it all.
+    """
+    if mode.INTERPRET:  # everything runs in the interpreter anyway: nothing to protect
+        yield
+        return
+    saved = [(obj, dict(vars(obj))) for obj in dict.fromkeys(_language_namespaces())]
+    try:
+        yield
+    finally:
+        for obj, before in saved:  # names the interpreter added (interpreter_semantic, ...) stay: its cache needs them
+            now = vars(obj)
+            for k, v in before.items():
+                if now.get(k, _MISSING) is not v:
+                    with contextlib.suppress(AttributeError, TypeError):
+                        setattr(obj, k, v)
+
+
 @contextlib.contextmanager
 def _interpreter_globals(fn):
     """In compiled mode, let the kernel's @triton.jit helpers run in the interpreter (restored afterwards)."""
@@ -657,8 +696,9 @@ def _interpreter_globals(fn):
     old_env = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
-        visit(fn)
-        yield
+        with _language_restored():
+            visit(fn)
+            yield
     finally:
         for g, k, v in reversed(patched):
             g[k] = v
