@@ -7,6 +7,8 @@ Peak memory of forward + backward is recorded too (metric "GB", lower is better)
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from .core import Case, attention_flops
@@ -73,8 +75,12 @@ def extra_rows(prov: dict) -> list[dict]:
             for causal in (False, True):
                 shape = f"B{B}-H{H}-N{N}-D{D}" + ("-causal" if causal else "")
                 for name, f in providers().items():
+                    gc.collect()  # free the previous case's graph now, not while this one is measured
                     q, k, v = _qkv(B, H, N, D, grad=True)
                     do = torch.randn_like(q)
+                    f(q, k, v, causal).backward(do)  # warm up: autotuning's scratch is not the kernel's memory
+                    q.grad = k.grad = v.grad = None
+                    gc.collect()
                     torch.cuda.synchronize()
                     base = torch.cuda.memory_allocated()
                     torch.cuda.reset_peak_memory_stats()
