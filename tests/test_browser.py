@@ -30,6 +30,7 @@ from tkcourse.lab import REPO_ROOT, start_lab
 NOTEBOOKS = [
     ("00_welcome.ipynb", 1, 1),
     ("01_vector_add.ipynb", 0, 2),
+    ("04_autotune.ipynb", 0, 8),  # the autotune explorer (dropdowns) and the sweeps' heatmaps
 ]
 
 CHROMIUM = os.environ.get("TKCOURSE_CHROMIUM", "/usr/bin/chromium")
