@@ -248,6 +248,32 @@ def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=()
     return Case(label, "fail", detail, hint)
 
 
+def attempt(label, fn, args, expected, *, kwargs=None, **compare_kwargs) -> Case:
+    """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations, compared with ``expected``."""
+    try:
+        out, allocs = call(fn, *args, **(kwargs or {}))
+    except Exception as exc:
+        return error_case(label, exc)
+    return compare(label, out, expected, allocs=allocs, **compare_kwargs)
+
+
+def refuses(label, fn, *args, hint: str, message_hint: tuple | None = None) -> Case:
+    """A case that passes when ``fn(*args)`` raises ValueError (bad input must be refused, not computed on).
+
+    ``message_hint``: (predicate on the message, hint when it fails), for errors that must say something.
+    """
+    try:
+        fn(*args)
+    except ValueError as e:
+        if message_hint and not message_hint[0](str(e)):
+            return Case(label, "fail", f"message: {e}", message_hint[1])
+        return Case(label, "pass")
+    except Exception as exc:
+        return error_case(label, exc)
+    shapes = ", ".join(f"{tuple(a.shape)} {a.dtype}" for a in args if isinstance(a, torch.Tensor))
+    return Case(label, "fail", f"the call with {shapes} returned a result", hint)
+
+
 def error_case(label: str, exc: BaseException) -> Case:
     """A case whose call raised: say where, briefly."""
     if isinstance(exc, (NotImplementedError, NotDone)):

@@ -7,7 +7,7 @@ import math
 import torch
 
 from .. import mode
-from .core import Case, call, compare, error_case
+from .core import attempt, refuses
 
 # (B, H, N, D, causal): N in {1, 17, 64, 100, 257}, D in {16, 64}; B, H > 1 to catch batch/head offsets
 SHAPES = [(2, 2, 100, 16, False), (2, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 2, 17, 64, True),
@@ -82,33 +82,14 @@ def grade(mod):
             q, k, v = (torch.randn(B, H, N, D, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
                        for _ in range(3))
             expected = reference(q, k, v, causal)
-            try:
-                out, allocs = call(mod.attention, q, k, v, causal=causal)
-            except Exception as exc:
-                yield error_case(label, exc)
-                return
             tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
-            case = compare(label, out, expected, dtype=dtype, allocs=allocs, atol=tol, rtol=tol * 5,
-                           diagnose=_diagnose(q, k, v, causal))
-            yield case
-            if case.status == "todo":
-                return
-    label = "sm_scale is honoured"
+            yield attempt(label, mod.attention, (q, k, v), expected, kwargs=dict(causal=causal), dtype=dtype,
+                          atol=tol, rtol=tol * 5, diagnose=_diagnose(q, k, v, causal))
     q, k, v = (torch.randn(1, 1, 33, 16, generator=gen).to(mode.DEVICE) for _ in range(3))
-    try:
-        out, allocs = call(mod.attention, q, k, v, sm_scale=0.3)
-        yield compare(label, out, reference(q, k, v, False, 0.3), dtype=q.dtype, allocs=allocs,
-                      atol=1e-2 if not mode.INTERPRET else 2e-5, rtol=1e-4)
-    except Exception as exc:
-        yield error_case(label, exc)
-    for label, make in (("mismatched shapes raise ValueError", lambda d: (torch.ones(1, 1, 8, 16, device=d), torch.ones(1, 1, 9, 16, device=d))),
-                        ("mismatched dtypes raise ValueError", lambda d: (torch.ones(1, 1, 8, 16, device=d), torch.ones(1, 1, 8, 16, device=d, dtype=torch.float16)))):
-        q, k = make(mode.DEVICE)
-        try:
-            mod.attention(q, k, q)
-        except ValueError:
-            yield Case(label, "pass")
-        except Exception as exc:
-            yield error_case(label, exc)
-        else:
-            yield Case(label, "fail", "attention accepted inputs that do not match", "validate q, k, v before launching")
+    yield attempt("sm_scale is honoured", mod.attention, (q, k, v), reference(q, k, v, False, 0.3),
+                  kwargs=dict(sm_scale=0.3), dtype=q.dtype, atol=1e-2 if not mode.INTERPRET else 2e-5, rtol=1e-4,
+                  diagnose=lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)")
+    d, hint = mode.DEVICE, "validate q, k, v before launching"
+    a = torch.ones(1, 1, 8, 16, device=d)
+    yield refuses("mismatched shapes raise ValueError", mod.attention, a, torch.ones(1, 1, 9, 16, device=d), a, hint=hint)
+    yield refuses("mismatched dtypes raise ValueError", mod.attention, a, a.half(), a, hint=hint)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from .. import mode
-from .core import Case, call, compare, error_case, padded
+from .core import attempt, padded, refuses
 
 # (M, N, K, layout): primes, size 1, K not a multiple of any BLOCK_K, transposed inputs
 SHAPES = [(67, 45, 29, ""), (128, 128, 64, ""), (1, 1, 1, ""), (1, 37, 300, ""), (131, 1, 17, ""),
@@ -69,28 +69,12 @@ def grade(mod):
             label = f"M={M} N={N} K={K} {str(dtype)[6:]}" + (f" ({layout})" if layout else "")
             a, b = _inputs(M, N, K, layout, dtype, gen)
             expected = a.double() @ b.double()
-            try:
-                out, allocs = call(mod.matmul, a, b)
-            except Exception as exc:
-                yield error_case(label, exc)
-                return
             atol, rtol = _tolerance(dtype)
-            case = compare(label, out, expected, dtype=dtype, allocs=allocs, atol=atol, rtol=rtol,
-                           diagnose=_diagnose(a, b, layout))
-            yield case
-            if case.status == "todo":
-                return
-    for label, args in (("mismatched inner dimensions raise ValueError", ((3, 4), (5, 6), torch.float32)),
-                        ("mismatched dtypes raise ValueError", ((3, 4), (4, 6), None))):
-        d = mode.DEVICE
-        a = torch.ones(*args[0], device=d)
-        b = torch.ones(*args[1], device=d, dtype=args[2] or torch.float16)
-        try:
-            mod.matmul(a, b)
-        except ValueError:
-            yield Case(label, "pass")
-        except Exception as exc:
-            yield error_case(label, exc)
-        else:
-            yield Case(label, "fail", f"matmul of {tuple(a.shape)} {a.dtype} and {tuple(b.shape)} {b.dtype} returned a result",
-                       "check shapes and dtypes before launching, and raise ValueError saying what to fix")
+            yield attempt(label, mod.matmul, (a, b), expected, dtype=dtype, atol=atol, rtol=rtol,
+                          diagnose=_diagnose(a, b, layout))
+    d = mode.DEVICE
+    hint = "check shapes and dtypes before launching, and raise ValueError saying what to fix"
+    yield refuses("mismatched inner dimensions raise ValueError", mod.matmul, torch.ones(3, 4, device=d),
+                  torch.ones(5, 6, device=d), hint=hint)
+    yield refuses("mismatched dtypes raise ValueError", mod.matmul, torch.ones(3, 4, device=d),
+                  torch.ones(4, 6, device=d, dtype=torch.float16), hint=hint)
