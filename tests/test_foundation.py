@@ -130,6 +130,9 @@ def test_exercise_resolves_by_environment(monkeypatch):
     monkeypatch.setenv("TKCOURSE_SOLUTIONS", "1")
     assert tkcourse.exercise("vector_add").__name__ == "solutions.vector_add"
     monkeypatch.setenv("TKCOURSE_SOLUTIONS", "0")
-    assert tkcourse.exercise("vector_add").__name__ == "exercises.vector_add"
+    assert tkcourse.exercise("vector_add", fallback=False).__name__ == "exercises.vector_add"
+    from tkcourse import stubs
+    if stubs.status("vector_add").state == "untouched":  # the stub stands aside for the demonstrations
+        assert tkcourse.exercise("vector_add").__name__ == "solutions.vector_add"
     with pytest.raises(ModuleNotFoundError, match="make exercises"):
         tkcourse.exercise("no_such_lesson")

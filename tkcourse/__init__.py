@@ -25,9 +25,21 @@ def use_solutions() -> bool:
     return os.environ.get("TKCOURSE_SOLUTIONS", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def exercise(name: str):
-    """The learner's module for lesson ``name`` (or the solution with ``TKCOURSE_SOLUTIONS=1``)."""
+def exercise(name: str, fallback: bool = True):
+    """The learner's module for lesson ``name`` (or the solution with ``TKCOURSE_SOLUTIONS=1``).
+
+    While ``exercises/<name>.py`` is still the untouched stub, a notebook's demonstrations would only
+    fail, so (with ``fallback``) the reference solution stands in, and this says so. Once you edit
+    the file, your module is returned: re-run the cell that calls this after editing.
+    """
     package = "solutions" if use_solutions() else "exercises"
+    if package == "exercises" and fallback:
+        from . import stubs
+
+        if name in stubs.lessons() and stubs.status(name).state in ("untouched", "missing"):
+            print(f"exercises/{name}.py is not done yet: until you fill it in, the cells below use the reference "
+                  f"solution (solutions/{name}.py). Re-run this cell after editing your file.")
+            package = "solutions"
     try:
         module = importlib.import_module(f"{package}.{name}")
     except ModuleNotFoundError as e:

@@ -40,7 +40,7 @@ def run(name: str, module=None, quiet: bool = False) -> Report:
                     print(report)
                 return report
         try:
-            module = exercise(name)
+            module = exercise(name, fallback=False)
         except Exception as e:  # a syntax error in the learner's file, say
             rep = Report(name, f"exercises/{name}.py", [error_case("import", e)])
             rep.cases[0].hint = "your file does not import: fix the error above first"
