@@ -165,3 +165,20 @@ def test_backward_grader_catches_planted_mistake(name, mistake, hint):
 
 def test_backward_grader_passes_a_correct_planted_function():
     assert check.run("flash_attention_backward", module=_bwd_module(), quiet=True).passed
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="compares with SDPA on a GPU")
+@pytest.mark.parametrize("D", [16, 32, 64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_match_sdpa_on_a_gpu(D, causal):
+    """N not a multiple of any block and above AUTOTUNE_MIN_N, so the autotuned kernels run."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 1000, D, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    do = torch.randn_like(q)
+    fa.attention(q, k, v, causal=causal).backward(do)
+    ours = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(do)
+    for name, a, t in zip("qkv", ours, (q, k, v)):
+        torch.testing.assert_close(a, t.grad, atol=2e-2, rtol=2e-2, msg=lambda m, name=name: f"d{name}: {m}")

@@ -3,6 +3,7 @@
 #   bash tools/gpu_pass.sh "bench sweeps" OUT  # every reference kernel against its peer -> OUT/bench.csv,
 #                                              # then the autotune sweeps -> OUT/sweeps.tgz
 #   bash tools/gpu_pass.sh check OUT           # every grader and every notebook on the GPU
+#   bash tools/gpu_pass.sh tests OUT           # the unit tests on the GPU (GPU-only ones included)
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
 # Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ and unpack OUT/sweeps.tgz into tkcourse/data/.
 set -uo pipefail
@@ -35,4 +36,7 @@ check)
   grep -E "^[a-z_]+ \(" "$OUT/check.log"
   python3 -m pytest -q --nbval-lax -p no:cacheprovider --durations=10 notebooks > "$OUT/notebooks.log" 2>&1
   echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"; tail -15 "$OUT/notebooks.log" ;;
+tests)
+  python3 -m pytest -q -p no:cacheprovider -m "not browser" tests > "$OUT/tests.log" 2>&1
+  echo "tests exit $?" | tee -a "$OUT/gpu.txt"; tail -15 "$OUT/tests.log" ;;
 esac; done
