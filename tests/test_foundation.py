@@ -136,3 +136,10 @@ def test_exercise_resolves_by_environment(monkeypatch):
         assert tkcourse.exercise("vector_add").__name__ == "solutions.vector_add"
     with pytest.raises(ModuleNotFoundError, match="make exercises"):
         tkcourse.exercise("no_such_lesson")
+
+
+def test_cli_lab_passes_its_options_on():
+    out = subprocess.run([sys.executable, "-m", "tkcourse", "lab", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--no-browser" in out.stdout, out.stderr[-500:]
+    out = subprocess.run([sys.executable, "-m", "tkcourse", "check", "--bogus"], capture_output=True, text=True)
+    assert out.returncode == 2 and "unrecognized arguments: --bogus" in out.stderr

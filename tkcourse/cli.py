@@ -82,9 +82,11 @@ def main(argv=None) -> int:
     d = sub.add_parser("doctor", help="versions, GPU or interpreter, JupyterLab's widget extension")
     d.set_defaults(fn=_doctor)
     la = sub.add_parser("lab", help="start JupyterLab on notebooks/ (options: python -m tkcourse.lab --help)")
-    la.add_argument("args", nargs=argparse.REMAINDER)
     la.set_defaults(fn=_lab)
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)  # `lab` passes its options on to tkcourse.lab
+    if extra and args.cmd != "lab":
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.args = extra
     return int(args.fn(args) or 0)
 
 
