@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     e.set_defaults(fn=_exercises)
     d = sub.add_parser("doctor", help="versions, GPU or interpreter, JupyterLab's widget extension")
     d.set_defaults(fn=_doctor)
-    la = sub.add_parser("lab", help="start JupyterLab on notebooks/ (options: python -m tkcourse.lab --help)")
+    la = sub.add_parser("lab", add_help=False, help="start JupyterLab on notebooks/ (options: tkcourse lab --help)")
     la.set_defaults(fn=_lab)
     args, extra = p.parse_known_args(argv)  # `lab` passes its options on to tkcourse.lab
     if extra and args.cmd != "lab":
