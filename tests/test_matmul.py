@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import randn as _randn
 
 from solutions import matmul as lesson
 from tkcourse import mode
@@ -13,11 +14,6 @@ def _tol(dtype, K):
     if dtype == torch.float32:  # exact fp32 in the interpreter; TF32 (10-bit mantissa) on a GPU
         return dict(rtol=1e-4, atol=1e-4) if mode.INTERPRET else dict(rtol=1e-2, atol=1e-2 * K**0.5)
     return dict(rtol=1e-2, atol=1e-2)  # fp16 / bf16: one rounding of the fp32 sum
-
-
-def _randn(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(dtype).to(DEV)
 
 
 def _assert_matmul(c, a, b):

@@ -6,6 +6,8 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from helpers import assert_softmax
+from helpers import randn as _randn
 
 from solutions import online_softmax as lesson
 from tkcourse import mode
@@ -13,18 +15,8 @@ from tkcourse import mode
 DEV = mode.DEVICE
 
 
-def _tol(dtype):
-    return dict(rtol=2e-3, atol=1e-5) if dtype == torch.float16 else dict(rtol=1e-4, atol=1e-6)
-
-
-def _randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(dtype).to(DEV)
-
-
 def _assert_softmax(out, x):
-    assert out.dtype == x.dtype and out.shape == x.shape
-    torch.testing.assert_close(out, lesson.reference(x), **_tol(x.dtype))
+    assert_softmax(out, x, lesson.reference)
 
 
 @pytest.mark.parametrize("dtype", mode.float_dtypes())

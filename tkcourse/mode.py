@@ -14,6 +14,7 @@ away from the interpreter, where it gives wrong results (``check_dtype``).
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -31,7 +32,7 @@ else:
     if INTERPRET:
         os.environ["TRITON_INTERPRET"] = "1"
 
-if "triton" in __import__("sys").modules and INTERPRET and not _USER_SET:
+if "triton" in sys.modules and INTERPRET and not _USER_SET:
     # Kernels defined before this point were compiled-mode kernels; say so instead of failing later.
     import warnings
 

@@ -44,9 +44,10 @@ def run(name: str, module=None, quiet: bool = False) -> Report:
         except Exception as e:  # a syntax error in the learner's file, say
             rep = Report(name, f"exercises/{name}.py", [error_case("import", e)])
             rep.cases[0].hint = "your file does not import: fix the error above first"
+            rep.finish()
             if not quiet:
-                print(rep.finish())
-            return rep.finish()
+                print(rep)
+            return rep
     source = getattr(module, "__file__", None) or getattr(module, "__name__", repr(module))
     source = "/".join(str(source).replace("\\", "/").split("/")[-2:])
     cases = []
