@@ -130,13 +130,15 @@ def test_without_tuned_kernel_auto_falls_back(monkeypatch):
         fa.attention_forward(*_qkv(1, 1, 8, 16), impl="tuned")
 
 
-def test_exercise_keeps_only_the_readable_kernel():
+def test_exercise_keeps_only_the_readable_kernel(tmp_path):
     text = stubs.expected("flash_attention")
     assert "def _attn_fwd_tuned_loop" not in text and "tl.make_tensor_descriptor(Q" not in text
     assert "tl.exp(" not in text  # the simple kernel's body is the learner's
-    spec = importlib.util.spec_from_loader("stub_flash_attention", loader=None)
+    path = tmp_path / "stub_flash_attention.py"  # from a file: on a GPU, @triton.jit reads the source
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("stub_flash_attention", path)
     mod = importlib.util.module_from_spec(spec)
-    exec(compile(text, "stub_flash_attention.py", "exec"), mod.__dict__)
+    spec.loader.exec_module(mod)
     assert mod._attn_fwd_tuned is None and not mod._use_tuned("auto")
 
 

@@ -31,10 +31,10 @@ def _no_rescale(q, k, v, causal, scale, block):
     n = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
-    m = torch.full(s.shape[:-1], float("-inf"), dtype=torch.float64)
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    m = torch.full(s.shape[:-1], float("-inf"), dtype=torch.float64, device=s.device)
     l = torch.zeros_like(m)
-    acc = torch.zeros(*s.shape[:-1], v.shape[-1], dtype=torch.float64)
+    acc = torch.zeros(*s.shape[:-1], v.shape[-1], dtype=torch.float64, device=s.device)
     for j in range(0, n, block):
         sj = s[..., j:j + block]
         m_new = torch.maximum(m, sj.amax(-1))
