@@ -77,16 +77,20 @@ def _attn_fwd_simple(
 # ----------------------------------------------------------------------------------------------
 
 #: Autotune configs of the tuned forward kernel (GPU only), after Triton's fused-attention tutorial
-#: (8 warps only on 128x128 tiles). WARP_SPECIALIZE=True variants are only tried when
-#: FWD_TRY_WARP_SPECIALIZE is set, and only where they apply (non-causal, N % BLOCK_N == 0).
+#: (8 warps only on 128x128 tiles), plus the two warp-specialized loops (tl.range(...,
+#: warp_specialize=True)) that won a sweep on an H200 (fp16, N = 1024, D = 64 and 128, 2026-11-29:
+#: 3-4% over the best plain config). Those are tried only where they apply (non-causal,
+#: N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE is set.
 FWD_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": ws}, num_warps=w, num_stages=s)
-    for ws in (False, True)
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s)
     for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 128, 8)]
     for s in (2, 3, 4)
+] + [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": True}, num_warps=w, num_stages=s)
+    for bm, bn, w, s in [(128, 128, 4, 2), (128, 64, 8, 3)]
 ]
-#: Also autotune warp-specialized loops (tl.range(..., warp_specialize=True)) for non-causal attention.
-FWD_TRY_WARP_SPECIALIZE = False
+#: Autotune the warp-specialized configs too (non-causal attention only).
+FWD_TRY_WARP_SPECIALIZE = True
 #: The one config "tuned" runs with in the interpreter (autotune cannot time kernels on the CPU).
 INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
 #: Below this many tokens a GPU launch takes SMALL_N_CONFIG instead of autotuning: tuning compiles

@@ -13,6 +13,10 @@ per row, and a 512 KB row pushes the start of itself out of L2 before pass 2 com
 So on a GPU a long row is split into ``parts``: a *stats* program per part computes that part's
 ``(m, l)``; a *write* program per part combines the parts' pairs into the row's ``(m, l)``:
 ``m = max m_p``, ``l = sum l_p * exp(m_p - m)``, and writes its part.
+
+The last step (``ONE_READ``, GPU only): a part small enough for registers is read once. Each
+program of ``_one_read_softmax_kernel`` loads its part, publishes the part's ``(m, l)``, waits for
+the row's other parts, and writes its part from registers: the input crosses HBM once.
 """
 
 import functools
@@ -219,6 +223,14 @@ INTERPRETER_BLOCK = 1024
 ONE_READ_PART_BYTES = 16 * 1024
 #: GPU plan, one read: warps per program.
 ONE_READ_WARPS = 4
+### BEGIN SOLUTION
+#: On a GPU, run the one-read kernel instead of the two passes (the lesson's last step).
+ONE_READ = True
+### STUB
+#: The reference's last step (notebook 05): True makes a GPU run the one-read kernel, which does not
+#: call your two functions. Keep False while you work on them.
+#! ONE_READ = False
+### END SOLUTION
 
 
 def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
@@ -233,7 +245,7 @@ def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
 def _one_read_plan(n_cols: int, element_size: int, device) -> tuple[int, int] | None:
     """(PARTS, PART) for the one-read kernel, or None where it does not apply (the interpreter, or a
     row so long that its parts might not all fit on the GPU at once: one program an SM is sure)."""
-    if INTERPRET:
+    if INTERPRET or not ONE_READ:
         return None
     part = min(max(ONE_READ_PART_BYTES // element_size, 16), triton.next_power_of_2(n_cols))
     parts = triton.next_power_of_2(triton.cdiv(n_cols, part))

@@ -175,3 +175,35 @@ def test_grader_catches_planted_mistake(name, mistake, hint):
 
 def test_grader_passes_a_correct_planted_function():
     assert check.run("online_softmax", module=_grader_module(), quiet=True).passed
+
+
+# ----- the one-read plan (GPU only for more than one part: parts wait for each other) ----------
+
+
+@pytest.mark.parametrize("n_cols", [1, 100, 1000])
+def test_one_read_kernel_with_one_part(n_cols):
+    """A part per row runs anywhere, the interpreter too: the row is read once, kept, written."""
+    x = _randn(5, n_cols, scale=3.0)
+    out = torch.empty_like(x)
+    _assert_softmax(lesson._one_read(x, out, 1, triton.next_power_of_2(n_cols), 4), x)
+
+
+def test_one_read_plan_only_where_it_is_safe(monkeypatch):
+    if mode.INTERPRET:  # one program at a time: the first part would wait forever for the second
+        assert lesson._one_read_plan(262144, 2, torch.device("cpu")) is None
+        return
+    dev = torch.device("cuda", torch.cuda.current_device())
+    parts, part = lesson._one_read_plan(262144, 2, dev)
+    assert parts * part >= 262144 and parts <= torch.cuda.get_device_properties(dev).multi_processor_count
+    assert lesson._one_read_plan(1 << 30, 2, dev) is None  # more parts than SMs: the two-pass split
+    monkeypatch.setattr(lesson, "ONE_READ", False)
+    assert lesson._one_read_plan(262144, 2, dev) is None
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
+@pytest.mark.parametrize("shape", [(3, 100_000), (64, 32768), (2, 262144), (300, 8193)])
+def test_one_read_plan_matches_torch_on_a_gpu(shape):
+    x = _randn(*shape, dtype=torch.float16, scale=4.0)
+    assert lesson._one_read_plan(shape[1], 2, x.device) is not None
+    _assert_softmax(lesson.softmax(x), x)
+    _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
