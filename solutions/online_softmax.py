@@ -106,6 +106,28 @@ def _online_softmax_kernel(
 
 
 @triton.jit
+def _publish_part(m_ptr, l_ptr, done_ptr, row, part, m, l, PARTS: tl.constexpr):
+    """Store this part's (m, l) where the row's other parts read it, then count the part as done."""
+    tl.store(m_ptr + row * PARTS + part, m)
+    tl.store(l_ptr + row * PARTS + part, l)
+    tl.atomic_add(done_ptr + row, 1, sem="release")  # release: the stores above are visible first
+
+
+@triton.jit
+def _combine_parts(m_ptr, l_ptr, done_ptr, row, PARTS: tl.constexpr):
+    """Wait until all PARTS parts of the row are published; return the row's (m, l) combined from them."""
+    done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
+    while done < PARTS:
+        done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
+    parts = row * PARTS + tl.arange(0, PARTS)
+    m_parts = tl.load(m_ptr + parts, cache_modifier=".cg")  # .cg: from L2, never a stale L1 line
+    l_parts = tl.load(l_ptr + parts, cache_modifier=".cg")
+    m = tl.max(m_parts, axis=0)
+    l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)  # rescale each part's sum to the row's max
+    return m, l
+
+
+@triton.jit
 def _split_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
@@ -138,18 +160,9 @@ def _split_softmax_kernel(
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     if item < PARTS:  # stats item: pass 1 over this part, publish its (m, l)
         m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
-        tl.store(m_ptr + row * PARTS + part, m)
-        tl.store(l_ptr + row * PARTS + part, l)
-        tl.atomic_add(done_ptr + row, 1, sem="release")  # release: the stores above are visible first
+        _publish_part(m_ptr, l_ptr, done_ptr, row, part, m, l, PARTS)
     else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
-        done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
-        while done < PARTS:
-            done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
-        parts = row * PARTS + tl.arange(0, PARTS)
-        m_parts = tl.load(m_ptr + parts, cache_modifier=".cg")  # .cg: from L2, never a stale L1 line
-        l_parts = tl.load(l_ptr + parts, cache_modifier=".cg")
-        m = tl.max(m_parts, axis=0)
-        l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)  # rescale each part's sum to the row's max
+        m, l = _combine_parts(m_ptr, l_ptr, done_ptr, row, PARTS)
         _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
 
 
@@ -184,22 +197,14 @@ def _one_read_softmax_kernel(
                 eviction_policy="evict_first")
     x = x.to(tl.float32)
     m_p = tl.max(x, axis=0)
-    e = tl.exp(x - tl.where(m_p == float("-inf"), 0.0, m_p))  # an all-masked part: e = 0, l_p = 0
+    shift = tl.where(m_p == float("-inf"), 0.0, m_p)  # an all-masked part: e = 0, l_p = 0
+    e = tl.exp(x - shift)  # kept in registers until the row's max is known
     l_p = tl.sum(e, axis=0)
     scale = 1.0 / l_p
     if PARTS > 1:
-        tl.store(m_ptr + row * PARTS + part, m_p)
-        tl.store(l_ptr + row * PARTS + part, l_p)
-        tl.atomic_add(done_ptr + row, 1, sem="release")  # release: the stores above are visible first
-        done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
-        while done < PARTS:
-            done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
-        parts = row * PARTS + tl.arange(0, PARTS)
-        m_parts = tl.load(m_ptr + parts, cache_modifier=".cg")  # .cg: from L2, never a stale L1 line
-        l_parts = tl.load(l_ptr + parts, cache_modifier=".cg")
-        m = tl.max(m_parts, axis=0)
-        l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
-        scale = tl.exp(tl.where(m_p == float("-inf"), 0.0, m_p) - m) / l  # e is relative to m_p: rescale it to m
+        _publish_part(m_ptr, l_ptr, done_ptr, row, part, m_p, l_p, PARTS)
+        m, l = _combine_parts(m_ptr, l_ptr, done_ptr, row, PARTS)
+        scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")

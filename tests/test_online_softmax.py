@@ -207,3 +207,19 @@ def test_one_read_plan_matches_torch_on_a_gpu(shape):
     assert lesson._one_read_plan(shape[1], 2, x.device) is not None
     _assert_softmax(lesson.softmax(x), x)
     _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
+
+
+@pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
+def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
+    """The multi-part path in the interpreter: publish every part's (m, l) beforehand and mark all
+    but one as done, so no program waits; each program must still combine the pairs correctly."""
+    x = _randn(3, n_cols, scale=3.0)
+    part = triton.next_power_of_2(-(-n_cols // parts))
+    xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(3, parts, part)
+    m_parts = xp.amax(-1)
+    l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
+    counters = torch.tensor([0] + [parts - 1] * 3, dtype=torch.int32, device=DEV)
+    out = torch.empty_like(x)
+    lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, counters, counters[1:],
+                                                  m_parts.contiguous(), l_parts.contiguous(), PARTS=parts, PART=part)
+    _assert_softmax(out, x)
