@@ -258,7 +258,9 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
 
     Rows may be strided (read in place); columns must be contiguous, else x is copied first.
     ``parts`` (a power of two) splits each row over that many programs; ``block`` (a power of two)
-    is the columns read per step. Both default to a plan for the mode (see ``_plan``).
+    is the columns read per step; either one asks for the two-pass kernels. With neither, a GPU
+    runs the one-read kernel where it applies (``ONE_READ``, ``_one_read_plan``), and otherwise the
+    two-pass plan for the mode (``_plan``).
     """
     validate(x, names=["x"], ndim=2)
     n_rows, n_cols = x.shape
