@@ -3,7 +3,8 @@
 #   bash tools/gpu_pass.sh "bench sweeps" OUT  # every reference kernel against its peers -> OUT/bench.csv,
 #                                              # then the autotune sweeps -> OUT/sweeps.tgz
 #   bash tools/gpu_pass.sh check OUT           # every grader and every notebook on the GPU
-#   bash tools/gpu_pass.sh tests OUT           # the unit tests on the GPU (GPU-only ones included)
+#   bash tools/gpu_pass.sh tests OUT           # the unit tests on the GPU (GPU-only ones included; > 10 min)
+#   bash tools/gpu_pass.sh gputests OUT        # only the tests the CPU suite skips
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
 # Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ and unpack OUT/sweeps.tgz into tkcourse/data/.
 set -uo pipefail
@@ -39,6 +40,9 @@ check)
   grep -E "^[a-z_]+ \(" "$OUT/check.log"
   python3 -m pytest -q --nbval-lax -p no:cacheprovider --durations=10 notebooks > "$OUT/notebooks.log" 2>&1
   echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"; tail -15 "$OUT/notebooks.log" ;;
+gputests)  # only the tests that the CPU suite skips (a few minutes; the whole suite takes longer on a GPU)
+  python3 -m pytest -q -p no:cacheprovider -rA tests -k "on_a_gpu or one_read" > "$OUT/gputests.log" 2>&1
+  echo "gputests exit $?" | tee -a "$OUT/gpu.txt"; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$OUT/gputests.log" | tail -25 ;;
 tests)
   python3 -m pytest -q -p no:cacheprovider -m "not browser" tests > "$OUT/tests.log" 2>&1
   echo "tests exit $?" | tee -a "$OUT/gpu.txt"; tail -15 "$OUT/tests.log" ;;
