@@ -65,7 +65,7 @@ def _num_stages(BLOCK: int, element_size: int) -> int:
     Measured on an H200 (fp16, 4096 rows of 1024, 4096 and 16384; 2026-11-29): 2 or 3 stages were
     within 1% of no prefetch at 1024 and 4096 columns, and slower at 16384 (1% on the persistent grid,
     5% or more with a program per row): the copies into shared memory cost what they hide. The
-    parameter stays so that you can measure it yourself (sweep: data/h200/tuning/).
+    parameter stays so that you can measure it yourself (sweep: tkcourse/data/h200/tuning/).
     """
     return 1
 
