@@ -61,6 +61,28 @@ def test_notebooks_are_stored_without_outputs(nb):
                 f"{nb.name} cell {i} has stored outputs: run `make strip`"
 
 
+def _undefined_names(source: str) -> str:
+    """ruff's report of names used but never defined (F821) in ``source``; empty if there are none."""
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821",
+                          "--output-format", "concise", "--stdin-filename", "notebook.py", "-"],
+                         input=source, capture_output=True, text=True)
+    return "" if out.returncode == 0 else out.stdout
+
+
+def test_undefined_name_check_catches_a_planted_one():
+    assert _undefined_names("import torch\nif torch.cuda.is_available():\n    print(torch)\n") == ""
+    assert "gpu_only_helper" in _undefined_names("import torch\nif torch.cuda.is_available():\n    gpu_only_helper()\n")
+
+
+@pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_code_uses_only_defined_names(nb):
+    """nbval here runs only the CPU branch of each cell; this reads the GPU branches too."""
+    cells = [c["source"] for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+    source = "\n".join("".join(c) if isinstance(c, list) else c for c in cells)
+    source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    assert _undefined_names(source) == "", f"{nb.name} uses names it never defines"
+
+
 def test_notebooks_are_numbered_and_named_like_their_lessons():
     names = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
     assert names[:2] == ["00_welcome", "01_vector_add"]
@@ -107,6 +129,53 @@ def test_counting_helpers():
 def test_measure_refuses_in_interpreter():
     with pytest.raises(RuntimeError, match="say nothing about GPU speed"):
         bench.measure(lambda: None)
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="measures on a GPU")
+@pytest.mark.parametrize("timer", [bench.host_us, bench.graph_ms])
+def test_launch_timers_refuse_in_interpreter(timer):
+    with pytest.raises(RuntimeError, match="say nothing about GPU speed"):
+        timer(lambda: None)
+
+
+def test_softmax_shape_cases_measure_the_given_kernel_and_its_peers():
+    from solutions.softmax import softmax
+    from tkcourse.bench.softmax import shape_cases
+
+    x = torch.randn(4, 10, device=mode.DEVICE)
+    cases = shape_cases("softmax", softmax, x)
+    assert [(c.provider, c.shape, c.dtype, c.bytes) for c in cases] == [
+        (p, "4x10", "float32", 2 * 4 * 10 * 4) for p in ("triton", "torch", "copy")]
+    for c in cases[:2]:
+        torch.testing.assert_close(c.fn(), torch.softmax(x, dim=-1))
+    assert torch.equal(cases[2].fn(), x)
+
+
+def test_attention_backward_case_runs_the_given_function():
+    from solutions.flash_attention_backward import reference
+    from tkcourse.bench.flash_attention import backward_case
+
+    calls = []
+
+    def f(q, k, v, causal):
+        calls.append(causal)
+        return reference(q.float(), k.float(), v.float(), causal).to(q.dtype)
+
+    case = backward_case("mine", f, 1, 2, 8, 16, True, device=mode.DEVICE)
+    assert (case.kernel, case.provider, case.shape) == ("attention_bwd", "mine", "B1-H2-N8-D16-causal")
+    assert case.flops == bench.attention_flops(1, 2, 8, 16, causal=True, backward=True) and calls == [True]
+    case.fn()
+    case.fn()  # each call is one more backward of the same forward (retain_graph)
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="times kernels on a GPU")
+def test_launch_timers_and_peak_memory_on_a_gpu():
+    from tkcourse.bench.flash_attention import peak_memory_gb, providers
+
+    x = torch.randn(1 << 20, device="cuda")
+    assert bench.host_us(lambda: x.mul(2)) > 0 and bench.graph_ms(lambda: x.mul(2)) > 0
+    f = providers()["triton"]
+    assert 0 < peak_memory_gb(f, 1, 2, 1024, 64, False) < 1
 
 
 def test_recorded_table_has_provenance():

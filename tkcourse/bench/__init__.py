@@ -12,6 +12,8 @@ from .core import (  # noqa: F401
     RecordsFormatError,
     attention_flops,
     bytes_moved,
+    graph_ms,
+    host_us,
     lessons,
     load_records,
     matmul_flops,

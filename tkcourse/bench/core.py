@@ -59,18 +59,78 @@ def attention_flops(B: int, H: int, N: int, D: int, causal: bool = False, backwa
 # ------------------------------------------------------------------------------------------
 
 
+def _refuse_in_interpreter() -> None:
+    if mode.INTERPRET:
+        raise RuntimeError("no GPU: kernels run in Triton's interpreter, whose timings say nothing about GPU "
+                           "speed. Read the recorded H200 figures instead (tkcourse.bench.load_records()).")
+
+
 def measure(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> tuple[float, float, float]:
     """(median, p20, p80) milliseconds of ``fn()`` on the GPU, from ``triton.testing.do_bench``.
 
     Refuses in the interpreter: timings there say nothing about GPU speed.
     """
-    if mode.INTERPRET:
-        raise RuntimeError("no GPU: kernels run in Triton's interpreter, whose timings say nothing about GPU "
-                           "speed. Read the recorded H200 figures instead (tkcourse.bench.load_records()).")
+    _refuse_in_interpreter()
     import triton
 
     med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5, 0.2, 0.8])
     return float(med), float(p20), float(p80)
+
+
+def host_us(fn: Callable[[], object], n: int = 200) -> float:
+    """Host microseconds per call of ``fn``: n calls queued without waiting for the GPU.
+
+    What a small kernel costs before the GPU sees it (Python, the launcher, the driver).
+    """
+    _refuse_in_interpreter()
+    import time
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    spent = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return spent / n * 1e6
+
+
+def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
+    """Median milliseconds of ``fn`` replayed from a CUDA graph: the GPU's work without the launch path.
+
+    ``fn`` is run twice on a side stream (compiling, autotuning), then captured once; the L2 cache is
+    flushed before each timed replay, as ``do_bench`` does. A launcher that cannot be captured raises.
+    """
+    _refuse_in_interpreter()
+    import torch
+    from triton import runtime
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    cache = runtime.driver.active.get_empty_cache_for_benchmark()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for _ in range(10):
+        graph.replay()
+    for start, end in zip(starts, ends):
+        runtime.driver.active.clear_cache(cache)
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return times[len(times) // 2]
 
 
 @dataclass

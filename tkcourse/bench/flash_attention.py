@@ -27,18 +27,24 @@ def _sdpa(backend):
     return f
 
 
-def providers():
+def providers(attention=None) -> dict:
+    """``{provider: f(q, k, v, causal)}``: ``attention`` (default: the solution's) as triton, and SDPA."""
     from torch.nn.attention import SDPBackend
 
-    from solutions.flash_attention import attention
+    if attention is None:
+        from solutions.flash_attention import attention
 
     return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal),
             "sdpa-flash": _sdpa(SDPBackend.FLASH_ATTENTION),
             "sdpa-cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION)}
 
 
-def _qkv(B, H, N, D, grad=False):
-    return [torch.randn(B, H, N, D, dtype=torch.float16, device="cuda", requires_grad=grad) for _ in range(3)]
+def shape_name(B: int, H: int, N: int, D: int, causal: bool) -> str:
+    return f"B{B}-H{H}-N{N}-D{D}" + ("-causal" if causal else "")
+
+
+def _qkv(B, H, N, D, grad=False, device="cuda"):
+    return [torch.randn(B, H, N, D, dtype=torch.float16, device=device, requires_grad=grad) for _ in range(3)]
 
 
 def cases():
@@ -46,24 +52,40 @@ def cases():
         for N in NS:
             B, H = TOKENS // N, WIDTH // D
             for causal in (False, True):
-                shape = f"B{B}-H{H}-N{N}-D{D}" + ("-causal" if causal else "")
-                fwd, bwd = attention_flops(B, H, N, D, causal), attention_flops(B, H, N, D, causal, backward=True)
                 for name, f in providers().items():
                     q, k, v = _qkv(B, H, N, D)
-                    yield Case("attention_fwd", name, shape, "float16", lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c),
-                               flops=fwd)
-                    yield Case("attention_bwd", name, shape, "float16", _backward(f, B, H, N, D, causal), flops=bwd)
+                    yield Case("attention_fwd", name, shape_name(B, H, N, D, causal), "float16",
+                               lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c), flops=attention_flops(B, H, N, D, causal))
+                    yield backward_case(name, f, B, H, N, D, causal)
 
 
-def _backward(f, B, H, N, D, causal):
-    q, k, v = _qkv(B, H, N, D, grad=True)
+def backward_case(provider: str, f, B: int, H: int, N: int, D: int, causal: bool, device="cuda") -> Case:
+    """The backward of ``f(q, k, v, causal)`` at one shape: the forward runs once, each call is one backward."""
+    q, k, v = _qkv(B, H, N, D, grad=True, device=device)
     o = f(q, k, v, causal)
     do = torch.randn_like(o)
 
     def run():
         q.grad = k.grad = v.grad = None
         o.backward(do, retain_graph=True)
-    return run
+    return Case("attention_bwd", provider, shape_name(B, H, N, D, causal), "float16", run,
+                flops=attention_flops(B, H, N, D, causal, backward=True))
+
+
+def peak_memory_gb(f, B: int, H: int, N: int, D: int, causal: bool) -> float:
+    """Peak GPU memory (GB) of one forward + backward of ``f(q, k, v, causal)``, beyond the inputs."""
+    gc.collect()  # free the previous case's graph now, not while this one is measured
+    q, k, v = _qkv(B, H, N, D, grad=True)
+    do = torch.randn_like(q)
+    f(q, k, v, causal).backward(do)  # warm up: autotuning's scratch is not the kernel's memory
+    q.grad = k.grad = v.grad = None
+    gc.collect()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    f(q, k, v, causal).backward(do)
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 1e9
 
 
 def extra_rows(prov: dict) -> list[dict]:
@@ -73,22 +95,9 @@ def extra_rows(prov: dict) -> list[dict]:
         for N in NS:
             B, H = TOKENS // N, WIDTH // D
             for causal in (False, True):
-                shape = f"B{B}-H{H}-N{N}-D{D}" + ("-causal" if causal else "")
                 for name, f in providers().items():
-                    gc.collect()  # free the previous case's graph now, not while this one is measured
-                    q, k, v = _qkv(B, H, N, D, grad=True)
-                    do = torch.randn_like(q)
-                    f(q, k, v, causal).backward(do)  # warm up: autotuning's scratch is not the kernel's memory
-                    q.grad = k.grad = v.grad = None
-                    gc.collect()
-                    torch.cuda.synchronize()
-                    base = torch.cuda.memory_allocated()
-                    torch.cuda.reset_peak_memory_stats()
-                    f(q, k, v, causal).backward(do)
-                    torch.cuda.synchronize()
-                    peak = (torch.cuda.max_memory_allocated() - base) / 1e9
-                    rows.append(dict(kernel="attention_memory", provider=name, shape=shape, dtype="float16",
-                                     metric="GB", median=round(peak, 4), p20=round(peak, 4), p80=round(peak, 4),
-                                     ms=0.0, bytes=0, flops=0, **prov))
-                    del q, k, v, do
+                    peak = peak_memory_gb(f, B, H, N, D, causal)
+                    rows.append(dict(kernel="attention_memory", provider=name, shape=shape_name(B, H, N, D, causal),
+                                     dtype="float16", metric="GB", median=round(peak, 4), p20=round(peak, 4),
+                                     p80=round(peak, 4), ms=0.0, bytes=0, flops=0, **prov))
     return rows

@@ -14,17 +14,23 @@ FUSED = [(4096, 1024), (4096, 4096), (4096, 16384)]
 ONLINE = [(4096, 32768), (1024, 131072), (256, 262144)]
 
 
-def cases():
-    from solutions.online_softmax import softmax as online
-    from solutions.softmax import softmax as fused
+def shape_cases(kernel: str, softmax, x: torch.Tensor):
+    """One shape's cases: ``softmax(x)`` as provider triton, then ``torch.softmax`` and a same-size copy."""
+    moved, shape = bytes_moved(x, x), "x".join(map(str, x.shape))
+    dtype = str(x.dtype).replace("torch.", "")
+    y = torch.empty_like(x)
+    return [Case(kernel, "triton", shape, dtype, lambda: softmax(x), bytes=moved),
+            Case(kernel, "torch", shape, dtype, lambda: torch.softmax(x, dim=-1), bytes=moved),
+            Case(kernel, "copy", shape, dtype, lambda: y.copy_(x), bytes=moved)]
+
+
+def cases(fused=None, online=None):
+    """Both kernels at their shapes, fp16; ``fused``/``online`` default to the solutions' ``softmax``."""
+    if fused is None:
+        from solutions.softmax import softmax as fused
+    if online is None:
+        from solutions.online_softmax import softmax as online
 
     for kernel, shapes, fn in (("softmax", FUSED, fused), ("online_softmax", ONLINE, online)):
         for M, N in shapes:
-            x = torch.randn(M, N, dtype=torch.float16, device="cuda")
-            moved = bytes_moved(x, x)
-            shape = f"{M}x{N}"
-            yield Case(kernel, "triton", shape, "float16", lambda x=x, fn=fn: fn(x), bytes=moved)
-            yield Case(kernel, "torch", shape, "float16", lambda x=x: torch.softmax(x, dim=-1), bytes=moved)
-            # the ceiling at this size: a device copy of the same bytes (small copies run below the big one)
-            y = torch.empty_like(x)
-            yield Case(kernel, "copy", shape, "float16", lambda x=x, y=y: y.copy_(x), bytes=moved)
+            yield from shape_cases(kernel, fn, torch.randn(M, N, dtype=torch.float16, device="cuda"))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-PEERS = ("torch", "cublas", "sdpa-flash", "sdpa-cudnn")
-
 
 def ratios(rows) -> list[dict]:
     """For each triton row, its ratio to every peer row of the same kernel, shape and dtype."""

@@ -4,46 +4,25 @@ For each reference kernel and its peer: host microseconds per call, do_bench tim
 CUDA-graph replay (GPU work alone, L2 flushed before each replay), plus a cProfile of the softmax and
 matmul launchers. Run on the GPU machine from the repository root:
     PYTHONPATH=$PWD python3 tools/tuning/launch_probe.py
-Its output of 2026-11-29 is tkcourse/data/h200/tuning/launch_probe.txt.
+Its output of 2026-11-29 is tkcourse/data/h200/tuning/launch_probe.txt (made when the graph and host
+timers lived here; they moved, unchanged, to tkcourse.bench.core).
 """
 import os, sys, time, cProfile, pstats, io
 import tkcourse
 import torch, triton
-from triton import runtime
+from tkcourse.bench.core import graph_ms, host_us
 from solutions.softmax import softmax as fused, _softmax_kernel
 from solutions.online_softmax import softmax as online
 from solutions.matmul import matmul
 from solutions.flash_attention import attention_forward
 
-def graph_bench(fn, rep=100):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn(); fn()
-    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    cache = runtime.driver.active.get_empty_cache_for_benchmark()
-    st = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]; en = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for _ in range(10): g.replay()
-    for i in range(rep):
-        runtime.driver.active.clear_cache(cache); st[i].record(); g.replay(); en[i].record()
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) for a, b in zip(st, en)); return t[len(t)//2]
-
-def cpu_us(fn, n=300):
-    fn(); torch.cuda.synchronize(); t = time.perf_counter()
-    for _ in range(n): fn()
-    c = (time.perf_counter() - t) / n * 1e6; torch.cuda.synchronize(); return c
-
 rows = []
 def case(name, fn, work, unit):
     fn(); torch.cuda.synchronize()
-    c = cpu_us(fn)
+    c = host_us(fn, n=300)
     e = triton.testing.do_bench(fn, quantiles=[0.5])
     e = e[0] if isinstance(e, (list, tuple)) else e
-    g = graph_bench(fn)
+    g = graph_ms(fn)
     rate = lambda ms: work / ms * (1e-9 if unit == "TF" else 1e-6)
     rows.append((name, c, e*1e3, g*1e3, rate(e), rate(g), unit)); print(rows[-1], flush=True)
 

@@ -6,32 +6,17 @@ C: attention forward configs (BLOCK_M, BLOCK_N, warps, stages, warp specializati
 Run on the GPU machine from the repository root:
     PYTHONPATH=$PWD python3 tools/tuning/sweep_h200.py AB   (or C)
 Outputs of 2026-11-29: tkcourse/data/h200/tuning/sweep_softmax_online.txt (A, B; its C stopped on a
-do_bench return-type error, since fixed) and sweep_attention.txt (C).
+do_bench return-type error, since fixed) and sweep_attention.txt (C). The graph timer used then is
+now tkcourse.bench.core.graph_ms, which also replays the graph 10 times before timing.
 """
 import sys, time, itertools
 import tkcourse
 import torch, triton
-from triton import runtime
+from tkcourse.bench.core import graph_ms
 import solutions.softmax as S
 import solutions.online_softmax as O
 from solutions.flash_attention import attention_forward
 what = sys.argv[1] if len(sys.argv) > 1 else "ABC"
-
-def graph_bench(fn, rep=60):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn(); fn()
-    torch.cuda.current_stream().wait_stream(s); torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    torch.cuda.synchronize()
-    cache = runtime.driver.active.get_empty_cache_for_benchmark()
-    st = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]; en = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for i in range(rep):
-        runtime.driver.active.clear_cache(cache); st[i].record(); g.replay(); en[i].record()
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) for a, b in zip(st, en)); return t[len(t)//2]
 
 def db(fn):
     r = triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=[0.5])
@@ -42,7 +27,7 @@ if "A" in what:
     for M, N in [(4096, 1024), (4096, 4096), (4096, 16384)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda"); out = torch.empty_like(x); b = 4 * M * N
         y = torch.empty_like(x)
-        cp = graph_bench(lambda: torch.add(x, 0, out=y))
+        cp = graph_ms(lambda: torch.add(x, 0, out=y), rep=60)
         res = []
         BLOCK = triton.next_power_of_2(N)
         for w, st, g in itertools.product((4, 8, 16, 32), (1, 2, 3), ("pers", "rows")):
@@ -52,11 +37,11 @@ if "A" in what:
                 f = lambda: S._softmax_kernel[grid](x, out, x.stride(0), out.stride(0), M, N, BLOCK=BLOCK, NUM_STAGES=st, num_warps=w)
                 f(); torch.cuda.synchronize()
                 assert torch.allclose(out.float(), torch.softmax(x.float(), -1), atol=1e-3)
-                res.append((b / graph_bench(f) * 1e-6, w, st, g, grid[0]))
+                res.append((b / graph_ms(f, rep=60) * 1e-6, w, st, g, grid[0]))
             except Exception as e:
                 print("fail", w, st, g, str(e)[:100])
         res.sort(reverse=True)
-        cur = b / graph_bench(lambda: S.softmax(x)) * 1e-6
+        cur = b / graph_ms(lambda: S.softmax(x), rep=60) * 1e-6
         print(f"softmax {M}x{N}: same-size add-copy {b/cp*1e-6:.0f} GB/s; current {cur:.0f}; best:", [f"{r[0]:.0f} w{r[1]} s{r[2]} {r[3]}{r[4]}" for r in res[:5]], flush=True)
         summary.append(f"softmax {M}x{N} copy {b/cp*1e-6:.0f} cur {cur:.0f} best {res[0][0]:.0f} w{res[0][1]} s{res[0][2]} {res[0][3]}")
 if "B" in what:
@@ -71,12 +56,12 @@ if "B" in what:
             try:
                 f(); torch.cuda.synchronize()
                 err = (out.float() - ref).abs().max().item()
-                res.append((b / graph_bench(f) * 1e-6, pb, w, parts, err))
+                res.append((b / graph_ms(f, rep=60) * 1e-6, pb, w, parts, err))
             except Exception as e:
                 print("fail", pb, w, str(e)[:100])
         res.sort(reverse=True)
-        cur = b / graph_bench(lambda: O.softmax(x)) * 1e-6
-        old = b / graph_bench(lambda: O.softmax(x, *O._plan(N, 2))) * 1e-6
+        cur = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
+        old = b / graph_ms(lambda: O.softmax(x, *O._plan(N, 2)), rep=60) * 1e-6
         print(f"online {M}x{N}: two-pass {old:.0f}, current {cur:.0f}; best:", [f"{r[0]:.0f} {r[1]//1024}K w{r[2]} p{r[3]} err{r[4]:.1e}" for r in res[:5]], flush=True)
         summary.append(f"online {M}x{N} two-pass {old:.0f} cur {cur:.0f} best {res[0][0]:.0f} {res[0][1]//1024}K w{res[0][2]} err{res[0][4]:.1e}")
 if "C" in what:
