@@ -88,25 +88,35 @@ def _online_softmax_kernel(
 
 
 @triton.jit
-def _publish_part(m_ptr, l_ptr, done_ptr, row, part, m, l, PARTS: tl.constexpr):
-    """Store this part's (m, l) where the row's other parts read it, then count the part as done."""
-    tl.store(m_ptr + row * PARTS + part, m)
-    tl.store(l_ptr + row * PARTS + part, l)
-    tl.atomic_add(done_ptr + row, 1, sem="release")  # release: the stores above are visible first
+def _publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
+    """Publish this part's (m, l) as ONE 64-bit word (m in the low half, l in the high half).
+
+    The word is its own flag: a reader sees either 0 (not yet published) or the whole pair, never
+    half of it, so no counter and no memory fence are needed. A published word is never 0: l >= 1
+    for a part with a value in it, and an empty part has m = -inf.
+    """
+    word = (m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (l.to(tl.int32, bitcast=True).to(tl.int64) << 32)
+    tl.atomic_xchg(slots_ptr + row * PARTS + part, word, sem="relaxed")
 
 
 @triton.jit
-def _combine_parts(m_ptr, l_ptr, done_ptr, row, PARTS: tl.constexpr):
-    """Wait until all PARTS parts of the row are published; return the row's (m, l) combined from them."""
-    done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
-    while done < PARTS:
-        done = tl.atomic_add(done_ptr + row, 0, sem="acquire")
-    parts = row * PARTS + tl.arange(0, PARTS)
-    m_parts = tl.load(m_ptr + parts, cache_modifier=".cg")  # .cg: from L2, never a stale L1 line
-    l_parts = tl.load(l_ptr + parts, cache_modifier=".cg")
+def _combine_parts(slots_ptr, row, max_polls, PARTS: tl.constexpr):
+    """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
+
+    Returns the row's ``(m, l)`` combined from the parts' pairs, and whether all parts were there
+    (when not, the pair is meaningless and the caller computes the row's stats itself).
+    """
+    slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
+    words = tl.load(slots, volatile=True)  # volatile: from L2 each time, never a stale L1 line
+    polls = 0
+    while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
+        words = tl.load(slots, volatile=True)
+        polls += 1
+    m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     m = tl.max(m_parts, axis=0)
     l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)  # rescale each part's sum to the row's max
-    return m, l
+    return m, l, tl.sum((words == 0).to(tl.int32), axis=0) == 0
 
 
 @triton.jit
@@ -117,10 +127,9 @@ def _split_softmax_kernel(
     out_row_stride,  # elements between the starts of two rows of out
     n_cols,  # columns: the softmax length
     part_cols,  # columns per part, a multiple of BLOCK; part p covers [p * part_cols, (p + 1) * part_cols)
-    ticket_ptr,  # int32 counter of work items handed out so far (zero at launch)
-    done_ptr,  # int32 per row: parts whose (m, l) is published (zero at launch)
-    m_ptr,  # fp32 (rows, PARTS): each part's max
-    l_ptr,  # fp32 (rows, PARTS): each part's sum of exp(x - max)
+    ticket_ptr,  # int64 counter of work items handed out so far (zero at launch)
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
+    max_polls,  # how long a write item waits for its row's stats (it never needs to: tickets)
     PARTS: tl.constexpr,  # parts a row is split into; a power of two
     BLOCK: tl.constexpr,  # columns per step; a power of two
     NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)
@@ -142,9 +151,11 @@ def _split_softmax_kernel(
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     if item < PARTS:  # stats item: pass 1 over this part, publish its (m, l)
         m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
-        _publish_part(m_ptr, l_ptr, done_ptr, row, part, m, l, PARTS)
+        _publish_part(slots_ptr, row, part, m, l, PARTS)
     else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
-        m, l = _combine_parts(m_ptr, l_ptr, done_ptr, row, PARTS)
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS)
+        if not complete:  # cannot happen with tickets; kept so that no wait is ever unbounded
+            m, l = _online_stats(x_row, 0, n_cols, BLOCK, NUM_STAGES)
         _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
 
 
@@ -155,28 +166,31 @@ def _one_read_softmax_kernel(
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
     out_row_stride,  # elements between the starts of two rows of out
     n_cols,  # columns: the softmax length
-    ticket_ptr,  # int32 counter of parts handed out so far (zero at launch)
-    done_ptr,  # int32 per row: parts whose (m, l) is published (zero at launch)
-    m_ptr,  # fp32 (rows, PARTS): each part's max
-    l_ptr,  # fp32 (rows, PARTS): each part's sum of exp(x - max)
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
+    max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
+    FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
 ):
     """The GPU plan: each program reads its part of a row once and keeps it in registers.
 
-    A row too long for one program is held by PARTS programs together. Each computes its part's
-    (m, l), publishes it, waits for the row's other parts (as in the split kernel, tickets make
-    the wait safe as long as PARTS programs fit on the GPU at once), combines the pairs, and
-    writes its part from registers: the input is read from HBM once, never twice.
-    GPU only: the interpreter runs one program at a time, so the first part would wait forever.
+    A row too long for one program is held by PARTS programs together, numbered by program id.
+    Each computes its part's (m, l), publishes it, waits for the row's other parts, combines the
+    pairs, and writes its part from registers: the input is read from HBM once, never twice.
+    Every program of a row waits for every other, and the GPU promises no order: a part might not
+    have started while its siblings fill the GPU. So the wait is bounded: after ``max_polls`` polls
+    a program computes the row's (m, l) itself, reading the whole row (pass 1 of the lesson). Always
+    correct, never a deadlock; on an idle GPU the parts of a row run together and nobody falls back.
+    (The split kernel's ticket gives the same safety, but one counter hit by every program cost
+    15% here: measured in ``tkcourse/data/h200/tuning/exchange_probe.txt``.)
     """
-    t = tl.atomic_add(ticket_ptr, 1)
-    row = t // PARTS
-    part = t % PARTS
+    pid = tl.program_id(0)
+    row = pid // PARTS
+    part = pid % PARTS
+    x_row = x_ptr + row.to(tl.int64) * x_row_stride
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=float("-inf"),
-                eviction_policy="evict_first")
+    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first")
     x = x.to(tl.float32)
     m_p = tl.max(x, axis=0)
     shift = tl.where(m_p == float("-inf"), 0.0, m_p)  # an all-masked part: e = 0, l_p = 0
@@ -184,8 +198,10 @@ def _one_read_softmax_kernel(
     l_p = tl.sum(e, axis=0)
     scale = 1.0 / l_p
     if PARTS > 1:
-        _publish_part(m_ptr, l_ptr, done_ptr, row, part, m_p, l_p, PARTS)
-        m, l = _combine_parts(m_ptr, l_ptr, done_ptr, row, PARTS)
+        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS)
+        if not complete:  # a part of this row has not run yet: read the row ourselves
+            m, l = _online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
@@ -204,12 +220,20 @@ NUM_WARPS = 4
 NUM_STAGES = 1
 #: Interpreter: columns per step (each step costs the same Python time whatever its size).
 INTERPRETER_BLOCK = 1024
-#: GPU plan, one read: bytes of a row each program holds in registers (``_one_read_softmax_kernel``).
-#: Measured on an H200 (fp16; 4096x32768, 1024x131072, 256x262144; 2026-11-29): 16 KiB parts with
-#: 4 warps (8192 values, 64 a thread) beat 8, 32 and 64 KiB, and beat 8 or 16 warps.
-ONE_READ_PART_BYTES = 16 * 1024
-#: GPU plan, one read: warps per program.
-ONE_READ_WARPS = 4
+#: GPU plan, one read (``_one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
+#: parts of at least ONE_READ_MIN_PART values (powers of two), each held in registers by one program
+#: with ONE_READ_VALUES_PER_THREAD values a thread. Measured on an H200 (fp16; 4096x32768,
+#: 1024x131072, 256x262144; 2026-11-29, tkcourse/data/h200/tuning/exchange_probe.txt): 32 values a
+#: thread beat 64; 2048-value parts were best for 131072 columns, 4096 for 262144 (2048 there means
+#: 128 parts a row, 8% slower), and the sizes tie at 32768 columns.
+ONE_READ_MIN_PART = 2048
+ONE_READ_MAX_PARTS = 64
+ONE_READ_VALUES_PER_THREAD = 32
+#: GPU plan, one read: longer parts than this (1024 threads) take the two-pass plan instead.
+ONE_READ_MAX_PART = 32768
+#: One read: reads of the row's words (about a microsecond each) before a program stops waiting
+#: for its row's other parts and reads the whole row itself. A few polls are the norm.
+MAX_POLLS = 1 << 16
 # TODO: your code here
 #: The reference's last step (notebook 05): True makes a GPU run the one-read kernel, which does not
 #: call your two functions. Keep False while you work on them.
@@ -225,17 +249,25 @@ def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
     return parts, block
 
 
-def _one_read_plan(n_cols: int, element_size: int, device) -> tuple[int, int] | None:
-    """(PARTS, PART) for the one-read kernel, or None where it does not apply (the interpreter, or a
-    row so long that its parts might not all fit on the GPU at once: one program an SM is sure)."""
-    if INTERPRET or not ONE_READ:
-        return None
-    part = min(max(ONE_READ_PART_BYTES // element_size, 16), triton.next_power_of_2(n_cols))
+def _one_read_split(n_cols: int) -> tuple[int, int, int]:
+    """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values (any device)."""
+    part = max(ONE_READ_MIN_PART, triton.next_power_of_2(triton.cdiv(n_cols, ONE_READ_MAX_PARTS)))
+    part = min(part, triton.next_power_of_2(n_cols))
     parts = triton.next_power_of_2(triton.cdiv(n_cols, part))
     part = triton.next_power_of_2(triton.cdiv(n_cols, parts))  # spread the row evenly over the parts
-    if parts > _sm_count(device.index):
+    return parts, part, min(32, max(1, part // (32 * ONE_READ_VALUES_PER_THREAD)))
+
+
+def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
+    """``_one_read_split``, or None where the one-read kernel does not apply: the interpreter, a part
+    longer than ONE_READ_MAX_PART, or more parts than SMs (all the parts of a row should run at
+    once, or the waiting parts end up reading the row themselves)."""
+    if INTERPRET or not ONE_READ:
         return None
-    return parts, part
+    parts, part, warps = _one_read_split(n_cols)
+    if part > ONE_READ_MAX_PART or parts > _sm_count(device.index):
+        return None
+    return parts, part, warps
 
 
 @functools.lru_cache(maxsize=None)
@@ -243,13 +275,12 @@ def _sm_count(index) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _one_read(x, out, parts, part, num_warps):
+def _one_read(x, out, parts, part, num_warps, max_polls=None):
     n_rows, n_cols = x.shape
-    counters = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device)  # ticket, then done per row
-    m_parts = torch.empty((n_rows, parts), dtype=torch.float32, device=x.device)
-    l_parts = torch.empty((n_rows, parts), dtype=torch.float32, device=x.device)
-    _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, counters, counters[1:],
-                                                m_parts, l_parts, PARTS=parts, PART=part, num_warps=num_warps)
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
+    _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots,
+                                                MAX_POLLS if max_polls is None else max_polls, PARTS=parts,
+                                                PART=part, FALLBACK_BLOCK=min(part, 1024), num_warps=num_warps)
     return out
 
 
@@ -265,11 +296,11 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
     validate(x, names=["x"], ndim=2)
     n_rows, n_cols = x.shape
     if parts is None and block is None:
-        plan = _one_read_plan(n_cols, x.element_size(), x.device)
+        plan = _one_read_plan(n_cols, x.device)
         if plan is not None:  # on a GPU: every element read once, held in registers across the wait
             if x.stride(1) != 1:
                 x = x.contiguous()
-            return _one_read(x, torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device), *plan, ONE_READ_WARPS)
+            return _one_read(x, torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device), *plan)
     auto_parts, auto_block = _plan(n_cols, x.element_size())
     parts, block = parts or auto_parts, block or auto_block
     for name, v in (("parts", parts), ("block", block)):
@@ -283,11 +314,9 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
                                           NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS)
         return out
     part_cols = triton.cdiv(triton.cdiv(n_cols, parts), block) * block
-    counters = torch.zeros(1 + n_rows, dtype=torch.int32, device=x.device)  # ticket, then done per row
-    m_parts = torch.empty((n_rows, parts), dtype=torch.float32, device=x.device)
-    l_parts = torch.empty((n_rows, parts), dtype=torch.float32, device=x.device)
+    words = torch.zeros(1 + n_rows * parts, dtype=torch.int64, device=x.device)  # the ticket, then the slots
     _split_softmax_kernel[(2 * parts * n_rows,)](
-        x, out, x.stride(0), out.stride(0), n_cols, part_cols, counters, counters[1:], m_parts, l_parts,
+        x, out, x.stride(0), out.stride(0), n_cols, part_cols, words, words[1:], 2**31 - 1,
         PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS,
     )
     return out

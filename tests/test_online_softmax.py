@@ -189,37 +189,51 @@ def test_one_read_kernel_with_one_part(n_cols):
 
 
 def test_one_read_plan_only_where_it_is_safe(monkeypatch):
-    if mode.INTERPRET:  # one program at a time: the first part would wait forever for the second
-        assert lesson._one_read_plan(262144, 2, torch.device("cpu")) is None
+    if mode.INTERPRET:  # one program at a time: a part would wait its whole bound for the next one
+        assert lesson._one_read_plan(262144, torch.device("cpu")) is None
         return
     dev = torch.device("cuda", torch.cuda.current_device())
-    parts, part = lesson._one_read_plan(262144, 2, dev)
-    assert parts * part >= 262144 and parts <= torch.cuda.get_device_properties(dev).multi_processor_count
-    assert lesson._one_read_plan(1 << 30, 2, dev) is None  # more parts than SMs: the two-pass split
+    for n_cols in (1, 1000, 32768, 131072, 262144, 2_000_000):
+        parts, part, warps = lesson._one_read_plan(n_cols, dev)
+        assert parts * part >= n_cols and (parts - 1) * part < n_cols, (n_cols, parts, part)
+        assert parts <= min(lesson.ONE_READ_MAX_PARTS, torch.cuda.get_device_properties(dev).multi_processor_count)
+        assert 1 <= warps <= 32
+    assert lesson._one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
     monkeypatch.setattr(lesson, "ONE_READ", False)
-    assert lesson._one_read_plan(262144, 2, dev) is None
+    assert lesson._one_read_plan(262144, dev) is None
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
 @pytest.mark.parametrize("shape", [(3, 100_000), (64, 32768), (2, 262144), (300, 8193)])
 def test_one_read_plan_matches_torch_on_a_gpu(shape):
     x = _randn(*shape, dtype=torch.float16, scale=4.0)
-    assert lesson._one_read_plan(shape[1], 2, x.device) is not None
+    assert lesson._one_read_plan(shape[1], x.device) is not None
     _assert_softmax(lesson.softmax(x), x)
     _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
 
 
 @pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
 def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
-    """The multi-part path in the interpreter: publish every part's (m, l) beforehand and mark all
-    but one as done, so no program waits; each program must still combine the pairs correctly."""
+    """The multi-part path in the interpreter: publish every part's (m, l) word but part 0's
+    beforehand, so no program waits (and none may fall back: no polls); each must combine the words."""
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
     xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(3, parts, part)
     m_parts = xp.amax(-1)
     l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
-    counters = torch.tensor([0] + [parts - 1] * 3, dtype=torch.int32, device=DEV)
+    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
+    words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
     out = torch.empty_like(x)
-    lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, counters, counters[1:],
-                                                  m_parts.contiguous(), l_parts.contiguous(), PARTS=parts, PART=part)
+    lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
+                                                  PARTS=parts, PART=part, FALLBACK_BLOCK=min(part, 1024))
     _assert_softmax(out, x)
+
+
+@pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
+def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols):
+    """A program that stops waiting reads the whole row itself. In the interpreter programs run one
+    at a time in id order, so with no polls the first parts of each row fall back and the last one
+    combines: both ways must give the same softmax."""
+    x = _randn(3, n_cols, scale=3.0)
+    part = triton.next_power_of_2(-(-n_cols // parts))
+    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0), x)
