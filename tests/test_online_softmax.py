@@ -195,7 +195,7 @@ def test_one_read_plan_only_where_it_is_safe(monkeypatch):
     dev = torch.device("cuda", torch.cuda.current_device())
     for n_cols in (1, 1000, 32768, 131072, 262144, 2_000_000):
         parts, part, warps = lesson._one_read_plan(n_cols, dev)
-        assert parts * part >= n_cols and (parts - 1) * part < n_cols, (n_cols, parts, part)
+        assert parts * part >= n_cols and part <= lesson.ONE_READ_MAX_PART, (n_cols, parts, part)
         assert parts <= min(lesson.ONE_READ_MAX_PARTS, torch.cuda.get_device_properties(dev).multi_processor_count)
         assert 1 <= warps <= 32
     assert lesson._one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
@@ -225,7 +225,8 @@ def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
     out = torch.empty_like(x)
     lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
-                                                  PARTS=parts, PART=part, FALLBACK_BLOCK=min(part, 1024))
+                                                  PARTS=parts, PART=part, FALLBACK_BLOCK=min(part, 1024),
+                                                  SPAN=lesson._span(parts, 4), num_warps=4)
     _assert_softmax(out, x)
 
 
