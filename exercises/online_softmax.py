@@ -100,23 +100,28 @@ def _publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
 
 
 @triton.jit
-def _combine_parts(slots_ptr, row, max_polls, PARTS: tl.constexpr):
+def _combine_parts(slots_ptr, row, max_polls, PARTS: tl.constexpr, SPAN: tl.constexpr):
     """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
 
     Returns the row's ``(m, l)`` combined from the parts' pairs, and whether all parts were there
     (when not, the pair is meaningless and the caller computes the row's stats itself).
+    The words are read as a tensor of SPAN >= 64 * num_warps entries (word i % PARTS at entry i), so
+    that it spreads over every thread of the program: a reduction over it then goes through shared
+    memory and gives all threads the same answer, even when two threads read one word a moment
+    apart and one of them still saw 0. The loop and the fallback branch stay uniform.
     """
-    slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
+    entry = tl.arange(0, SPAN)
+    slots = slots_ptr + row * PARTS + entry % PARTS
     words = tl.load(slots, volatile=True)  # volatile: from L2 each time, never a stale L1 line
     polls = 0
-    while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
+    while (tl.max((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
         words = tl.load(slots, volatile=True)
         polls += 1
     m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     m = tl.max(m_parts, axis=0)
-    l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)  # rescale each part's sum to the row's max
-    return m, l, tl.sum((words == 0).to(tl.int32), axis=0) == 0
+    l = tl.sum(tl.where(entry < PARTS, l_parts * tl.exp(m_parts - m), 0.0), axis=0)  # each part once, rescaled
+    return m, l, tl.max((words == 0).to(tl.int32), axis=0) == 0
 
 
 @triton.jit
@@ -133,6 +138,7 @@ def _split_softmax_kernel(
     PARTS: tl.constexpr,  # parts a row is split into; a power of two
     BLOCK: tl.constexpr,  # columns per step; a power of two
     NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)
+    SPAN: tl.constexpr,  # entries of the words tensor in _combine_parts: max(PARTS, 64 * num_warps)
 ):
     """Each row is 2 * PARTS work items, taken in this order: PARTS stats items, then PARTS writes.
 
@@ -153,7 +159,7 @@ def _split_softmax_kernel(
         m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
         _publish_part(slots_ptr, row, part, m, l, PARTS)
     else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
-        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS)
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS, SPAN)
         if not complete:  # cannot happen with tickets; kept so that no wait is ever unbounded
             m, l = _online_stats(x_row, 0, n_cols, BLOCK, NUM_STAGES)
         _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
@@ -171,6 +177,7 @@ def _one_read_softmax_kernel(
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
+    SPAN: tl.constexpr,  # entries of the words tensor in _combine_parts: max(PARTS, 64 * num_warps)
 ):
     """The GPU plan: each program reads its part of a row once and keeps it in registers.
 
@@ -199,7 +206,7 @@ def _one_read_softmax_kernel(
     scale = 1.0 / l_p
     if PARTS > 1:
         _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS)
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS, SPAN)
         if not complete:  # a part of this row has not run yet: read the row ourselves
             m, l = _online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
@@ -222,14 +229,15 @@ NUM_STAGES = 1
 INTERPRETER_BLOCK = 1024
 #: GPU plan, one read (``_one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
 #: parts of at least ONE_READ_MIN_PART values (powers of two), each held in registers by one program
-#: with ONE_READ_VALUES_PER_THREAD values a thread. Measured on an H200 (fp16; 4096x32768,
-#: 1024x131072, 256x262144; 2026-11-29, tkcourse/data/h200/tuning/exchange_probe.txt): 32 values a
-#: thread beat 64; 2048-value parts were best for 131072 columns, 4096 for 262144 (2048 there means
-#: 128 parts a row, 8% slower), and the sizes tie at 32768 columns.
-ONE_READ_MIN_PART = 2048
-ONE_READ_MAX_PARTS = 64
-ONE_READ_VALUES_PER_THREAD = 32
-#: GPU plan, one read: longer parts than this (1024 threads) take the two-pass plan instead.
+#: of ONE_READ_WARPS warps, more for parts of over ONE_READ_MAX_VALUES_PER_THREAD values a thread.
+#: Measured on an H200 (fp16; 4096x32768, 1024x131072, 256x262144; 2026-11-29, run 3 of
+#: tkcourse/data/h200/tuning/exchange_probe.txt): 4096-value parts with 4 warps were best at 32768
+#: and 131072 columns, 8192 at 262144 (64 parts of 4096 there were 7% slower); 2 warps lost by 3-12%.
+ONE_READ_MIN_PART = 4096
+ONE_READ_MAX_PARTS = 32
+ONE_READ_WARPS = 4
+ONE_READ_MAX_VALUES_PER_THREAD = 64
+#: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead.
 ONE_READ_MAX_PART = 32768
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting
 #: for its row's other parts and reads the whole row itself. A few polls are the norm.
@@ -255,7 +263,7 @@ def _one_read_split(n_cols: int) -> tuple[int, int, int]:
     part = min(part, triton.next_power_of_2(n_cols))
     parts = triton.next_power_of_2(triton.cdiv(n_cols, part))
     part = triton.next_power_of_2(triton.cdiv(n_cols, parts))  # spread the row evenly over the parts
-    return parts, part, min(32, max(1, part // (32 * ONE_READ_VALUES_PER_THREAD)))
+    return parts, part, max(ONE_READ_WARPS, part // (32 * ONE_READ_MAX_VALUES_PER_THREAD))
 
 
 def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
@@ -275,12 +283,19 @@ def _sm_count(index) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+def _span(parts: int, num_warps: int) -> int:
+    """Entries of _combine_parts' words tensor: every thread holds some (two int64 a thread at most
+    when the loads are vectorized), so no thread has a copy of its own."""
+    return max(parts, 64 * num_warps)
+
+
 def _one_read(x, out, parts, part, num_warps, max_polls=None):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
     _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots,
                                                 MAX_POLLS if max_polls is None else max_polls, PARTS=parts,
-                                                PART=part, FALLBACK_BLOCK=min(part, 1024), num_warps=num_warps)
+                                                PART=part, FALLBACK_BLOCK=min(part, 1024), SPAN=_span(parts, num_warps),
+                                                num_warps=num_warps)
     return out
 
 
@@ -317,7 +332,7 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
     words = torch.zeros(1 + n_rows * parts, dtype=torch.int64, device=x.device)  # the ticket, then the slots
     _split_softmax_kernel[(2 * parts * n_rows,)](
         x, out, x.stride(0), out.stride(0), n_cols, part_cols, words, words[1:], 2**31 - 1,
-        PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS,
+        PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, SPAN=_span(parts, NUM_WARPS), num_warps=NUM_WARPS,
     )
     return out
 

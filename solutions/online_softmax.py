@@ -247,14 +247,15 @@ NUM_STAGES = 1
 INTERPRETER_BLOCK = 1024
 #: GPU plan, one read (``_one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
 #: parts of at least ONE_READ_MIN_PART values (powers of two), each held in registers by one program
-#: with ONE_READ_VALUES_PER_THREAD values a thread. Measured on an H200 (fp16; 4096x32768,
-#: 1024x131072, 256x262144; 2026-11-29, tkcourse/data/h200/tuning/exchange_probe.txt): 32 values a
-#: thread beat 64; 2048-value parts were best for 131072 columns, 4096 for 262144 (2048 there means
-#: 128 parts a row, 8% slower), and the sizes tie at 32768 columns.
-ONE_READ_MIN_PART = 2048
-ONE_READ_MAX_PARTS = 64
-ONE_READ_VALUES_PER_THREAD = 32
-#: GPU plan, one read: longer parts than this (1024 threads) take the two-pass plan instead.
+#: of ONE_READ_WARPS warps, more for parts of over ONE_READ_MAX_VALUES_PER_THREAD values a thread.
+#: Measured on an H200 (fp16; 4096x32768, 1024x131072, 256x262144; 2026-11-29, run 3 of
+#: tkcourse/data/h200/tuning/exchange_probe.txt): 4096-value parts with 4 warps were best at 32768
+#: and 131072 columns, 8192 at 262144 (64 parts of 4096 there were 7% slower); 2 warps lost by 3-12%.
+ONE_READ_MIN_PART = 4096
+ONE_READ_MAX_PARTS = 32
+ONE_READ_WARPS = 4
+ONE_READ_MAX_VALUES_PER_THREAD = 64
+#: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead.
 ONE_READ_MAX_PART = 32768
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting
 #: for its row's other parts and reads the whole row itself. A few polls are the norm.
@@ -284,7 +285,7 @@ def _one_read_split(n_cols: int) -> tuple[int, int, int]:
     part = min(part, triton.next_power_of_2(n_cols))
     parts = triton.next_power_of_2(triton.cdiv(n_cols, part))
     part = triton.next_power_of_2(triton.cdiv(n_cols, parts))  # spread the row evenly over the parts
-    return parts, part, min(32, max(1, part // (32 * ONE_READ_VALUES_PER_THREAD)))
+    return parts, part, max(ONE_READ_WARPS, part // (32 * ONE_READ_MAX_VALUES_PER_THREAD))
 
 
 def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
