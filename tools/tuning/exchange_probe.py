@@ -11,7 +11,8 @@ A: attention forward for causal and short N: a single key loop with the diagonal
 T: the solution's kernel (parts numbered by program id, a bounded wait with a fallback) at several
    part sizes, against "packed-pid". (A variant holding parts of two rows, the second load in flight
    during the first wait, ran on 2026-11-29 and was slower everywhere; see the log. Removed since.)
-Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/exchange_probe.py SA (or T)
+U (with T, "TU"): the solution against the same kernel without its fallback, and packed-pid.
+Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/exchange_probe.py SA (or T, TU)
 """
 import itertools
 import sys
@@ -67,6 +68,36 @@ def _packed_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, ticket_
              eviction_policy="evict_first")
 
 
+@triton.jit
+def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr,
+                                PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr):
+    """The solution's kernel without its fallback: an unbounded uniform wait (measures the fallback's cost)."""
+    pid = tl.program_id(0)
+    row = pid // PARTS
+    part = pid % PARTS
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=float("-inf"),
+                eviction_policy="evict_first").to(tl.float32)
+    m_p = tl.max(x, axis=0)
+    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
+    e = tl.exp(x - shift)
+    l_p = tl.sum(e, axis=0)
+    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    m, l, complete = O._combine_parts(slots_ptr, row, 2**31 - 1, PARTS, SPAN)
+    y = e * (tl.exp(shift - m) / l)
+    tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")
+
+
+def uniform_no_fallback(x, out, parts, part, warps):
+    n_rows, n_cols = x.shape
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
+    _uniform_no_fallback_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, PARTS=parts,
+                                                   PART=part, SPAN=O._span(parts, warps), num_warps=warps)
+    return out
+
+
 def packed(x, out, parts, part, warps, ticket=True):
     n_rows, n_cols = x.shape
     slots = torch.zeros(1 + n_rows * parts, dtype=torch.int64, device=x.device)
@@ -87,14 +118,20 @@ if "T" in what:  # the solution's kernel (program-id parts, bounded wait) agains
         cur_db = b / db(lambda: O.softmax(x)) * 1e-6
         res = []
         sizes = ((4096, 2), (8192, 2), (8192, 4), (16384, 4), (16384, 8), (32768, 8))
-        runs = [(v, pb, w, None) for v in ("solution", "packed-pid") for pb, w in sizes]
-        runs += [("solution", 4096, 2, 2**31 - 1), ("solution", 8192, 4, 2**31 - 1)]
+        if "U" in what:  # the fallback's cost: the solution against itself without the fallback
+            sizes = ((8192, 4), (16384, 4))
+            runs = [(v, pb, w, None) for v in ("solution", "no-fallback", "packed-pid") for pb, w in sizes]
+        else:
+            runs = [(v, pb, w, None) for v in ("solution", "packed-pid") for pb, w in sizes]
+            runs += [("solution", 4096, 2, 2**31 - 1), ("solution", 8192, 4, 2**31 - 1)]
         for variant, pb, w, mp in runs:
             part = pb // 2
             parts = triton.next_power_of_2(triton.cdiv(N, part))
             out = torch.empty_like(x)
             if variant == "solution":
                 f = lambda: O._one_read(x, out, parts, part, w, max_polls=mp)
+            elif variant == "no-fallback":
+                f = lambda: uniform_no_fallback(x, out, parts, part, w)
             else:
                 f = lambda: packed(x, out, parts, part, w, ticket=False)
             try:
