@@ -134,7 +134,6 @@ def _split_softmax_kernel(
     part_cols,  # columns per part, a multiple of BLOCK; part p covers [p * part_cols, (p + 1) * part_cols)
     ticket_ptr,  # int64 counter of work items handed out so far (zero at launch)
     slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
-    max_polls,  # how long a write item waits for its row's stats (it never needs to: tickets)
     PARTS: tl.constexpr,  # parts a row is split into; a power of two
     BLOCK: tl.constexpr,  # columns per step; a power of two
     NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)
@@ -159,9 +158,8 @@ def _split_softmax_kernel(
         m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
         _publish_part(slots_ptr, row, part, m, l, PARTS)
     else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
-        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS, SPAN)
-        if not complete:  # cannot happen with tickets; kept so that no wait is ever unbounded
-            m, l = _online_stats(x_row, 0, n_cols, BLOCK, NUM_STAGES)
+        # tickets: every stats item this waits for is running, so the wait ends; no bound needed
+        m, l, _ = _combine_parts(slots_ptr, row, 0x7FFFFFFF, PARTS, SPAN)
         _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
 
 
@@ -331,7 +329,7 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
     part_cols = triton.cdiv(triton.cdiv(n_cols, parts), block) * block
     words = torch.zeros(1 + n_rows * parts, dtype=torch.int64, device=x.device)  # the ticket, then the slots
     _split_softmax_kernel[(2 * parts * n_rows,)](
-        x, out, x.stride(0), out.stride(0), n_cols, part_cols, words, words[1:], 2**31 - 1,
+        x, out, x.stride(0), out.stride(0), n_cols, part_cols, words, words[1:],
         PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, SPAN=_span(parts, NUM_WARPS), num_warps=NUM_WARPS,
     )
     return out
