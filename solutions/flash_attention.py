@@ -25,6 +25,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tkcourse.mode import INTERPRET, validate
 
@@ -115,14 +116,28 @@ def _attn_fwd_simple(
 #: warp_specialize=True)) that won a sweep on an H200 (fp16, N = 1024, D = 64 and 128, 2026-11-29:
 #: 3-4% over the best plain config). Those are tried only where they apply (non-causal,
 #: N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE is set.
+def _set_descriptor_blocks(nargs):
+    """Autotune pre-hook: host-made descriptors take the block shape of the config about to run."""
+    for name, block in (("Q", "BLOCK_M"), ("K", "BLOCK_N"), ("V", "BLOCK_N"), ("O", "BLOCK_M")):
+        if isinstance(nargs[name], TensorDescriptor):
+            nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
+
+
 FWD_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s)
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s,
+                  pre_hook=_set_descriptor_blocks)
     for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 128, 8)]
     for s in (2, 3, 4)
 ] + [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": True}, num_warps=w, num_stages=s)
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": True}, num_warps=w, num_stages=s,
+                  pre_hook=_set_descriptor_blocks)
     for bm, bn, w, s in [(128, 128, 4, 2), (128, 64, 8, 3)]
 ]
+#: Host-made tensor descriptors (one of all heads, built by the launcher) where N is a multiple of
+#: every block (HOST_DESCRIPTOR_MULTIPLE): a program then reads through them directly instead of
+#: writing four descriptors to memory and fencing them before its first load.
+HOST_DESCRIPTORS = True
+HOST_DESCRIPTOR_MULTIPLE = 128
 #: Autotune the warp-specialized configs too (non-causal attention only).
 FWD_TRY_WARP_SPECIALIZE = True
 #: The one config "tuned" runs with in the interpreter (autotune cannot time kernels on the CPU).
@@ -154,6 +169,7 @@ def _attn_fwd_tuned_loop(
     q,  # the Q block, (BLOCK_M, HEAD_DIM)
     desc_k,  # tensor descriptor of this head's K, blocks of (BLOCK_N, HEAD_DIM)
     desc_v,  # tensor descriptor of this head's V
+    kv_row0,  # row of the descriptors where this head's keys start (0, or b·H·N + h·N for a host-made one)
     offs_m,  # query rows of the Q block
     lo, hi,  # key range [lo, hi) of this stage; lo is a multiple of BLOCK_N
     N,  # number of tokens
@@ -166,7 +182,7 @@ def _attn_fwd_tuned_loop(
     offs_n = tl.arange(0, BLOCK_N)
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        k = desc_k.load([start_n, 0])
+        k = desc_k.load([kv_row0 + start_n, 0])
         qk = tl.dot(q, k.T)
         if MASK:
             keep = (start_n + offs_n)[None, :] < N
@@ -181,18 +197,29 @@ def _attn_fwd_tuned_loop(
         p = tl.math.exp2(qk)
         alpha = tl.math.exp2(m_i - m_ij)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = desc_v.load([start_n, 0])
+        v = desc_v.load([kv_row0 + start_n, 0])
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_ij
     return acc, l_i, m_i
 
 
 @triton.jit
+def _head_descriptor(X, bh, N, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """(descriptor, first row) of head ``bh`` of X: a host-made descriptor of all heads as it is, with the
+    head's rows from bh·N; or, for a pointer, a descriptor of this head alone, (N, D), made here."""
+    if isinstance(X, tl.tensor_descriptor):
+        return X, bh * N
+    else:
+        return tl.make_tensor_descriptor(X + bh.to(tl.int64) * N * HEAD_DIM, [N, HEAD_DIM], [HEAD_DIM, 1],
+                                         [BLOCK, HEAD_DIM]), 0
+
+
+@triton.jit
 def _attn_fwd_tuned(
-    Q,  # pointer to q, contiguous (B, H, N, D), 16-byte aligned
-    K,  # pointer to k, same layout
-    V,  # pointer to v, same layout
-    O,  # pointer to the output o, same layout
+    Q,  # q, contiguous (B, H, N, D), 16-byte aligned: a pointer, or a host-made descriptor of (B·H·N, D)
+    K,  # k, the same
+    V,  # v, the same
+    O,  # the output o, the same
     LSE,  # pointer to the row log-sum-exp, fp32, contiguous (B, H, N)
     N,  # number of tokens
     sm_scale,  # softmax scale
@@ -206,42 +233,43 @@ def _attn_fwd_tuned(
     if CAUSAL:  # heaviest query blocks (most keys) first: a better-balanced tail
         start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1)
-    head = bh.to(tl.int64) * N * HEAD_DIM
-    # one descriptor per head, of shape (N, D): a partial block past row N loads zeros (never the
-    # next head's rows) and a store stops at row N
-    desc_q = tl.make_tensor_descriptor(Q + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
-    desc_k = tl.make_tensor_descriptor(K + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-    desc_v = tl.make_tensor_descriptor(V + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-    desc_o = tl.make_tensor_descriptor(O + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    # Made here from pointers: one descriptor per head, of shape (N, D), so a partial block past row N
+    # loads zeros (never the next head's rows) and a store stops at row N. Made on the host (when
+    # N is a multiple of the blocks): one descriptor of all heads, which this program need not write
+    # to memory and fence before its first load.
+    desc_q, row0 = _head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)
+    desc_k, kv_row0 = _head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
+    desc_v, _ = _head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
+    desc_o, _ = _head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max, in base 2
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) in: exp(x·s) = exp2(x·s·log2 e)
-    q = desc_q.load([start_m * BLOCK_M, 0])
+    q = desc_q.load([row0 + start_m * BLOCK_M, 0])
 
     if CAUSAL:
         # stage 1: key blocks wholly left of the diagonal, no mask; stage 2: the diagonal, masked
         diag = (start_m * BLOCK_M // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, diag, N, qk_scale,
+        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, 0, diag, N, qk_scale,
                                              BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
-        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, offs_m, diag,
+        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, diag,
                                              tl.minimum((start_m + 1) * BLOCK_M, N), N, qk_scale,
                                              BLOCK_N, True, CAUSAL, WARP_SPECIALIZE)
     else:
         # all full key blocks without a mask, then the last, partial one (if any) masked
         n_full = (N // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, n_full, N, qk_scale,
+        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, 0, n_full, N, qk_scale,
                                              BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
         if not WARP_SPECIALIZE:  # a warp-specialized loop must be the only loop: WS needs N % BLOCK_N == 0
-            acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, offs_m, n_full, N, N, qk_scale,
+            acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, n_full, N, N, qk_scale,
                                                  BLOCK_N, True, CAUSAL, False)
 
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # base 2 -> natural log
     tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
-    desc_o.store([start_m * BLOCK_M, 0], acc.to(O.dtype.element_ty))
+    desc_o.store([row0 + start_m * BLOCK_M, 0], acc.to(desc_o.dtype))
 
 
 _attn_fwd_autotuned = None
@@ -262,6 +290,15 @@ if not INTERPRET:  # autotune times kernels on a GPU; the interpreter cannot
 def _tma_scratch(size: int, alignment: int, stream):
     """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def _descriptors(q, k, v, o, multiple):
+    """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), where N is a
+    multiple of ``multiple`` (so no block straddles two heads); else the pointers themselves."""
+    B, H, N, D = q.shape
+    if not HOST_DESCRIPTORS or N % multiple:
+        return [q, k, v, o]
+    return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [multiple, D]) for t in (q, k, v, o)]
 
 
 def _check_inputs(q, k, v, sm_scale):
@@ -321,15 +358,18 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
             triton.set_allocator(_tma_scratch)  # set here: ContextVars do not follow other threads
         if config is None and _attn_fwd_autotuned is not None and N >= AUTOTUNE_MIN_N:
             grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-            _attn_fwd_autotuned[grid](q, k, v, o, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+            args = _descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE)  # every config's blocks divide it
+            _attn_fwd_autotuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
         else:
             cfg = _launch_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG)
             ws = bool(cfg.pop("WARP_SPECIALIZE", False))
             if ws and (causal or N % cfg["BLOCK_N"]):
                 raise ValueError("WARP_SPECIALIZE=True needs causal=False and N a multiple of BLOCK_N "
                                  "(a warp-specialized loop must be the kernel's only loop)")
+            args = _descriptors(q, k, v, o, max(cfg["BLOCK_M"], cfg["BLOCK_N"]))
+            _set_descriptor_blocks({"Q": args[0], "K": args[1], "V": args[2], "O": args[3], "HEAD_DIM": D, **cfg})
             grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
-            _attn_fwd_tuned[grid](q, k, v, o, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
+            _attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
         return o, lse
 
     if config is not None:

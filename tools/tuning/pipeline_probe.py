@@ -9,6 +9,8 @@ E: attention forward with half of the exponentials computed on the FMA units (2^
    poly(x - round(x)), the exponent added to the float's bits), the other half on the MUFU units
    (ex2.approx), as FlashAttention-4 does: at D = 64 the exp throughput (16 a clock an SM) is as
    long as the two matmuls of a tile.
+H: the solution's tuned attention kernel with host-made tensor descriptors (F.HOST_DESCRIPTORS) against
+   descriptors made in the kernel, same configs, same run.
 C: causal attention with the diagonal key blocks done first, unrolled (tl.static_range), so that
    the key loop left of the diagonal is the kernel's only loop and can be warp-specialized.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
@@ -245,4 +247,45 @@ if "E" in what or "C" in what:
         if res:
             summary.append(f"attn D{D} N{N} c{int(causal)} flash {fa:.0f} cur {cur / fa:.2f}x best {res[0][0] / fa:.2f}x "
                            f"{res[0][1:7]}")
+if "H" in what:
+    triton.set_allocator(F._tma_scratch)
+    for D, N, causal in [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
+                         (128, 1024, False), (128, 16384, True)]:
+        H, B = 2048 // D, 16384 // N
+        q, k, v = (torch.randn(B, H, N, D, dtype=torch.float16, device="cuda") for _ in range(3))
+        fl = 4 * B * H * N * N * D // (2 if causal else 1)
+        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+            ref = sdpa()
+            fa = fl / db(sdpa) * 1e-9
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
+            cu = fl / db(sdpa) * 1e-9
+        best = {}
+        t0 = time.time()
+        cfgs = [(128, 64, 8, 3, False), (64, 64, 4, 2, False), (128, 64, 4, 2, False), (128, 128, 8, 2, False),
+                (128, 64, 4, 3, False), (128, 128, 4, 2, True), (128, 64, 8, 3, True)]
+        for (bm, bn, w, s, ws), host in itertools.product(cfgs, (False, True)):
+            if causal and (ws or bm < bn):
+                continue
+            F.HOST_DESCRIPTORS = host
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s, WARP_SPECIALIZE=ws)
+            f = lambda: F.attention_forward(q, k, v, causal=causal, config=cfg)
+            try:
+                o, _ = f()
+                err = (o.float() - ref.float()).abs().max().item()
+                if err > 2e-2:
+                    print("  wrong", cfg, host, err, flush=True)
+                    continue
+                t = fl / db(f) * 1e-9
+                print(f"  D{D} N{N} c{int(causal)} {bm}x{bn} w{w} s{s}{' WS' if ws else ''} host {host}: {t:.0f} ({t / fa:.2f}x)", flush=True)
+                if t > best.get(host, (0,))[0]:
+                    best[host] = (t, cfg)
+            except Exception as e:
+                print("  fail", cfg, host, str(e).splitlines()[0][:150] if str(e) else type(e).__name__, flush=True)
+        F.HOST_DESCRIPTORS = True
+        line = (f"attn D{D} N{N} c{int(causal)}: flash {fa:.0f} cudnn {cu:.0f}; " +
+                "; ".join(f"{'host' if h else 'in-kernel'} best {t:.0f} ({t / fa:.2f}x flash, {t / cu:.2f}x cudnn) {c}"
+                          for h, (t, c) in sorted(best.items())) + f" [{time.time() - t0:.0f}s]")
+        print(line, flush=True)
+        summary.append(line)
 print("\n".join(summary))
