@@ -247,6 +247,15 @@ if "E" in what or "C" in what:
         if res:
             summary.append(f"attn D{D} N{N} c{int(causal)} flash {fa:.0f} cur {cur / fa:.2f}x best {res[0][0] / fa:.2f}x "
                            f"{res[0][1:7]}")
+if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
+    for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
+        x = torch.randn(M, N, dtype=torch.float16, device="cuda")
+        parts = O._one_read_plan(N, x.device)[0]
+        z = graph_ms(lambda: torch.zeros((M, parts), dtype=torch.int64, device="cuda"), rep=60)
+        t = graph_ms(lambda: O.softmax(x), rep=60)
+        line = f"zeros {M}x{parts} words: {z * 1e3:.1f} us of the softmax's {t * 1e3:.1f} us ({4 * M * N / t * 1e-6:.0f} GB/s)"
+        print(line, flush=True)
+        summary.append(line)
 if "H" in what:
     triton.set_allocator(F._tma_scratch)
     for D, N, causal in [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
