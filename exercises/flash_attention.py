@@ -28,6 +28,7 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tkcourse.mode import INTERPRET, validate
 
@@ -71,24 +72,41 @@ def _attn_fwd_simple(
 #   1. exp2 instead of exp, with log2(e) folded into the scale (one multiply less per score);
 #   2. causal: the key blocks left of the diagonal run without any mask, only the diagonal is masked;
 #      non-causal: only the last, partial key block is masked;
-#   3. tensor descriptors (TMA on Hopper): one descriptor per head, so partial blocks read zeros
-#      and stores stop at the head's last row;
+#   3. tensor descriptors (TMA on Hopper): made on the host, one of all heads, where N is a multiple
+#      of the blocks; else made in the kernel, one per head, so partial blocks read zeros and stores
+#      stop at the head's last row;
 #   4. triton.autotune over FWD_CONFIGS (on a GPU; the interpreter uses one fixed config).
 # ----------------------------------------------------------------------------------------------
 
+def _set_descriptor_blocks(nargs):
+    """Autotune pre-hook: host-made descriptors take the block shape of the config about to run."""
+    for name, block in (("Q", "BLOCK_M"), ("K", "BLOCK_N"), ("V", "BLOCK_N"), ("O", "BLOCK_M")):
+        if isinstance(nargs[name], TensorDescriptor):
+            nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
+
+
 #: Autotune configs of the tuned forward kernel (GPU only), after Triton's fused-attention tutorial
-#: (8 warps only on 128x128 tiles), plus the two warp-specialized loops (tl.range(...,
-#: warp_specialize=True)) that won a sweep on an H200 (fp16, N = 1024, D = 64 and 128, 2026-11-29:
-#: 3-4% over the best plain config). Those are tried only where they apply (non-causal,
-#: N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE is set.
+#: (8 warps only on 128x128 tiles), plus 128x64 tiles with 8 warps and a warp-specialized loop
+#: (tl.range(..., warp_specialize=True)), which won sweeps on an H200 (fp16, N = 1024 and 4096,
+#: D = 64 and 128, 2026-11-29; tools/tuning/pipeline_probe.py). The warp-specialized config is tried
+#: only where it applies (non-causal, N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE is set.
+#: (A warp-specialized 128x128 config with 4 warps also won with in-kernel descriptors; with
+#: host-made ones Triton 3.6 fails to compile it, so it is gone.)
 FWD_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s)
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s,
+                  pre_hook=_set_descriptor_blocks)
     for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 128, 8)]
     for s in (2, 3, 4)
 ] + [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": True}, num_warps=w, num_stages=s)
-    for bm, bn, w, s in [(128, 128, 4, 2), (128, 64, 8, 3)]
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "WARP_SPECIALIZE": ws}, num_warps=8, num_stages=s,
+                  pre_hook=_set_descriptor_blocks)
+    for ws, s in [(False, 3), (False, 4), (True, 3)]
 ]
+#: Host-made tensor descriptors (one of all heads, built by the launcher) where N is a multiple of
+#: every block (HOST_DESCRIPTOR_MULTIPLE): a program then reads through them directly instead of
+#: writing four descriptors to memory and fencing them before its first load.
+HOST_DESCRIPTORS = True
+HOST_DESCRIPTOR_MULTIPLE = 128
 #: Autotune the warp-specialized configs too (non-causal attention only).
 FWD_TRY_WARP_SPECIALIZE = True
 #: The one config "tuned" runs with in the interpreter (autotune cannot time kernels on the CPU).
@@ -123,6 +141,15 @@ _attn_fwd_autotuned = None
 def _tma_scratch(size: int, alignment: int, stream):
     """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def _descriptors(q, k, v, o, multiple):
+    """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), where N is a
+    multiple of ``multiple`` (so no block straddles two heads); else the pointers themselves."""
+    B, H, N, D = q.shape
+    if not HOST_DESCRIPTORS or N % multiple:
+        return [q, k, v, o]
+    return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [multiple, D]) for t in (q, k, v, o)]
 
 
 def _check_inputs(q, k, v, sm_scale):
@@ -182,15 +209,18 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
             triton.set_allocator(_tma_scratch)  # set here: ContextVars do not follow other threads
         if config is None and _attn_fwd_autotuned is not None and N >= AUTOTUNE_MIN_N:
             grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-            _attn_fwd_autotuned[grid](q, k, v, o, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+            args = _descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE)  # every config's blocks divide it
+            _attn_fwd_autotuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
         else:
             cfg = _launch_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG)
             ws = bool(cfg.pop("WARP_SPECIALIZE", False))
             if ws and (causal or N % cfg["BLOCK_N"]):
                 raise ValueError("WARP_SPECIALIZE=True needs causal=False and N a multiple of BLOCK_N "
                                  "(a warp-specialized loop must be the kernel's only loop)")
+            args = _descriptors(q, k, v, o, max(cfg["BLOCK_M"], cfg["BLOCK_N"]))
+            _set_descriptor_blocks({"Q": args[0], "K": args[1], "V": args[2], "O": args[3], "HEAD_DIM": D, **cfg})
             grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
-            _attn_fwd_tuned[grid](q, k, v, o, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
+            _attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
         return o, lse
 
     if config is not None:

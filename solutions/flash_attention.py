@@ -106,16 +106,12 @@ def _attn_fwd_simple(
 #   1. exp2 instead of exp, with log2(e) folded into the scale (one multiply less per score);
 #   2. causal: the key blocks left of the diagonal run without any mask, only the diagonal is masked;
 #      non-causal: only the last, partial key block is masked;
-#   3. tensor descriptors (TMA on Hopper): one descriptor per head, so partial blocks read zeros
-#      and stores stop at the head's last row;
+#   3. tensor descriptors (TMA on Hopper): made on the host, one of all heads, where N is a multiple
+#      of the blocks; else made in the kernel, one per head, so partial blocks read zeros and stores
+#      stop at the head's last row;
 #   4. triton.autotune over FWD_CONFIGS (on a GPU; the interpreter uses one fixed config).
 # ----------------------------------------------------------------------------------------------
 
-#: Autotune configs of the tuned forward kernel (GPU only), after Triton's fused-attention tutorial
-#: (8 warps only on 128x128 tiles), plus the two warp-specialized loops (tl.range(...,
-#: warp_specialize=True)) that won a sweep on an H200 (fp16, N = 1024, D = 64 and 128, 2026-11-29:
-#: 3-4% over the best plain config). Those are tried only where they apply (non-causal,
-#: N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE is set.
 def _set_descriptor_blocks(nargs):
     """Autotune pre-hook: host-made descriptors take the block shape of the config about to run."""
     for name, block in (("Q", "BLOCK_M"), ("K", "BLOCK_N"), ("V", "BLOCK_N"), ("O", "BLOCK_M")):
@@ -123,15 +119,22 @@ def _set_descriptor_blocks(nargs):
             nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
 
 
+#: Autotune configs of the tuned forward kernel (GPU only), after Triton's fused-attention tutorial
+#: (8 warps only on 128x128 tiles), plus 128x64 tiles with 8 warps and a warp-specialized loop
+#: (tl.range(..., warp_specialize=True)), which won sweeps on an H200 (fp16, N = 1024 and 4096,
+#: D = 64 and 128, 2026-11-29; tools/tuning/pipeline_probe.py). The warp-specialized config is tried
+#: only where it applies (non-causal, N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE is set.
+#: (A warp-specialized 128x128 config with 4 warps also won with in-kernel descriptors; with
+#: host-made ones Triton 3.6 fails to compile it, so it is gone.)
 FWD_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s,
                   pre_hook=_set_descriptor_blocks)
     for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 128, 8)]
     for s in (2, 3, 4)
 ] + [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": True}, num_warps=w, num_stages=s,
+    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "WARP_SPECIALIZE": ws}, num_warps=8, num_stages=s,
                   pre_hook=_set_descriptor_blocks)
-    for bm, bn, w, s in [(128, 128, 4, 2), (128, 64, 8, 3)]
+    for ws, s in [(False, 3), (False, 4), (True, 3)]
 ]
 #: Host-made tensor descriptors (one of all heads, built by the launcher) where N is a multiple of
 #: every block (HOST_DESCRIPTOR_MULTIPLE): a program then reads through them directly instead of

@@ -58,6 +58,23 @@ def test_tuned_with_explicit_config(config):
         _check(*_qkv(2, 1, 100, 16), causal, "tuned", config=config)
 
 
+@pytest.mark.parametrize("N", [128, 256])
+def test_host_made_descriptors(N, monkeypatch):
+    """N a multiple of the blocks: the launcher makes one descriptor of all heads (head bh from row
+    bh·N), and the answer is the same as with the kernel's own descriptors, one per head."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    q, k, v = _qkv(2, 3, N, 16, seed=N)  # B·H = 6 heads: a wrong head offset shows
+    assert isinstance(fa._descriptors(q, k, v, q, fa.HOST_DESCRIPTOR_MULTIPLE)[0], TensorDescriptor)
+    assert not isinstance(fa._descriptors(q, k, v, q, 256)[0], TensorDescriptor) or N % 256 == 0
+    for causal in (False, True):
+        o = _check(q, k, v, causal, "tuned")
+        monkeypatch.setattr(fa, "HOST_DESCRIPTORS", False)
+        assert isinstance(fa._descriptors(q, k, v, q, 128)[0], torch.Tensor)
+        torch.testing.assert_close(fa.attention_forward(q, k, v, causal=causal, impl="tuned")[0], o)
+        monkeypatch.setattr(fa, "HOST_DESCRIPTORS", True)
+
+
 def test_warp_specialized_config():
     """A warp-specialized K/V loop must be the kernel's only loop: non-causal, N a multiple of BLOCK_N."""
     config = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "WARP_SPECIALIZE": True}
