@@ -137,10 +137,13 @@ FWD_CONFIGS = [
     for ws, s in [(False, 3), (False, 4), (True, 3)]
 ]
 #: Host-made tensor descriptors (one of all heads, built by the launcher) where N is a multiple of
-#: every block (HOST_DESCRIPTOR_MULTIPLE): a program then reads through them directly instead of
-#: writing four descriptors to memory and fencing them before its first load.
+#: every block (HOST_DESCRIPTOR_MULTIPLE) and at most HOST_DESCRIPTOR_MAX_N: a program then reads
+#: through them directly instead of writing four descriptors to memory and fencing them before its
+#: first load. Measured on an H200 (fp16, 2026-11-29, pipeline_probe.py part H and the 13:19 bench):
+#: 5-25% faster at N = 1024 and 4096, where programs are short; 6-10% slower at N = 16384.
 HOST_DESCRIPTORS = True
 HOST_DESCRIPTOR_MULTIPLE = 128
+HOST_DESCRIPTOR_MAX_N = 4096
 #: Autotune the warp-specialized configs too (non-causal attention only).
 FWD_TRY_WARP_SPECIALIZE = True
 #: The one config "tuned" runs with in the interpreter (autotune cannot time kernels on the CPU).
@@ -297,9 +300,10 @@ def _tma_scratch(size: int, alignment: int, stream):
 
 def _descriptors(q, k, v, o, multiple):
     """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), where N is a
-    multiple of ``multiple`` (so no block straddles two heads); else the pointers themselves."""
+    multiple of ``multiple`` (so no block straddles two heads) and at most HOST_DESCRIPTOR_MAX_N;
+    else the pointers themselves (the kernel then makes a descriptor per head)."""
     B, H, N, D = q.shape
-    if not HOST_DESCRIPTORS or N % multiple:
+    if not HOST_DESCRIPTORS or N % multiple or N > HOST_DESCRIPTOR_MAX_N:
         return [q, k, v, o]
     return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [multiple, D]) for t in (q, k, v, o)]
 
