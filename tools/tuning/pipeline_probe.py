@@ -13,6 +13,10 @@ H: the solution's tuned attention kernel with host-made tensor descriptors (F.HO
    descriptors made in the kernel, same configs, same run.
 C: causal attention with the diagonal key blocks done first, unrolled (tl.static_range), so that
    the key loop left of the diagonal is the kernel's only loop and can be warp-specialized.
+B: a bound for the one-read softmax's shape of work: each program loads its part, normalizes it by
+   its own (m, l) and stores it, with no exchange at all (wrong unless a row is one part). However the
+   exchange is done, a one-read kernel with parts of that size cannot be faster than this.
+   Beside it, at 1024x131072, the solution's kernel and the same without its fallback at 2048-value parts.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -247,6 +251,57 @@ if "E" in what or "C" in what:
         if res:
             summary.append(f"attn D{D} N{N} c{int(causal)} flash {fa:.0f} cur {cur / fa:.2f}x best {res[0][0] / fa:.2f}x "
                            f"{res[0][1:7]}")
+@triton.jit
+def _no_exchange_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, PARTS: tl.constexpr, PART: tl.constexpr):
+    pid = tl.program_id(0)
+    row = pid // PARTS
+    cols = (pid % PARTS) * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=float("-inf"),
+                eviction_policy="evict_first").to(tl.float32)
+    m = tl.max(x, axis=0)
+    e = tl.exp(x - m)
+    y = e / tl.sum(e, axis=0)
+    tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")
+
+
+if "B" in what:
+    sys.path.insert(0, "tools/tuning")
+    import exchange_probe as XP  # its uniform_no_fallback and packed variants (importing it runs none of its parts)
+
+    for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
+        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
+        b = 4 * M * N
+        ref = torch.softmax(x.float(), -1)
+        y = torch.empty_like(x)
+        cp = b / graph_ms(lambda: y.copy_(x), rep=60) * 1e-6
+        now = b / db(lambda: O.softmax(x)) * 1e-6
+        res = []
+        for part, w in ((2048, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8)):
+            parts = triton.next_power_of_2(triton.cdiv(N, part))
+            out = torch.empty_like(x)
+            runs = [("no-exchange", lambda: _no_exchange_kernel[(parts * M,)](x, out, x.stride(0), out.stride(0), N,
+                                                                             PARTS=parts, PART=part, num_warps=w))]
+            if M == 1024 and part <= 4096:
+                runs += [("solution", lambda: O._one_read(x, out, parts, part, w)),
+                         ("no-fallback", lambda: XP.uniform_no_fallback(x, out, parts, part, w)),
+                         ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False))]
+            for name, f in runs:
+                try:
+                    f()
+                    torch.cuda.synchronize()
+                    err = (out.float() - ref).abs().max().item() if name != "no-exchange" else float("nan")
+                    res.append((b / db(f) * 1e-6, b / graph_ms(f, rep=60) * 1e-6, name, part, w, parts, err))
+                except Exception as e:
+                    print("   fail", name, part, w, str(e)[:200], flush=True)
+        res.sort(key=lambda r: -r[0])
+        print(f"online {M}x{N}: copy {cp:.0f} GB/s, O.softmax now (do_bench) {now:.0f}", flush=True)
+        for r in res:
+            print(f"   do_bench {r[0]:.0f}  graph {r[1]:.0f}  {r[2]:11s} {r[3]} values w{r[4]} p{r[5]} err {r[6]:.1e}")
+        bound = max(r[0] for r in res if r[2] == "no-exchange")
+        summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); no-exchange bound {bound:.0f} "
+                       f"({bound / 4250:.1%} of 4.25 TB/s)")
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda")
