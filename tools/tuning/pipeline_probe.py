@@ -17,6 +17,9 @@ B: a bound for the one-read softmax's shape of work: each program loads its part
    its own (m, l) and stores it, with no exchange at all (wrong unless a row is one part). However the
    exchange is done, a one-read kernel with parts of that size cannot be faster than this.
    Beside it, at 1024x131072, the solution's kernel and the same without its fallback at 2048-value parts.
+W: the solution's kernel with a cheaper uniform wait: each thread spins on its own entries of the words
+   tensor in inline PTX (a bounded loop of relaxed loads, no barrier inside, so threads may leave it at
+   different times), and only then one reduction over the tensor decides, uniformly, complete or not.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -302,6 +305,97 @@ if "B" in what:
         bound = max(r[0] for r in res if r[2] == "no-exchange")
         summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); no-exchange bound {bound:.0f} "
                        f"({bound / 4250:.1%} of 4.25 TB/s)")
+@triton.jit
+def _spin_read(ptrs, max_spins):
+    """Each element: load the 64-bit word at its pointer until it is not 0, at most max_spins times."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .pred %p<2>;
+        .reg .u32 %n;
+        mov.u32 %n, $2;
+        SPIN${:uid}:
+        ld.relaxed.gpu.global.b64 $0, [$1];
+        setp.ne.s64 %p0, $0, 0;
+        @%p0 bra DONE${:uid};
+        sub.u32 %n, %n, 1;
+        setp.ne.u32 %p1, %n, 0;
+        @%p1 bra SPIN${:uid};
+        DONE${:uid}:
+        }""",
+        "=l,l,r", [ptrs, max_spins], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls,
+                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, FALLBACK: tl.constexpr):
+    pid = tl.program_id(0)
+    row = pid // PARTS
+    part = pid % PARTS
+    x_row = x_ptr + row.to(tl.int64) * x_row_stride
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+    m_p = tl.max(x, axis=0)
+    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
+    e = tl.exp(x - shift)
+    l_p = tl.sum(e, axis=0)
+    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    entry = tl.arange(0, SPAN)
+    words = _spin_read(slots_ptr + row * PARTS + entry % PARTS, max_polls + tl.zeros([SPAN], tl.int32))
+    m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    m = tl.max(m_parts, axis=0)
+    l = tl.sum(tl.where(entry < PARTS, l_parts * tl.exp(m_parts - m), 0.0), axis=0)
+    if FALLBACK:
+        if tl.max((words == 0).to(tl.int32), axis=0) > 0:
+            m, l = O._online_stats(x_row, 0, n_cols, 1024, 1)
+    y = e * (tl.exp(shift - m) / l)
+    tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")
+
+
+def spin(x, out, parts, part, warps, fallback=True, max_polls=1 << 16):
+    n_rows, n_cols = x.shape
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
+    _spin_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, PARTS=parts,
+                                    PART=part, SPAN=O._span(parts, warps), FALLBACK=fallback, num_warps=warps)
+    return out
+
+
+if "W" in what:
+    sys.path.insert(0, "tools/tuning")
+    import exchange_probe as XP
+
+    for M, N, cfgs in [(4096, 32768, ((4096, 4), (2048, 2))), (1024, 131072, ((2048, 2), (4096, 4), (4096, 2))),
+                       (256, 262144, ((8192, 4), (4096, 4), (2048, 2)))]:
+        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
+        b = 4 * M * N
+        ref = torch.softmax(x.float(), -1)
+        now = b / db(lambda: O.softmax(x)) * 1e-6
+        res = []
+        for part, w in cfgs:
+            parts = triton.next_power_of_2(triton.cdiv(N, part))
+            out = torch.empty_like(x)
+            for name, f in [("spin", lambda: spin(x, out, parts, part, w)),
+                            ("spin-nofb", lambda: spin(x, out, parts, part, w, fallback=False)),
+                            ("solution", lambda: O._one_read(x, out, parts, part, w)),
+                            ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False))]:
+                try:
+                    out.zero_()
+                    f()
+                    torch.cuda.synchronize()
+                    err = (out.float() - ref).abs().max().item()
+                    res.append((b / db(f) * 1e-6, b / graph_ms(f, rep=60) * 1e-6, name, part, w, parts, err))
+                except Exception as e:
+                    print("   fail", name, part, w, str(e)[:300], flush=True)
+        res.sort(key=lambda r: -r[0])
+        print(f"online {M}x{N}: O.softmax now (do_bench) {now:.0f}", flush=True)
+        for r in res:
+            print(f"   do_bench {r[0]:.0f}  graph {r[1]:.0f}  {r[2]:11s} {r[3]} values w{r[4]} p{r[5]} err {r[6]:.1e}")
+        sp = [r for r in res if r[2] == "spin" and r[6] < 1e-3]
+        if sp:
+            summary.append(f"online {M}x{N}: now {now:.0f} ({now / 4250:.1%}); spin best {sp[0][0]:.0f} "
+                           f"({sp[0][0] / 4250:.1%}) {sp[0][3]} values w{sp[0][4]}")
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda")
