@@ -106,7 +106,8 @@ FWD_CONFIGS = [
 #: every block (HOST_DESCRIPTOR_MULTIPLE) and at most HOST_DESCRIPTOR_MAX_N: a program then reads
 #: through them directly instead of writing four descriptors to memory and fencing them before its
 #: first load. Measured on an H200 (fp16, 2026-11-29, pipeline_probe.py part H and the 13:19 bench):
-#: 5-25% faster at N = 1024 and 4096, where programs are short; 6-10% slower at N = 16384.
+#: 5-25% faster at N = 1024 and 4096, where programs are short; 1-8% slower at N = 16384
+#: (tuning/bench_flash_attention_runs.txt: the 13:19 run had them at every N, the 13:27 run not at 16384).
 HOST_DESCRIPTORS = True
 HOST_DESCRIPTOR_MULTIPLE = 128
 HOST_DESCRIPTOR_MAX_N = 4096
