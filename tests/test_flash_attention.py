@@ -201,3 +201,18 @@ def test_forward_grader_catches_planted_mistake(name, bug, hint):
 
 def test_forward_grader_passes_a_correct_planted_function():
     assert check.run("flash_attention", module=_fwd_module(None), quiet=True).passed
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="compares with SDPA on a GPU")
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_autotuned_host_descriptors_match_sdpa_on_a_gpu(D, causal):
+    """N = 1024: a multiple of every block, so the autotuned kernel reads through host-made descriptors
+    whose block shapes the configs' pre-hook sets; a wrong shape or head offset shows here."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 1024, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    assert not isinstance(fa._descriptors(q, k, v, q, fa.HOST_DESCRIPTOR_MULTIPLE)[0], torch.Tensor)
+    o, lse = fa.attention_forward(q, k, v, causal=causal)
+    ro, rlse = fa.reference(q.float(), k.float(), v.float(), causal=causal, return_lse=True)
+    torch.testing.assert_close(o.float(), ro, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse, rlse, atol=2e-2, rtol=2e-2)
