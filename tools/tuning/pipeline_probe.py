@@ -20,6 +20,8 @@ B: a bound for the one-read softmax's shape of work: each program loads its part
 W: the solution's kernel with a cheaper uniform wait: each thread spins on its own entries of the words
    tensor in inline PTX (a bounded loop of relaxed loads, no barrier inside, so threads may leave it at
    different times), and only then one reduction over the tensor decides, uniformly, complete or not.
+   'spin-sleep' backs off 100 ns between loads; 'count' raises a per-row count (release) after its word
+   and spins (acquire) on that one count instead of on the words, then reads the words once.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -306,28 +308,69 @@ if "B" in what:
         summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); no-exchange bound {bound:.0f} "
                        f"({bound / 4250:.1%} of 4.25 TB/s)")
 @triton.jit
-def _spin_read(ptrs, max_spins):
-    """Each element: load the 64-bit word at its pointer until it is not 0, at most max_spins times."""
+def _spin_read(ptrs, max_spins, SLEEP_NS: tl.constexpr):
+    """Each element: load the 64-bit word at its pointer until it is not 0, at most max_spins times,
+    sleeping about 100 ns between two loads when SLEEP_NS > 0 (fewer loads crowd L2)."""
+    if SLEEP_NS > 0:
+        return tl.inline_asm_elementwise(
+            """{
+            .reg .pred %p<2>;
+            .reg .u32 %n;
+            mov.u32 %n, $2;
+            SPIN${:uid}:
+            ld.relaxed.gpu.global.b64 $0, [$1];
+            setp.ne.s64 %p0, $0, 0;
+            @%p0 bra DONE${:uid};
+            nanosleep.u32 100;
+            sub.u32 %n, %n, 1;
+            setp.ne.u32 %p1, %n, 0;
+            @%p1 bra SPIN${:uid};
+            DONE${:uid}:
+            }""",
+            "=l,l,r", [ptrs, max_spins], dtype=tl.int64, is_pure=False, pack=1)
+    else:
+        return tl.inline_asm_elementwise(
+            """{
+            .reg .pred %p<2>;
+            .reg .u32 %n;
+            mov.u32 %n, $2;
+            SPIN${:uid}:
+            ld.relaxed.gpu.global.b64 $0, [$1];
+            setp.ne.s64 %p0, $0, 0;
+            @%p0 bra DONE${:uid};
+            sub.u32 %n, %n, 1;
+            setp.ne.u32 %p1, %n, 0;
+            @%p1 bra SPIN${:uid};
+            DONE${:uid}:
+            }""",
+            "=l,l,r", [ptrs, max_spins], dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def _spin_count(ptrs, target, max_spins):
+    """Each element: acquire-load the 32-bit count at its pointer until it reaches target, at most
+    max_spins times; returns the last count read."""
     return tl.inline_asm_elementwise(
         """{
         .reg .pred %p<2>;
         .reg .u32 %n;
-        mov.u32 %n, $2;
+        mov.u32 %n, $3;
         SPIN${:uid}:
-        ld.relaxed.gpu.global.b64 $0, [$1];
-        setp.ne.s64 %p0, $0, 0;
+        ld.acquire.gpu.global.b32 $0, [$1];
+        setp.ge.s32 %p0, $0, $2;
         @%p0 bra DONE${:uid};
         sub.u32 %n, %n, 1;
         setp.ne.u32 %p1, %n, 0;
         @%p1 bra SPIN${:uid};
         DONE${:uid}:
         }""",
-        "=l,l,r", [ptrs, max_spins], dtype=tl.int64, is_pure=False, pack=1)
+        "=r,l,r,r", [ptrs, target, max_spins], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
-def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls,
-                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, FALLBACK: tl.constexpr):
+def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, counts_ptr, max_polls,
+                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, FALLBACK: tl.constexpr,
+                 SLEEP_NS: tl.constexpr, COUNT: tl.constexpr):
     pid = tl.program_id(0)
     row = pid // PARTS
     part = pid % PARTS
@@ -341,7 +384,14 @@ def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr
     l_p = tl.sum(e, axis=0)
     O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
     entry = tl.arange(0, SPAN)
-    words = _spin_read(slots_ptr + row * PARTS + entry % PARTS, max_polls + tl.zeros([SPAN], tl.int32))
+    spins = max_polls + tl.zeros([SPAN], tl.int32)
+    if COUNT:  # one count a row, raised (release) after the word; wait (acquire) on it, then read the words once
+        tl.atomic_add(counts_ptr + row, 1, sem="release")
+        seen = _spin_count(counts_ptr + row + 0 * entry, PARTS + tl.zeros([SPAN], tl.int32), spins)
+        words = tl.load(slots_ptr + row * PARTS + entry % PARTS, volatile=True)
+        words = tl.where(seen >= PARTS, words, 0)  # a timed-out wait counts as incomplete
+    else:
+        words = _spin_read(slots_ptr + row * PARTS + entry % PARTS, spins, SLEEP_NS)
     m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     m = tl.max(m_parts, axis=0)
@@ -354,11 +404,13 @@ def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr
              eviction_policy="evict_first")
 
 
-def spin(x, out, parts, part, warps, fallback=True, max_polls=1 << 16):
+def spin(x, out, parts, part, warps, fallback=True, max_polls=1 << 16, sleep_ns=0, count=False):
     n_rows, n_cols = x.shape
-    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
-    _spin_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, PARTS=parts,
-                                    PART=part, SPAN=O._span(parts, warps), FALLBACK=fallback, num_warps=warps)
+    words = torch.zeros(n_rows * parts + (n_rows + 1) // 2, dtype=torch.int64, device=x.device)  # one zero fill
+    slots, counts = words[:n_rows * parts], words[n_rows * parts:].view(torch.int32)  # counts: one int32 a row
+    _spin_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, counts, max_polls, PARTS=parts,
+                                    PART=part, SPAN=O._span(parts, warps), FALLBACK=fallback, SLEEP_NS=sleep_ns,
+                                    COUNT=count, num_warps=warps)
     return out
 
 
@@ -378,6 +430,8 @@ if "W" in what:
             out = torch.empty_like(x)
             for name, f in [("spin", lambda: spin(x, out, parts, part, w)),
                             ("spin-nofb", lambda: spin(x, out, parts, part, w, fallback=False)),
+                            ("spin-sleep", lambda: spin(x, out, parts, part, w, sleep_ns=100)),
+                            ("count", lambda: spin(x, out, parts, part, w, count=True)),
                             ("solution", lambda: O._one_read(x, out, parts, part, w)),
                             ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False))]:
                 try:
