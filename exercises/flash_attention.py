@@ -147,14 +147,17 @@ def _tma_scratch(size: int, alignment: int, stream):
     return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
-def _descriptors(q, k, v, o, multiple):
-    """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), where N is a
-    multiple of ``multiple`` (so no block straddles two heads) and at most HOST_DESCRIPTOR_MAX_N;
-    else the pointers themselves (the kernel then makes a descriptor per head)."""
+def _descriptors(q, k, v, o, block_m, block_n=None):
+    """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), with blocks of
+    block_m rows (Q, O) and block_n rows (K, V; default block_m), where N is a multiple of both (so no
+    block straddles two heads) and at most HOST_DESCRIPTOR_MAX_N; else the pointers themselves (the
+    kernel then makes a descriptor per head). Autotuning resets the blocks per config (its pre-hook)."""
     B, H, N, D = q.shape
-    if not HOST_DESCRIPTORS or N % multiple or N > HOST_DESCRIPTOR_MAX_N:
+    block_n = block_n or block_m
+    if not HOST_DESCRIPTORS or N % block_m or N % block_n or N > HOST_DESCRIPTOR_MAX_N:
         return [q, k, v, o]
-    return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [multiple, D]) for t in (q, k, v, o)]
+    return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [block, D])
+            for t, block in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
 
 
 def _check_inputs(q, k, v, sm_scale):
@@ -222,8 +225,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
             if ws and (causal or N % cfg["BLOCK_N"]):
                 raise ValueError("WARP_SPECIALIZE=True needs causal=False and N a multiple of BLOCK_N "
                                  "(a warp-specialized loop must be the kernel's only loop)")
-            args = _descriptors(q, k, v, o, max(cfg["BLOCK_M"], cfg["BLOCK_N"]))
-            _set_descriptor_blocks({"Q": args[0], "K": args[1], "V": args[2], "O": args[3], "HEAD_DIM": D, **cfg})
+            args = _descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"])
             grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
             _attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
         return o, lse

@@ -67,15 +67,14 @@ def test_host_made_descriptors(N, monkeypatch):
     q, k, v = _qkv(2, 3, N, 16, seed=N)  # B·H = 6 heads: a wrong head offset shows
     assert isinstance(fa._descriptors(q, k, v, q, fa.HOST_DESCRIPTOR_MULTIPLE)[0], TensorDescriptor)
     assert not isinstance(fa._descriptors(q, k, v, q, 256)[0], TensorDescriptor) or N % 256 == 0
+    host = {causal: _check(q, k, v, causal, "tuned") for causal in (False, True)}
+    monkeypatch.setattr(fa, "HOST_DESCRIPTORS", False)
+    assert isinstance(fa._descriptors(q, k, v, q, 128)[0], torch.Tensor)
+    for causal, o in host.items():
+        torch.testing.assert_close(fa.attention_forward(q, k, v, causal=causal, impl="tuned")[0], o)
+    monkeypatch.setattr(fa, "HOST_DESCRIPTORS", True)
     monkeypatch.setattr(fa, "HOST_DESCRIPTOR_MAX_N", N - 1)  # longer sequences: the kernel makes its own
     assert isinstance(fa._descriptors(q, k, v, q, 128)[0], torch.Tensor)
-    monkeypatch.setattr(fa, "HOST_DESCRIPTOR_MAX_N", 4096)
-    for causal in (False, True):
-        o = _check(q, k, v, causal, "tuned")
-        monkeypatch.setattr(fa, "HOST_DESCRIPTORS", False)
-        assert isinstance(fa._descriptors(q, k, v, q, 128)[0], torch.Tensor)
-        torch.testing.assert_close(fa.attention_forward(q, k, v, causal=causal, impl="tuned")[0], o)
-        monkeypatch.setattr(fa, "HOST_DESCRIPTORS", True)
 
 
 def test_warp_specialized_config():

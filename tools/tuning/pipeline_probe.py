@@ -271,9 +271,17 @@ def _no_exchange_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, PA
              eviction_policy="evict_first")
 
 
-if "B" in what:
+def _exchange_probe():
+    """exchange_probe.py's variants (uniform_no_fallback, packed); importing it runs none of its parts,
+    whose letters this probe's do not use."""
     sys.path.insert(0, "tools/tuning")
-    import exchange_probe as XP  # its uniform_no_fallback and packed variants (importing it runs none of its parts)
+    import exchange_probe
+
+    return exchange_probe
+
+
+if "B" in what:
+    XP = _exchange_probe()
 
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
@@ -307,43 +315,27 @@ if "B" in what:
         bound = max(r[0] for r in res if r[2] == "no-exchange")
         summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); no-exchange bound {bound:.0f} "
                        f"({bound / 4250:.1%} of 4.25 TB/s)")
+def _spin_asm(backoff):
+    """PTX for one element: load the 64-bit word at $1 until it is not 0, at most $2 times, sleeping
+    about 100 ns between two loads with ``backoff`` (fewer loads crowd L2)."""
+    return ("{ .reg .pred %p<2>; .reg .u32 %n; mov.u32 %n, $2;\n"
+            "SPIN${:uid}: ld.relaxed.gpu.global.b64 $0, [$1];\n"
+            "setp.ne.s64 %p0, $0, 0; @%p0 bra DONE${:uid};\n"
+            + ("nanosleep.u32 100;\n" if backoff else "") +
+            "sub.u32 %n, %n, 1; setp.ne.u32 %p1, %n, 0; @%p1 bra SPIN${:uid};\n"
+            "DONE${:uid}: }")
+
+
+SPIN_ASM = tl.constexpr(_spin_asm(False))
+SPIN_BACKOFF_ASM = tl.constexpr(_spin_asm(True))
+
+
 @triton.jit
 def _spin_read(ptrs, max_spins, SLEEP_NS: tl.constexpr):
-    """Each element: load the 64-bit word at its pointer until it is not 0, at most max_spins times,
-    sleeping about 100 ns between two loads when SLEEP_NS > 0 (fewer loads crowd L2)."""
-    if SLEEP_NS > 0:
-        return tl.inline_asm_elementwise(
-            """{
-            .reg .pred %p<2>;
-            .reg .u32 %n;
-            mov.u32 %n, $2;
-            SPIN${:uid}:
-            ld.relaxed.gpu.global.b64 $0, [$1];
-            setp.ne.s64 %p0, $0, 0;
-            @%p0 bra DONE${:uid};
-            nanosleep.u32 100;
-            sub.u32 %n, %n, 1;
-            setp.ne.u32 %p1, %n, 0;
-            @%p1 bra SPIN${:uid};
-            DONE${:uid}:
-            }""",
-            "=l,l,r", [ptrs, max_spins], dtype=tl.int64, is_pure=False, pack=1)
-    else:
-        return tl.inline_asm_elementwise(
-            """{
-            .reg .pred %p<2>;
-            .reg .u32 %n;
-            mov.u32 %n, $2;
-            SPIN${:uid}:
-            ld.relaxed.gpu.global.b64 $0, [$1];
-            setp.ne.s64 %p0, $0, 0;
-            @%p0 bra DONE${:uid};
-            sub.u32 %n, %n, 1;
-            setp.ne.u32 %p1, %n, 0;
-            @%p1 bra SPIN${:uid};
-            DONE${:uid}:
-            }""",
-            "=l,l,r", [ptrs, max_spins], dtype=tl.int64, is_pure=False, pack=1)
+    """Each element: the word at its pointer once it is not 0 (or 0 after max_spins loads); with
+    SLEEP_NS > 0 the loads back off (SPIN_BACKOFF_ASM)."""
+    asm: tl.constexpr = SPIN_BACKOFF_ASM if SLEEP_NS > 0 else SPIN_ASM
+    return tl.inline_asm_elementwise(asm, "=l,l,r", [ptrs, max_spins], dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -415,8 +407,7 @@ def spin(x, out, parts, part, warps, fallback=True, max_polls=1 << 16, sleep_ns=
 
 
 if "W" in what:
-    sys.path.insert(0, "tools/tuning")
-    import exchange_probe as XP
+    XP = _exchange_probe()
 
     for M, N, cfgs in [(4096, 32768, ((4096, 4), (2048, 2))), (1024, 131072, ((2048, 2), (4096, 4), (4096, 2))),
                        (256, 262144, ((8192, 4), (4096, 4), (2048, 2)))]:
