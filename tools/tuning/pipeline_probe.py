@@ -24,6 +24,11 @@ W: the solution's kernel with a cheaper uniform wait: each thread spins on its o
    and spins (acquire) on that one count instead of on the words, then reads the words once.
    '-clean': no zero fill before each launch: the words live in a buffer zeroed once, and the last
    program of a row to read them (a per-row count, acq_rel) puts them back to 0 for the next launch.
+K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads the PARTS words as a tensor
+   of PARTS entries, which may be held once per warp: each warp then polls and leaves the loop on its
+   own, with no barrier inside. 'bounded' adds only the bound on the polls; 'safe' then reads the words
+   once more as the solution's SPAN-entry tensor, whose reductions go through shared memory, so that
+   the choice to fall back (a branch with barriers in it) is the same for every warp.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -466,6 +471,91 @@ if "W" in what:
         if sp:
             summary.append(f"online {M}x{N}: now {now:.0f} ({now / 4250:.1%}); spin best {sp[0][0]:.0f} "
                            f"({sp[0][0] / 4250:.1%}) {sp[0][3]} values w{sp[0][4]}")
+@triton.jit
+def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls,
+                        PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr):
+    pid = tl.program_id(0)
+    row = pid // PARTS
+    part = pid % PARTS
+    x_row = x_ptr + row.to(tl.int64) * x_row_stride
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+    m_p = tl.max(x, axis=0)
+    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
+    e = tl.exp(x - shift)
+    l_p = tl.sum(e, axis=0)
+    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
+    w = tl.load(slots, volatile=True)
+    polls = 0
+    while (tl.sum((w == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):  # per warp, maybe
+        w = tl.load(slots, volatile=True)
+        polls += 1
+    if SAFE:  # one more read, spread over all threads: a uniform answer
+        m, l, complete = O._combine_parts(slots_ptr, row, 0, PARTS, SPAN)
+        if not complete:
+            m, l = O._online_stats(x_row, 0, n_cols, 1024, 1)
+    else:
+        m_parts = (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+        l_parts = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        m = tl.max(m_parts, axis=0)
+        l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
+    y = e * (tl.exp(shift - m) / l)
+    tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")
+
+
+def packed_safe(x, out, parts, part, warps, safe=True, max_polls=1 << 16):
+    n_rows, n_cols = x.shape
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
+    _packed_safe_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, PARTS=parts,
+                                           PART=part, SPAN=O._span(parts, warps), SAFE=safe, num_warps=warps)
+    return out
+
+
+if "K" in what:
+    XP = _exchange_probe()
+    for M, N, cfgs in [(4096, 32768, ((4096, 4), (2048, 2), (4096, 2), (8192, 4))),
+                       (1024, 131072, ((2048, 2), (4096, 4), (4096, 2), (2048, 1), (1024, 1))),
+                       (256, 262144, ((8192, 4), (4096, 4), (4096, 2), (2048, 2), (2048, 1)))]:
+        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
+        b = 4 * M * N
+        ref = torch.softmax(x.float(), -1)
+        y = torch.empty_like(x)
+        cp = b / graph_ms(lambda: y.copy_(x), rep=60) * 1e-6
+        now = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
+        res = []
+        for part, w in cfgs:
+            parts = triton.next_power_of_2(triton.cdiv(N, part))
+            out = torch.empty_like(x)
+            for name, f in [("safe", lambda: packed_safe(x, out, parts, part, w)),
+                            ("bounded", lambda: packed_safe(x, out, parts, part, w, safe=False)),
+                            ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False)),
+                            ("solution", lambda: O._one_read(x, out, parts, part, w))]:
+                try:
+                    out.zero_()
+                    f()
+                    torch.cuda.synchronize()
+                    err = (out.float() - ref).abs().max().item()
+                    res.append((b / graph_ms(f, rep=60) * 1e-6, b / db(f) * 1e-6, name, part, w, parts, err))
+                except Exception as e:
+                    print("   fail", name, part, w, str(e)[:300], flush=True)
+        # the safe kernel's fallback, forced: one poll, so most programs read their whole row themselves
+        out = torch.empty_like(x)
+        parts = triton.next_power_of_2(triton.cdiv(N, 4096))
+        packed_safe(x, out, parts, 4096, 4, max_polls=0)
+        torch.cuda.synchronize()
+        fb_err = (out.float() - ref).abs().max().item()
+        res.sort(key=lambda r: -r[0])
+        print(f"online {M}x{N}: copy {cp:.0f} GB/s, O.softmax now (graph) {now:.0f}; forced fallback err {fb_err:.1e}",
+              flush=True)
+        for r in res:
+            print(f"   graph {r[0]:.0f}  do_bench {r[1]:.0f}  {r[2]:10s} {r[3]} values w{r[4]} p{r[5]} err {r[6]:.1e}")
+        sf = [r for r in res if r[2] == "safe" and r[6] < 1e-3]
+        summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); safe best {sf[0][0]:.0f} "
+                       f"({sf[0][0] / 4250:.1%}) {sf[0][3]} values w{sf[0][4]}; packed-pid best "
+                       f"{max(r[0] for r in res if r[2] == 'packed-pid'):.0f}" if sf else f"online {M}x{N}: no safe run")
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda")
