@@ -26,9 +26,12 @@ W: the solution's kernel with a cheaper uniform wait: each thread spins on its o
    program of a row to read them (a per-row count, acq_rel) puts them back to 0 for the next launch.
 K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads the PARTS words as a tensor
    of PARTS entries, which may be held once per warp: each warp then polls and leaves the loop on its
-   own, with no barrier inside. 'bounded' adds only the bound on the polls; 'safe' then reads the words
-   once more as the solution's SPAN-entry tensor, whose reductions go through shared memory, so that
-   the choice to fall back (a branch with barriers in it) is the same for every warp.
+   own, with no barrier inside. 'bounded' adds only the bound on the polls; 'safe' (run 2 of K) then
+   reads the words once more as the solution's SPAN-entry tensor, whose reductions go through shared
+   memory, so that the choice to fall back (a branch with barriers in it) is the same for every warp.
+   'uniform' makes that choice without the read: each thread puts its warp's count of missing words
+   into a SPAN-entry tensor, reduced through shared memory ('-fb1': a fallback of one value a thread a
+   step, fewer registers; '-r64': at most 64 registers a thread, maxnreg).
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -472,8 +475,9 @@ if "W" in what:
             summary.append(f"online {M}x{N}: now {now:.0f} ({now / 4250:.1%}); spin best {sp[0][0]:.0f} "
                            f"({sp[0][0] / 4250:.1%}) {sp[0][3]} values w{sp[0][4]}")
 @triton.jit
-def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls,
-                        PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr):
+def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls, span,
+                        PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr,
+                        FALLBACK_BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     row = pid // PARTS
     part = pid % PARTS
@@ -492,7 +496,7 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
     while (tl.sum((w == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):  # per warp, maybe
         w = tl.load(slots, volatile=True)
         polls += 1
-    if SAFE:  # one more read, spread over all threads: a uniform answer
+    if SAFE == 1:  # one more read, spread over all threads: a uniform answer
         m, l, complete = O._combine_parts(slots_ptr, row, 0, PARTS, SPAN)
         if not complete:
             m, l = O._online_stats(x_row, 0, n_cols, 1024, 1)
@@ -501,16 +505,25 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
         l_parts = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
         m = tl.max(m_parts, axis=0)
         l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
+        if SAFE == 2:  # no read: each thread puts its warp's answer in; one reduction through shared memory
+            missing = tl.sum((w == 0).to(tl.int32), axis=0)
+            entry = tl.arange(0, SPAN)
+            # span is SPAN at run time: the compiler cannot see that every entry holds the same value
+            if tl.max(tl.where(entry < span, missing, 0), axis=0) > 0:
+                m, l = O._online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
 
 
-def packed_safe(x, out, parts, part, warps, safe=True, max_polls=1 << 16):
+def packed_safe(x, out, parts, part, warps, safe=1, max_polls=1 << 16, fallback_block=1024, maxnreg=None):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
-    _packed_safe_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, PARTS=parts,
-                                           PART=part, SPAN=O._span(parts, warps), SAFE=safe, num_warps=warps)
+    span = 64 * warps
+    _packed_safe_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, span,
+                                           PARTS=parts, PART=part, SPAN=span if safe == 2 else O._span(parts, warps),
+                                           SAFE=safe, FALLBACK_BLOCK=fallback_block, num_warps=warps,
+                                           **({} if maxnreg is None else {"maxnreg": maxnreg}))
     return out
 
 
@@ -529,8 +542,10 @@ if "K" in what:
         for part, w in cfgs:
             parts = triton.next_power_of_2(triton.cdiv(N, part))
             out = torch.empty_like(x)
-            for name, f in [("safe", lambda: packed_safe(x, out, parts, part, w)),
-                            ("bounded", lambda: packed_safe(x, out, parts, part, w, safe=False)),
+            for name, f in [("uniform", lambda: packed_safe(x, out, parts, part, w, safe=2)),
+                            ("uniform-fb1", lambda: packed_safe(x, out, parts, part, w, safe=2, fallback_block=32 * w)),
+                            ("uniform-r64", lambda: packed_safe(x, out, parts, part, w, safe=2, maxnreg=64)),
+                            ("bounded", lambda: packed_safe(x, out, parts, part, w, safe=0)),
                             ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False)),
                             ("solution", lambda: O._one_read(x, out, parts, part, w))]:
                 try:
@@ -544,7 +559,7 @@ if "K" in what:
         # the safe kernel's fallback, forced: one poll, so most programs read their whole row themselves
         out = torch.empty_like(x)
         parts = triton.next_power_of_2(triton.cdiv(N, 4096))
-        packed_safe(x, out, parts, 4096, 4, max_polls=0)
+        packed_safe(x, out, parts, 4096, 4, safe=2, max_polls=0)
         torch.cuda.synchronize()
         fb_err = (out.float() - ref).abs().max().item()
         res.sort(key=lambda r: -r[0])
@@ -552,8 +567,8 @@ if "K" in what:
               flush=True)
         for r in res:
             print(f"   graph {r[0]:.0f}  do_bench {r[1]:.0f}  {r[2]:10s} {r[3]} values w{r[4]} p{r[5]} err {r[6]:.1e}")
-        sf = [r for r in res if r[2] == "safe" and r[6] < 1e-3]
-        summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); safe best {sf[0][0]:.0f} "
+        sf = [r for r in res if r[2].startswith("uniform") and r[6] < 1e-3]
+        summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); {sf[0][2]} best {sf[0][0]:.0f} "
                        f"({sf[0][0] / 4250:.1%}) {sf[0][3]} values w{sf[0][4]}; packed-pid best "
                        f"{max(r[0] for r in res if r[2] == 'packed-pid'):.0f}" if sf else f"online {M}x{N}: no safe run")
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
