@@ -118,28 +118,34 @@ def _publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
 
 
 @triton.jit
-def _combine_parts(slots_ptr, row, max_polls, PARTS: tl.constexpr, SPAN: tl.constexpr):
+def _combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr):
     """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
 
     Returns the row's ``(m, l)`` combined from the parts' pairs, and whether all parts were there
     (when not, the pair is meaningless and the caller computes the row's stats itself).
-    The words are read as a tensor of SPAN >= 64 * num_warps entries (word i % PARTS at entry i), so
-    that it spreads over every thread of the program: a reduction over it then goes through shared
-    memory and gives all threads the same answer, even when two threads read one word a moment
-    apart and one of them still saw 0. The loop and the fallback branch stay uniform.
+    The words are read as a tensor of PARTS entries, which the compiler may give each warp a whole
+    copy of: then each warp polls on its own and leaves the loop when its copy is complete, with no
+    barrier inside the loop (the fastest wait measured). Warps may disagree at the bound, though, and
+    the caller's fallback has barriers in it, so the answer "complete" is agreed on at the end: each
+    thread puts its warp's count of missing words into a tensor of SPAN = 64 * num_warps entries,
+    which covers every thread, and one max over it goes through shared memory to every thread.
+    ``span`` is SPAN as a run-time value, so that the compiler cannot see that the entries of one warp
+    are equal and skip the exchange.
     """
-    entry = tl.arange(0, SPAN)
-    slots = slots_ptr + row * PARTS + entry % PARTS
+    slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
     words = tl.load(slots, volatile=True)  # volatile: from L2 each time, never a stale L1 line
     polls = 0
-    while (tl.max((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
+    while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
         words = tl.load(slots, volatile=True)
         polls += 1
     m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     m = tl.max(m_parts, axis=0)
-    l = tl.sum(tl.where(entry < PARTS, l_parts * tl.exp(m_parts - m), 0.0), axis=0)  # each part once, rescaled
-    return m, l, tl.max((words == 0).to(tl.int32), axis=0) == 0
+    l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)  # each part's sum, rescaled to the row's max
+    missing = tl.sum((words == 0).to(tl.int32), axis=0)  # this warp's view
+    entry = tl.arange(0, SPAN)
+    missing = tl.max(tl.where(entry < span, missing, 0), axis=0)  # every thread's view: one answer
+    return m, l, missing == 0
 
 
 @triton.jit
@@ -155,7 +161,7 @@ def _split_softmax_kernel(
     PARTS: tl.constexpr,  # parts a row is split into; a power of two
     BLOCK: tl.constexpr,  # columns per step; a power of two
     NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)
-    SPAN: tl.constexpr,  # entries of the words tensor in _combine_parts: max(PARTS, 64 * num_warps)
+    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
 ):
     """Each row is 2 * PARTS work items, taken in this order: PARTS stats items, then PARTS writes.
 
@@ -176,8 +182,9 @@ def _split_softmax_kernel(
         m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
         _publish_part(slots_ptr, row, part, m, l, PARTS)
     else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
-        # tickets: every stats item this waits for is running, so the wait ends; no bound needed
-        m, l, _ = _combine_parts(slots_ptr, row, 0x7FFFFFFF, PARTS, SPAN)
+        # tickets: every stats item this waits for is running, so the wait ends: no bound, no fallback,
+        # and no need for the warps to agree on "complete" (SPAN as ``span`` lets the compiler drop that)
+        m, l, _ = _combine_parts(slots_ptr, row, 0x7FFFFFFF, SPAN, PARTS, SPAN)
         _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
 
 
@@ -190,10 +197,11 @@ def _one_read_softmax_kernel(
     n_cols,  # columns: the softmax length
     slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
+    span,  # SPAN, passed at run time (see _combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
-    SPAN: tl.constexpr,  # entries of the words tensor in _combine_parts: max(PARTS, 64 * num_warps)
+    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
 ):
     """The GPU plan: each program reads its part of a row once and keeps it in registers.
 
@@ -222,7 +230,7 @@ def _one_read_softmax_kernel(
     scale = 1.0 / l_p
     if PARTS > 1:
         _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-        m, l, complete = _combine_parts(slots_ptr, row, max_polls, PARTS, SPAN)
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:  # a part of this row has not run yet: read the row ourselves
             m, l = _online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
@@ -244,14 +252,15 @@ NUM_STAGES = 1
 #: Interpreter: columns per step (each step costs the same Python time whatever its size).
 INTERPRETER_BLOCK = 1024
 #: GPU plan, one read (``_one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
-#: parts of at least ONE_READ_MIN_PART values (powers of two), each held in registers by one program
-#: of ONE_READ_WARPS warps, more for parts of over ONE_READ_MAX_VALUES_PER_THREAD values a thread.
-#: Measured on an H200 (fp16; 4096x32768, 1024x131072, 256x262144; 2026-11-29, run 3 of
-#: tkcourse/data/h200/tuning/exchange_probe.txt): 4096-value parts with 4 warps were best at 32768
-#: and 131072 columns, 8192 at 262144 (64 parts of 4096 there were 7% slower); 2 warps lost by 3-12%.
-ONE_READ_MIN_PART = 4096
-ONE_READ_MAX_PARTS = 32
-ONE_READ_WARPS = 4
+#: parts (fewer on a GPU with fewer SMs) of at least ONE_READ_MIN_PART values (powers of two), each
+#: held in registers by one program of ONE_READ_WARPS warps, more for parts of over
+#: ONE_READ_MAX_VALUES_PER_THREAD values a thread.
+#: Measured on an H200 (fp16; 4096x32768, 1024x131072, 256x262144; 2026-11-29, runs K of
+#: tkcourse/data/h200/tuning/pipeline_probe.txt): with the per-warp wait, 2048-value parts on one
+#: warp were best at 131072 columns (7% over 4096 on 4 warps) and within 1% of the best elsewhere.
+ONE_READ_MIN_PART = 2048
+ONE_READ_MAX_PARTS = 128
+ONE_READ_WARPS = 1
 ONE_READ_MAX_VALUES_PER_THREAD = 64
 #: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead.
 ONE_READ_MAX_PART = 32768
@@ -277,9 +286,10 @@ def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
     return parts, block
 
 
-def _one_read_split(n_cols: int) -> tuple[int, int, int]:
-    """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values (any device)."""
-    part = max(ONE_READ_MIN_PART, triton.next_power_of_2(triton.cdiv(n_cols, ONE_READ_MAX_PARTS)))
+def _one_read_split(n_cols: int, max_parts: int = ONE_READ_MAX_PARTS) -> tuple[int, int, int]:
+    """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values, in at most
+    ``max_parts`` parts (a power of two)."""
+    part = max(ONE_READ_MIN_PART, triton.next_power_of_2(triton.cdiv(n_cols, max_parts)))
     part = min(part, triton.next_power_of_2(n_cols))
     parts = triton.next_power_of_2(triton.cdiv(n_cols, part))
     part = triton.next_power_of_2(triton.cdiv(n_cols, parts))  # spread the row evenly over the parts
@@ -287,13 +297,14 @@ def _one_read_split(n_cols: int) -> tuple[int, int, int]:
 
 
 def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
-    """``_one_read_split``, or None where the one-read kernel does not apply: the interpreter, a part
-    longer than ONE_READ_MAX_PART, or more parts than SMs (all the parts of a row should run at
-    once, or the waiting parts end up reading the row themselves)."""
+    """``_one_read_split``, or None where the one-read kernel does not apply: the interpreter, or a
+    part longer than ONE_READ_MAX_PART. All the parts of a row should run at once (or the waiting
+    parts end up reading the row themselves), so a row gets no more parts than the GPU has SMs."""
     if INTERPRET or not ONE_READ:
         return None
-    parts, part, warps = _one_read_split(n_cols)
-    if part > ONE_READ_MAX_PART or parts > _sm_count(device.index):
+    sms = _sm_count(device.index)
+    parts, part, warps = _one_read_split(n_cols, min(ONE_READ_MAX_PARTS, 1 << (sms.bit_length() - 1)))
+    if part > ONE_READ_MAX_PART:
         return None
     return parts, part, warps
 
@@ -303,18 +314,18 @@ def _sm_count(index) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def _span(parts: int, num_warps: int) -> int:
-    """Entries of _combine_parts' words tensor: every thread holds some (two int64 a thread at most
-    when the loads are vectorized), so no thread has a copy of its own."""
-    return max(parts, 64 * num_warps)
+def _span(num_warps: int) -> int:
+    """Entries of _combine_parts' agreement tensor: two a thread, so that every thread holds some."""
+    return 64 * num_warps
 
 
 def _one_read(x, out, parts, part, num_warps, max_polls=None):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
     _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots,
-                                                MAX_POLLS if max_polls is None else max_polls, PARTS=parts,
-                                                PART=part, FALLBACK_BLOCK=min(part, 1024), SPAN=_span(parts, num_warps),
+                                                MAX_POLLS if max_polls is None else max_polls, _span(num_warps),
+                                                PARTS=parts,
+                                                PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps),
                                                 num_warps=num_warps)
     return out
 
@@ -352,7 +363,7 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
     words = torch.zeros(1 + n_rows * parts, dtype=torch.int64, device=x.device)  # the ticket, then the slots
     _split_softmax_kernel[(2 * parts * n_rows,)](
         x, out, x.stride(0), out.stride(0), n_cols, part_cols, words, words[1:],
-        PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, SPAN=_span(parts, NUM_WARPS), num_warps=NUM_WARPS,
+        PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, SPAN=_span(NUM_WARPS), num_warps=NUM_WARPS,
     )
     return out
 

@@ -223,8 +223,8 @@ def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
     out = torch.empty_like(x)
     lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
-                                                  PARTS=parts, PART=part, FALLBACK_BLOCK=min(part, 1024),
-                                                  SPAN=lesson._span(parts, 4), num_warps=4)
+                                                  lesson._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
+                                                  SPAN=lesson._span(4), num_warps=4)
     _assert_softmax(out, x)
 
 
@@ -236,3 +236,14 @@ def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols):
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
     _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0), x)
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
+@pytest.mark.parametrize("parts, part, warps", [(64, 2048, 1), (16, 2048, 2), (32, 4096, 4)])
+def test_one_read_falls_back_on_a_gpu(parts, part, warps):
+    """No polls: every program whose row is not complete when it first looks reads the row itself,
+    while its siblings combine the words. The warps of a program must agree on which, or the
+    fallback's shared-memory reductions hang or mix values: a wrong answer or a timeout here."""
+    n_cols = parts * part - 5
+    x = _randn(512, n_cols, dtype=torch.float16, scale=4.0)
+    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, warps, max_polls=0), x)

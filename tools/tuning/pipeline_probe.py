@@ -32,6 +32,8 @@ K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads
    'uniform' makes that choice without the read: each thread puts its warp's count of missing words
    into a SPAN-entry tensor, reduced through shared memory ('-fb1': a fallback of one value a thread a
    step, fewer registers; '-r64': at most 64 registers a thread, maxnreg).
+S: the solution's one-read kernel as it now stands (after K), over part sizes and warps, and O.softmax's
+   own choice (_one_read_plan) beside them.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -571,6 +573,32 @@ if "K" in what:
         summary.append(f"online {M}x{N}: copy {cp:.0f} now {now:.0f} ({now / 4250:.1%}); {sf[0][2]} best {sf[0][0]:.0f} "
                        f"({sf[0][0] / 4250:.1%}) {sf[0][3]} values w{sf[0][4]}; packed-pid best "
                        f"{max(r[0] for r in res if r[2] == 'packed-pid'):.0f}" if sf else f"online {M}x{N}: no safe run")
+if "S" in what:
+    for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
+        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
+        b = 4 * M * N
+        ref = torch.softmax(x.float(), -1)
+        now = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
+        res = []
+        for part, w in ((1024, 1), (2048, 1), (2048, 2), (4096, 1), (4096, 2), (4096, 4), (8192, 2), (8192, 4)):
+            parts = triton.next_power_of_2(triton.cdiv(N, part))
+            if parts > 128:
+                continue
+            out = torch.empty_like(x)
+            f = lambda: O._one_read(x, out, parts, part, w)
+            try:
+                f()
+                torch.cuda.synchronize()
+                err = (out.float() - ref).abs().max().item()
+                res.append((b / graph_ms(f, rep=60) * 1e-6, part, w, parts, err))
+            except Exception as e:
+                print("   fail", part, w, str(e)[:200], flush=True)
+        res.sort(key=lambda r: -r[0])
+        print(f"online {M}x{N}: O.softmax (graph) {now:.0f} with plan {O._one_read_plan(N, x.device)}", flush=True)
+        for r in res:
+            print(f"   graph {r[0]:.0f}  {r[1]} values w{r[2]} p{r[3]} err {r[4]:.1e}")
+        summary.append(f"online {M}x{N}: O.softmax {now:.0f} ({now / 4250:.1%}) plan {O._one_read_plan(N, x.device)}; "
+                       f"best {res[0][0]:.0f} {res[0][1]} values w{res[0][2]}")
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda")
