@@ -34,6 +34,9 @@ K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads
    step, fewer registers; '-r64': at most 64 registers a thread, maxnreg).
 S: the solution's one-read kernel as it now stands (after K), over part sizes and warps, and O.softmax's
    own choice (_one_read_plan) beside them.
+D: why `tkcourse bench softmax` measured 1494 GB/s at 256x262144 where part S measured 2841 for the same
+   plan: the solution timed as the bench times it (do_bench, inputs of scale 1 and 3), with K's
+   'uniform-fb1' beside it counting the programs that fall back, at two plans.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -479,7 +482,7 @@ if "W" in what:
 @triton.jit
 def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls, span,
                         PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr,
-                        FALLBACK_BLOCK: tl.constexpr):
+                        FALLBACK_BLOCK: tl.constexpr, fallbacks_ptr=None, COUNT_FALLBACKS: tl.constexpr = False):
     pid = tl.program_id(0)
     row = pid // PARTS
     part = pid % PARTS
@@ -513,18 +516,22 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
             # span is SPAN at run time: the compiler cannot see that every entry holds the same value
             if tl.max(tl.where(entry < span, missing, 0), axis=0) > 0:
                 m, l = O._online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
+                if COUNT_FALLBACKS:
+                    tl.atomic_add(fallbacks_ptr, 1)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
 
 
-def packed_safe(x, out, parts, part, warps, safe=1, max_polls=1 << 16, fallback_block=1024, maxnreg=None):
+def packed_safe(x, out, parts, part, warps, safe=1, max_polls=1 << 16, fallback_block=1024, maxnreg=None,
+                fallbacks=None):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
     span = 64 * warps
     _packed_safe_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, span,
                                            PARTS=parts, PART=part, SPAN=span if safe == 2 else O._span(parts, warps),
                                            SAFE=safe, FALLBACK_BLOCK=fallback_block, num_warps=warps,
+                                           fallbacks_ptr=fallbacks, COUNT_FALLBACKS=fallbacks is not None,
                                            **({} if maxnreg is None else {"maxnreg": maxnreg}))
     return out
 
@@ -599,6 +606,32 @@ if "S" in what:
             print(f"   graph {r[0]:.0f}  {r[1]} values w{r[2]} p{r[3]} err {r[4]:.1e}")
         summary.append(f"online {M}x{N}: O.softmax {now:.0f} ({now / 4250:.1%}) plan {O._one_read_plan(N, x.device)}; "
                        f"best {res[0][0]:.0f} {res[0][1]} values w{res[0][2]}")
+if "D" in what:
+    from tkcourse.bench.core import measure
+    for M, N in [(1024, 131072), (256, 262144)]:
+        for scale in (1.0, 3.0):
+            x = torch.randn(M, N, dtype=torch.float16, device="cuda") * scale
+            b = 4 * M * N
+            ref = torch.softmax(x.float(), -1)
+            line = [f"online {M}x{N} scale {scale:.0f} plan {O._one_read_plan(N, x.device)}:"]
+            line.append(f"measure {b / measure(lambda: O.softmax(x))[0] * 1e-6:.0f}")
+            line.append(f"graph {b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6:.0f}")
+            line.append(f"measure again {b / measure(lambda: O.softmax(x))[0] * 1e-6:.0f}")
+            for part, w in ((2048, 1), (4096, 4)):
+                parts = triton.next_power_of_2(triton.cdiv(N, part))
+                out = torch.empty_like(x)
+                fb = torch.zeros(1, dtype=torch.int32, device="cuda")
+                f = lambda: packed_safe(x, out, parts, part, w, safe=2, fallback_block=32 * w, fallbacks=fb)
+                f()
+                torch.cuda.synchronize()
+                err = (out.float() - ref).abs().max().item()
+                fb.zero_()
+                t = measure(f)[0]
+                n = int(fb.item())
+                calls = 25 + 100  # about: do_bench's own estimate runs add some
+                line.append(f"fb1 {part}w{w} {b / t * 1e-6:.0f} err {err:.1e} fallbacks {n} in ~{calls}+ calls")
+            print(" | ".join(line), flush=True)
+            summary.append(" | ".join(line))
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda")
