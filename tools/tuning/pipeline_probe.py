@@ -37,6 +37,10 @@ S: the solution's one-read kernel as it now stands (after K), over part sizes an
 D: why `tkcourse bench softmax` measured 1494 GB/s at 256x262144 where part S measured 2841 for the same
    plan: the solution timed as the bench times it (do_bench, inputs of scale 1 and 3), with K's
    'uniform-fb1' beside it counting the programs that fall back, at two plans.
+A: the bench once measured 1494 GB/s at 256x262144 (p20-p80 1288-1795), the three runs after it 2820-2834.
+   Does the speed depend on where the words sit (a row's words are one 1 KB line that every waiting
+   program polls: a hot L2 slice)? The solution's kernel with its words at many offsets in one
+   buffer, at three plans, timed with do_bench as the bench does.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -632,6 +636,31 @@ if "D" in what:
                 line.append(f"fb1 {part}w{w} {b / t * 1e-6:.0f} err {err:.1e} fallbacks {n} in ~{calls}+ calls")
             print(" | ".join(line), flush=True)
             summary.append(" | ".join(line))
+if "A" in what:
+    from tkcourse.bench.core import measure
+    M, N = 256, 262144
+    x = torch.randn(M, N, dtype=torch.float16, device="cuda")
+    out = torch.empty_like(x)
+    b = 4 * M * N
+    buf = torch.zeros(1 << 22, dtype=torch.int64, device="cuda")  # 32 MB of room for the words
+    for parts, part, w in ((128, 2048, 1), (64, 4096, 4), (64, 4096, 2), (32, 8192, 4)):
+        rates = []
+        for off in [0, 16, 64, 128, 1000, 4096, 12345, 65536, 100003, 1 << 20, 3 << 20]:
+            slots = buf[off:off + M * parts]
+
+            def f():
+                slots.zero_()
+                O._one_read_softmax_kernel[(parts * M,)](x, out, x.stride(0), out.stride(0), N, slots, O.MAX_POLLS,
+                                                         O._span(w), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w,
+                                                         SPAN=O._span(w), num_warps=w)
+            rates.append(b / measure(f)[0] * 1e-6)
+        line = (f"online {M}x{N} plan ({parts}, {part}, {w}): words at 11 offsets: min {min(rates):.0f} "
+                f"max {max(rates):.0f}: " + " ".join(f"{r:.0f}" for r in rates))
+        print(line, flush=True)
+        summary.append(line)
+    for rep in range(3):  # and the bench itself, in this process, three times
+        r = b / measure(lambda: O.softmax(x))[0] * 1e-6
+        summary.append(f"O.softmax {M}x{N} measure #{rep}: {r:.0f}")
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda")
