@@ -234,15 +234,17 @@ NUM_STAGES = 1
 #: Interpreter: columns per step (each step costs the same Python time whatever its size).
 INTERPRETER_BLOCK = 1024
 #: GPU plan, one read (``_one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
-#: parts (fewer on a GPU with fewer SMs) of at least ONE_READ_MIN_PART values (powers of two), each
-#: held in registers by one program of ONE_READ_WARPS warps, more for parts of over
-#: ONE_READ_MAX_VALUES_PER_THREAD values a thread.
-#: Measured on an H200 (fp16; 4096x32768, 1024x131072, 256x262144; 2026-11-29, runs K of
-#: tkcourse/data/h200/tuning/pipeline_probe.txt): with the per-warp wait, 2048-value parts on one
-#: warp were best at 131072 columns (7% over 4096 on 4 warps) and within 1% of the best elsewhere.
-ONE_READ_MIN_PART = 2048
-ONE_READ_MAX_PARTS = 128
-ONE_READ_WARPS = 1
+#: parts (fewer on a GPU with fewer SMs) of at least ONE_READ_MIN_PART values (powers of two). Parts
+#: of up to ONE_READ_SMALL_PART values get one warp; longer ones ONE_READ_WARPS warps, or more for
+#: parts of over ONE_READ_MAX_VALUES_PER_THREAD values a thread.
+#: Measured on an H200 (fp16, 2026-11-29, run S of tkcourse/data/h200/tuning/pipeline_probe.txt): best
+#: were 32 parts of 1024 values on one warp at 4096x32768, 64 of 2048 on one warp at 1024x131072 (5% over
+#: 4096 on 4 warps), 64 of 4096 on 4 warps at 256x262144 (level with 128 of 2048 on one warp, and less
+#: sensitive to where the words sit: run A). 128 parts were 15% slower at 131072.
+ONE_READ_MIN_PART = 1024
+ONE_READ_MAX_PARTS = 64
+ONE_READ_SMALL_PART = 2048
+ONE_READ_WARPS = 4
 ONE_READ_MAX_VALUES_PER_THREAD = 64
 #: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead.
 ONE_READ_MAX_PART = 32768
@@ -271,6 +273,8 @@ def _one_read_split(n_cols: int, max_parts: int = ONE_READ_MAX_PARTS) -> tuple[i
     part = min(part, triton.next_power_of_2(n_cols))
     parts = triton.next_power_of_2(triton.cdiv(n_cols, part))
     part = triton.next_power_of_2(triton.cdiv(n_cols, parts))  # spread the row evenly over the parts
+    if part <= ONE_READ_SMALL_PART:
+        return parts, part, 1
     return parts, part, max(ONE_READ_WARPS, part // (32 * ONE_READ_MAX_VALUES_PER_THREAD))
 
 
