@@ -26,7 +26,7 @@ W: the solution's kernel with a cheaper uniform wait: each thread spins on its o
    program of a row to read them (a per-row count, acq_rel) puts them back to 0 for the next launch.
 K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads the PARTS words as a tensor
    of PARTS entries, which may be held once per warp: each warp then polls and leaves the loop on its
-   own, with no barrier inside. 'bounded' adds only the bound on the polls; 'safe' (run 2 of K) then
+   own, with no barrier inside. 'bounded' adds only the bound on the polls; 'safe' (run 5 in tkcourse/data/h200/tuning/pipeline_probe.txt) then
    reads the words once more as the solution's SPAN-entry tensor, whose reductions go through shared
    memory, so that the choice to fall back (a branch with barriers in it) is the same for every warp.
    'uniform' makes that choice without the read: each thread puts its warp's count of missing words
