@@ -171,6 +171,17 @@ def _split_softmax_kernel(
 
 
 @triton.jit
+def _load_part(x_row, cols, mask):
+    """One read of a part into registers: ``e = exp(x - shift)`` and the part's ``(m_p, l_p)``;
+    ``shift`` is m_p, or 0 for a part with no column in the row (then e = 0 and l_p = 0)."""
+    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+    m_p = tl.max(x, axis=0)
+    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
+    e = tl.exp(x - shift)
+    return e, shift, m_p, tl.sum(e, axis=0)
+
+
+@triton.jit
 def _one_read_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
@@ -203,12 +214,7 @@ def _one_read_softmax_kernel(
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first")
-    x = x.to(tl.float32)
-    m_p = tl.max(x, axis=0)
-    shift = tl.where(m_p == float("-inf"), 0.0, m_p)  # an all-masked part: e = 0, l_p = 0
-    e = tl.exp(x - shift)  # kept in registers until the row's max is known
-    l_p = tl.sum(e, axis=0)
+    e, shift, m_p, l_p = _load_part(x_row, cols, mask)  # e stays in registers until the row's max is known
     scale = 1.0 / l_p
     if PARTS > 1:
         _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)

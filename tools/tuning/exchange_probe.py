@@ -71,7 +71,8 @@ def _packed_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, ticket_
 @triton.jit
 def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr,
                                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr):
-    """The solution's kernel without its fallback: an unbounded uniform wait (measures the fallback's cost)."""
+    """The solution's kernel without its fallback: an unbounded wait, the solution's _combine_parts (uniform over
+    all threads until commit a044a81, per warp since), to measure what the fallback costs."""
     pid = tl.program_id(0)
     row = pid // PARTS
     part = pid % PARTS
@@ -84,7 +85,7 @@ def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_
     e = tl.exp(x - shift)
     l_p = tl.sum(e, axis=0)
     O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-    m, l, complete = O._combine_parts(slots_ptr, row, 2**31 - 1, PARTS, SPAN)
+    m, l, complete = O._combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -94,7 +95,7 @@ def uniform_no_fallback(x, out, parts, part, warps):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
     _uniform_no_fallback_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, PARTS=parts,
-                                                   PART=part, SPAN=O._span(parts, warps), num_warps=warps)
+                                                   PART=part, SPAN=O._span(warps), num_warps=warps)
     return out
 
 

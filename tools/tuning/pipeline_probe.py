@@ -4,7 +4,8 @@ P: a persistent one-read online softmax. A fixed grid of LANES x PARTS programs;
    of a lane hold the parts of one row at a time and walk the rows lane, lane + LANES, ... Each loads
    its part of the NEXT row before it waits for the siblings of this one, so every program has a load
    in flight through the wait (exchange_probe's "two-rows" variant, not persistent, had none during
-   its second wait). Same word exchange, uniform wait and fallback as the solution.
+   its second wait). Same word exchange, wait and fallback as the solution (the wait of the solution
+   at the time: runs 1-3 used the uniform wait of all threads, replaced by a per-warp one at a044a81).
 E: attention forward with half of the exponentials computed on the FMA units (2^x = 2^round(x) *
    poly(x - round(x)), the exponent added to the float's bits), the other half on the MUFU units
    (ex2.approx), as FlashAttention-4 does: at D = 64 the exp throughput (16 a clock an SM) is as
@@ -31,7 +32,9 @@ K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads
    memory, so that the choice to fall back (a branch with barriers in it) is the same for every warp.
    'uniform' makes that choice without the read: each thread puts its warp's count of missing words
    into a SPAN-entry tensor, reduced through shared memory ('-fb1': a fallback of one value a thread a
-   step, fewer registers; '-r64': at most 64 registers a thread, maxnreg).
+   step, fewer registers; '-r64': at most 64 registers a thread, maxnreg). The solution took
+   'uniform-fb1' (commit a044a81), so this part now calls its _combine_parts and _load_part; 'safe'
+   is gone from the code (its run names its commit).
 S: the solution's one-read kernel as it now stands (after K), over part sizes and warps, and O.softmax's
    own choice (_one_read_plan) beside them.
 D: why `tkcourse bench softmax` measured 1494 GB/s at 256x262144 where part S measured 2841 for the same
@@ -66,7 +69,7 @@ def db(fn):
 
 
 @triton.jit
-def _persistent_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_rows, n_cols, slots_ptr, max_polls, LANES,
+def _persistent_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_rows, n_cols, slots_ptr, max_polls, LANES, span,
                        PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, KEEP_E: tl.constexpr):
     pid = tl.program_id(0)
     lane = pid // PARTS
@@ -85,7 +88,7 @@ def _persistent_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_rows, n_c
         nxt = row + LANES  # the next row's part: in flight while this row's siblings are awaited
         x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols, mask=cols < tl.where(nxt < n_rows, n_cols, 0),
                          other=float("-inf"), eviction_policy="evict_first")
-        m, l, complete = O._combine_parts(slots_ptr, row, max_polls, PARTS, SPAN)
+        m, l, complete = O._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:
             m, l = O._online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, 1024, 1)
         if KEEP_E:
@@ -100,7 +103,7 @@ def persistent(x, out, parts, part, warps, lanes, keep_e, max_polls=4096):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
     return _persistent_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, max_polls,
-                                                lanes, PARTS=parts, PART=part, SPAN=O._span(parts, warps),
+                                                lanes, O._span(warps), PARTS=parts, PART=part, SPAN=O._span(warps),
                                                 KEEP_E=keep_e, num_warps=warps)
 
 
@@ -379,21 +382,24 @@ def _spin_count(ptrs, target, max_spins):
 
 
 @triton.jit
-def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, counts_ptr, max_polls,
-                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, FALLBACK: tl.constexpr,
-                 SLEEP_NS: tl.constexpr, COUNT: tl.constexpr, CLEAN: tl.constexpr = False):
+def _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS: tl.constexpr, PART: tl.constexpr):
+    """The one-read kernels' start: this program's part, loaded once (O._load_part), its (m, l) published."""
     pid = tl.program_id(0)
     row = pid // PARTS
     part = pid % PARTS
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
-    m_p = tl.max(x, axis=0)
-    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
-    e = tl.exp(x - shift)
-    l_p = tl.sum(e, axis=0)
+    e, shift, m_p, l_p = O._load_part(x_row, cols, mask)
     O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    return row, x_row, cols, mask, e, shift
+
+
+@triton.jit
+def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, counts_ptr, max_polls,
+                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, FALLBACK: tl.constexpr,
+                 SLEEP_NS: tl.constexpr, COUNT: tl.constexpr, CLEAN: tl.constexpr = False):
+    row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     entry = tl.arange(0, SPAN)
     spins = max_polls + tl.zeros([SPAN], tl.int32)
     if COUNT:  # one count a row, raised (release) after the word; wait (acquire) on it, then read the words once
@@ -434,7 +440,7 @@ def spin(x, out, parts, part, warps, fallback=True, max_polls=1 << 16, sleep_ns=
         words = torch.zeros(size, dtype=torch.int64, device=x.device)  # one zero fill
     slots, counts = words[:n_rows * parts], words[n_rows * parts:].view(torch.int32)  # counts: one int32 a row
     _spin_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, counts, max_polls, PARTS=parts,
-                                    PART=part, SPAN=O._span(parts, warps), FALLBACK=fallback, SLEEP_NS=sleep_ns,
+                                    PART=part, SPAN=max(parts, O._span(warps)), FALLBACK=fallback, SLEEP_NS=sleep_ns,
                                     COUNT=count, CLEAN=clean, num_warps=warps)
     return out
 
@@ -487,53 +493,36 @@ if "W" in what:
 def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls, span,
                         PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr,
                         FALLBACK_BLOCK: tl.constexpr, fallbacks_ptr=None, COUNT_FALLBACKS: tl.constexpr = False):
-    pid = tl.program_id(0)
-    row = pid // PARTS
-    part = pid % PARTS
-    x_row = x_ptr + row.to(tl.int64) * x_row_stride
-    cols = part * PART + tl.arange(0, PART)
-    mask = cols < n_cols
-    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
-    m_p = tl.max(x, axis=0)
-    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
-    e = tl.exp(x - shift)
-    l_p = tl.sum(e, axis=0)
-    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-    slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
-    w = tl.load(slots, volatile=True)
-    polls = 0
-    while (tl.sum((w == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):  # per warp, maybe
-        w = tl.load(slots, volatile=True)
-        polls += 1
-    if SAFE == 1:  # one more read, spread over all threads: a uniform answer
-        m, l, complete = O._combine_parts(slots_ptr, row, 0, PARTS, SPAN)
+    row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
+    if SAFE:  # the solution's wait (_combine_parts: per warp, then agreed on), and a fallback
+        m, l, complete = O._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:
-            m, l = O._online_stats(x_row, 0, n_cols, 1024, 1)
-    else:
+            m, l = O._online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
+            if COUNT_FALLBACKS:
+                tl.atomic_add(fallbacks_ptr, 1)
+    else:  # 'bounded': the same per-warp wait, no agreement and no fallback (unsafe)
+        slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
+        w = tl.load(slots, volatile=True)
+        polls = 0
+        while (tl.sum((w == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
+            w = tl.load(slots, volatile=True)
+            polls += 1
         m_parts = (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
         l_parts = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
         m = tl.max(m_parts, axis=0)
         l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
-        if SAFE == 2:  # no read: each thread puts its warp's answer in; one reduction through shared memory
-            missing = tl.sum((w == 0).to(tl.int32), axis=0)
-            entry = tl.arange(0, SPAN)
-            # span is SPAN at run time: the compiler cannot see that every entry holds the same value
-            if tl.max(tl.where(entry < span, missing, 0), axis=0) > 0:
-                m, l = O._online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
-                if COUNT_FALLBACKS:
-                    tl.atomic_add(fallbacks_ptr, 1)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
 
 
-def packed_safe(x, out, parts, part, warps, safe=1, max_polls=1 << 16, fallback_block=1024, maxnreg=None,
+def packed_safe(x, out, parts, part, warps, safe=True, max_polls=1 << 16, fallback_block=1024, maxnreg=None,
                 fallbacks=None):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
-    span = 64 * warps
+    span = O._span(warps)
     _packed_safe_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, span,
-                                           PARTS=parts, PART=part, SPAN=span if safe == 2 else O._span(parts, warps),
+                                           PARTS=parts, PART=part, SPAN=span,
                                            SAFE=safe, FALLBACK_BLOCK=fallback_block, num_warps=warps,
                                            fallbacks_ptr=fallbacks, COUNT_FALLBACKS=fallbacks is not None,
                                            **({} if maxnreg is None else {"maxnreg": maxnreg}))
@@ -555,10 +544,10 @@ if "K" in what:
         for part, w in cfgs:
             parts = triton.next_power_of_2(triton.cdiv(N, part))
             out = torch.empty_like(x)
-            for name, f in [("uniform", lambda: packed_safe(x, out, parts, part, w, safe=2)),
-                            ("uniform-fb1", lambda: packed_safe(x, out, parts, part, w, safe=2, fallback_block=32 * w)),
-                            ("uniform-r64", lambda: packed_safe(x, out, parts, part, w, safe=2, maxnreg=64)),
-                            ("bounded", lambda: packed_safe(x, out, parts, part, w, safe=0)),
+            for name, f in [("uniform", lambda: packed_safe(x, out, parts, part, w, safe=True)),
+                            ("uniform-fb1", lambda: packed_safe(x, out, parts, part, w, safe=True, fallback_block=32 * w)),
+                            ("uniform-r64", lambda: packed_safe(x, out, parts, part, w, safe=True, maxnreg=64)),
+                            ("bounded", lambda: packed_safe(x, out, parts, part, w, safe=False)),
                             ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False)),
                             ("solution", lambda: O._one_read(x, out, parts, part, w))]:
                 try:
@@ -572,7 +561,7 @@ if "K" in what:
         # the safe kernel's fallback, forced: one poll, so most programs read their whole row themselves
         out = torch.empty_like(x)
         parts = triton.next_power_of_2(triton.cdiv(N, 4096))
-        packed_safe(x, out, parts, 4096, 4, safe=2, max_polls=0)
+        packed_safe(x, out, parts, 4096, 4, safe=True, max_polls=0)
         torch.cuda.synchronize()
         fb_err = (out.float() - ref).abs().max().item()
         res.sort(key=lambda r: -r[0])
@@ -625,7 +614,7 @@ if "D" in what:
                 parts = triton.next_power_of_2(triton.cdiv(N, part))
                 out = torch.empty_like(x)
                 fb = torch.zeros(1, dtype=torch.int32, device="cuda")
-                f = lambda: packed_safe(x, out, parts, part, w, safe=2, fallback_block=32 * w, fallbacks=fb)
+                f = lambda: packed_safe(x, out, parts, part, w, safe=True, fallback_block=32 * w, fallbacks=fb)
                 f()
                 torch.cuda.synchronize()
                 err = (out.float() - ref).abs().max().item()
