@@ -121,7 +121,7 @@ if "P" in what:
         t0 = time.time()
         for (part, w), keep_e, per_sm in itertools.product(((2048, 1), (2048, 2), (4096, 2), (4096, 4), (8192, 4),
                                                              (8192, 8), (16384, 8)), (False, True),
-                                                             (2, 4, 6, 8)):
+                                                             (2, 4, 6, 8, 12, 16)):
             parts = triton.next_power_of_2(triton.cdiv(N, part))
             lanes = max(1, min(M, sms * per_sm // parts))
             out = torch.empty_like(x)
