@@ -16,10 +16,11 @@ So on a GPU a long row is split into ``parts``: a *stats* program per part compu
 
 The last step (``ONE_READ``, GPU only): a part small enough for registers is read once. Each
 program of ``_one_read_softmax_kernel`` loads its part, publishes the part's ``(m, l)``, waits for
-the row's other parts, and writes its part from registers: the input crosses HBM once.
+the row's other parts, and writes its part from registers: the input crosses HBM once. For few
+long rows, ``_lanes_softmax_kernel`` does the same on a persistent grid, loading its part of the
+next row while it waits.
 """
 
-import functools
 import math
 
 import torch
@@ -27,6 +28,7 @@ import triton
 import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
+from tkcourse.occupancy import programs_per_sm, sm_count
 
 
 @triton.jit
@@ -189,14 +191,20 @@ def _split_softmax_kernel(
 
 
 @triton.jit
-def _load_part(x_row, cols, mask):
-    """One read of a part into registers: ``e = exp(x - shift)`` and the part's ``(m_p, l_p)``;
-    ``shift`` is m_p, or 0 for a part with no column in the row (then e = 0 and l_p = 0)."""
-    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+def _part_stats(x):
+    """A part held in registers (fp32): ``e = exp(x - shift)`` and the part's ``(m_p, l_p)``; ``shift``
+    is m_p, or 0 for a part with no column in the row (then e = 0 and l_p = 0)."""
     m_p = tl.max(x, axis=0)
     shift = tl.where(m_p == float("-inf"), 0.0, m_p)
     e = tl.exp(x - shift)
     return e, shift, m_p, tl.sum(e, axis=0)
+
+
+@triton.jit
+def _load_part(x_row, cols, mask):
+    """One read of a part into registers, and its ``_part_stats``."""
+    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+    return _part_stats(x)
 
 
 @triton.jit
@@ -245,6 +253,51 @@ def _one_read_softmax_kernel(
              eviction_policy="evict_first")
 
 
+@triton.jit
+def _lanes_softmax_kernel(
+    x_ptr,  # pointer to x[0, 0]
+    out_ptr,  # pointer to out[0, 0]
+    x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
+    out_row_stride,  # elements between the starts of two rows of out
+    n_rows,  # rows of x
+    n_cols,  # columns: the softmax length
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
+    max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
+    span,  # SPAN, passed at run time (see _combine_parts)
+    PARTS: tl.constexpr,  # programs a row is split over; a power of two
+    PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
+    FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
+    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
+):
+    """Few long rows: the one-read kernel on a persistent grid of ``lanes * PARTS`` programs.
+
+    The PARTS programs of lane k hold the parts of rows k, k + lanes, k + 2 * lanes, ... one row at a
+    time, and the grid is one wave (as many programs as fit at once). Each program loads its part of
+    the lane's NEXT row before it waits for this row's other parts, so a load is in flight through the
+    wait, where the one-read kernel had none. Same word exchange, wait and fallback.
+    """
+    lanes = tl.num_programs(0) // PARTS
+    lane = tl.program_id(0) // PARTS
+    part = tl.program_id(0) % PARTS
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    x_next = tl.load(x_ptr + lane.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(lane < n_rows, n_cols, 0),
+                     other=float("-inf"), eviction_policy="evict_first")  # no row for this lane: nothing read
+    for row in tl.range(lane, n_rows, lanes, num_stages=1):  # row: a Python int in the interpreter, hence tl.cast
+        e, shift, m_p, l_p = _part_stats(x_next.to(tl.float32))
+        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        nxt = row + lanes  # its load is in flight while this row's other parts are awaited
+        x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
+                         mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
+                         eviction_policy="evict_first")
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+        if not complete:  # a part of this row has not run yet: read the row ourselves
+            m, l = _online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
+        y = e * (tl.exp(shift - m) / l)
+        tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+                 eviction_policy="evict_first")
+
+
 #: GPU plan (tune on the target): a part is about this many bytes of a row, so that the parts read
 #: by every program running at once still sit in L2 when their write items come back for them.
 PART_BYTES = 32 * 1024
@@ -272,6 +325,14 @@ ONE_READ_WARPS = 4
 ONE_READ_MAX_VALUES_PER_THREAD = 64
 #: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead.
 ONE_READ_MAX_PART = 32768
+#: GPU plan, few long rows (``_lanes_softmax_kernel``): rows of at least LANES_MIN_COLS columns are
+#: split into LANES_PARTS parts (warps as above) on a persistent grid of lanes, as many as fit at once.
+#: Measured on an H200 (fp16, 2026-11-29, runs 10-11 of tkcourse/data/h200/tuning/pipeline_probe.txt):
+#: 12% faster than the one-read kernel at 256x262144, 13% at 512x262144, 6% at 128x524288, and 2% slower
+#: at 1024x131072 and 4096x32768; best with 32 parts and a grid that just fills the GPU (a power of two of
+#: lanes: 12 or 24 lanes instead of 16 lost 10%).
+LANES_MIN_COLS = 262144
+LANES_PARTS = 32
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting
 #: for its row's other parts and reads the whole row itself. A few polls are the norm.
 MAX_POLLS = 1 << 16
@@ -312,16 +373,34 @@ def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
     parts end up reading the row themselves), so a row gets no more parts than the GPU has SMs."""
     if INTERPRET or not ONE_READ:
         return None
-    sms = _sm_count(device.index)
-    parts, part, warps = _one_read_split(n_cols, min(ONE_READ_MAX_PARTS, 1 << (sms.bit_length() - 1)))
+    max_parts = LANES_PARTS if n_cols >= LANES_MIN_COLS else ONE_READ_MAX_PARTS
+    sms = sm_count(device.index)
+    parts, part, warps = _one_read_split(n_cols, min(max_parts, 1 << (sms.bit_length() - 1)))
     if part > ONE_READ_MAX_PART:
         return None
     return parts, part, warps
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+_LANES_FIT: dict = {}  # programs of _lanes_softmax_kernel an SM holds, per (device, dtype, PARTS, PART, warps)
+
+
+def _lanes(x, out, parts, part, num_warps) -> int | None:
+    """Lanes of the persistent grid for rows of at least LANES_MIN_COLS columns (None: shorter rows,
+    one program per part): the largest power of two whose ``lanes * parts`` programs fit at once."""
+    n_rows, n_cols = x.shape
+    if n_cols < LANES_MIN_COLS:
+        return None
+    key = (x.device.index, x.dtype, parts, part, num_warps)
+    if key not in _LANES_FIT:
+        slots = torch.zeros(1, dtype=torch.int64, device=x.device)
+        _LANES_FIT[key] = programs_per_sm(_lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+                                          slots, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
+                                          FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps,
+                                          device_index=x.device.index)
+    fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
+    if fit < 1:
+        return None
+    return min(1 << (fit.bit_length() - 1), n_rows)
 
 
 def _span(num_warps: int) -> int:
@@ -329,14 +408,18 @@ def _span(num_warps: int) -> int:
     return 64 * num_warps
 
 
-def _one_read(x, out, parts, part, num_warps, max_polls=None):
+def _one_read(x, out, parts, part, num_warps, max_polls=None, lanes=None):
+    """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one."""
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
-    _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots,
-                                                MAX_POLLS if max_polls is None else max_polls, _span(num_warps),
-                                                PARTS=parts,
-                                                PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps),
-                                                num_warps=num_warps)
+    polls = MAX_POLLS if max_polls is None else max_polls
+    common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps)
+    if lanes is None:
+        _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, polls,
+                                                    _span(num_warps), **common)
+    else:
+        _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, polls,
+                                                _span(num_warps), **common)
     return out
 
 
@@ -346,8 +429,9 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
     Rows may be strided (read in place); columns must be contiguous, else x is copied first.
     ``parts`` (a power of two) splits each row over that many programs; ``block`` (a power of two)
     is the columns read per step; either one asks for the two-pass kernels. With neither, a GPU
-    runs the one-read kernel where it applies (``ONE_READ``, ``_one_read_plan``), and otherwise the
-    two-pass plan for the mode (``_plan``).
+    runs the one-read kernel where it applies (``ONE_READ``, ``_one_read_plan``; on a persistent
+    grid for rows of at least LANES_MIN_COLS, ``_lanes``), and otherwise the two-pass plan for the
+    mode (``_plan``).
     """
     validate(x, names=["x"], ndim=2)
     n_rows, n_cols = x.shape
@@ -356,7 +440,8 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
         if plan is not None:  # on a GPU: every element read once, held in registers across the wait
             if x.stride(1) != 1:
                 x = x.contiguous()
-            return _one_read(x, torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device), *plan)
+            out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+            return _one_read(x, out, *plan, lanes=_lanes(x, out, *plan))
     auto_parts, auto_block = _plan(n_cols, x.element_size())
     parts, block = parts or auto_parts, block or auto_block
     for name, v in (("parts", parts), ("block", block)):

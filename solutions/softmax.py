@@ -10,13 +10,12 @@ block held in registers, so rows are limited to ``MAX_COLS`` columns; longer row
 read ``5MN + 2M`` and write ``3MN + 2M`` elements, about 4x the fused kernel's bytes.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
+from tkcourse.occupancy import programs_per_sm, sm_count
 
 #: Longest row ``softmax`` takes. The row lives in registers: 32768 fp32 values over 16 warps
 #: (512 threads) is 64 registers a thread; at 65536 it would be 128, plus temporaries, past what
@@ -88,11 +87,6 @@ PERSISTENT_BELOW = 4096
 _OCCUPANCY: dict = {}  # programs an SM holds at once, per (device, dtype, BLOCK, num_warps, num_stages)
 
 
-@functools.lru_cache(maxsize=None)
-def _device_properties(index):
-    return torch.cuda.get_device_properties(index)
-
-
 def _num_programs(x: torch.Tensor, out: torch.Tensor, BLOCK: int, num_warps: int, num_stages: int) -> int:
     """How many programs to launch: a program per row in the interpreter and for long rows; for short
     rows on a GPU, as many as fit at once.
@@ -104,24 +98,12 @@ def _num_programs(x: torch.Tensor, out: torch.Tensor, BLOCK: int, num_warps: int
     n_rows = x.shape[0]
     if INTERPRET or BLOCK >= PERSISTENT_BELOW:
         return n_rows
-    props = _device_properties(x.device.index)
     key = (x.device.index, x.dtype, BLOCK, num_warps, num_stages)
     if key not in _OCCUPANCY:
-        threads = 32 * num_warps
-        fit = getattr(props, "max_threads_per_multi_processor", 2048) // threads
-        try:
-            kernel = _softmax_kernel.warmup(x, out, x.stride(0), out.stride(0), n_rows, x.shape[1], BLOCK=BLOCK,
-                                            NUM_STAGES=num_stages, num_warps=num_warps, grid=(1,))
-            kernel._init_handles()
-            regs = -(-max(kernel.n_regs, 1) // 8) * 8  # registers are handed out 8 at a time
-            fit = min(fit, getattr(props, "regs_per_multiprocessor", 65536) // (regs * threads))
-            smem = kernel.metadata.shared
-            if smem:
-                fit = min(fit, getattr(props, "shared_memory_per_multiprocessor", 233472) // (smem + 1024))
-        except (AttributeError, TypeError, KeyError):  # a Triton without these internals: a safe guess
-            fit = max(1, fit // 2)
-        _OCCUPANCY[key] = max(1, min(fit, 32))  # at most 32 resident programs an SM
-    return min(n_rows, props.multi_processor_count * _OCCUPANCY[key])
+        _OCCUPANCY[key] = programs_per_sm(_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, x.shape[1],
+                                          BLOCK=BLOCK, NUM_STAGES=num_stages, num_warps=num_warps,
+                                          device_index=x.device.index)
+    return min(n_rows, sm_count(x.device.index) * _OCCUPANCY[key])
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:

@@ -202,7 +202,7 @@ def test_one_read_plan_only_where_it_is_safe(monkeypatch):
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
-@pytest.mark.parametrize("shape", [(3, 100_000), (64, 32768), (2, 262144), (300, 8193)])
+@pytest.mark.parametrize("shape", [(3, 100_000), (64, 32768), (2, 262144), (37, 262144), (5, 600_000), (300, 8193)])
 def test_one_read_plan_matches_torch_on_a_gpu(shape):
     x = _randn(*shape, dtype=torch.float16, scale=4.0)
     assert lesson._one_read_plan(shape[1], x.device) is not None
@@ -228,22 +228,65 @@ def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     _assert_softmax(out, x)
 
 
+@pytest.mark.parametrize("lanes", [1, 2, 5])
+@pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 4100)])
+def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_cols):
+    """The persistent grid in the interpreter: lanes * parts programs, each walking rows lane,
+    lane + lanes, ... (5 lanes for 7 rows: lanes of 2 rows and of 1). Every part's word but part 0's
+    is published beforehand, so nobody waits and nobody falls back; each row must still come out."""
+    n_rows = 7
+    x = _randn(n_rows, n_cols, scale=3.0)
+    part = triton.next_power_of_2(-(-n_cols // parts))
+    xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(n_rows, parts, part)
+    m_parts = xp.amax(-1)
+    l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
+    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
+    words[:, 0] = 0
+    out = torch.empty_like(x)
+    lesson._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+                                                   words.contiguous(), 0, lesson._span(4), PARTS=parts, PART=part,
+                                                   FALLBACK_BLOCK=128, SPAN=lesson._span(4), num_warps=4)
+    _assert_softmax(out, x)
+
+
+@pytest.mark.parametrize("lanes", [None, 1, 3])
 @pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
-def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols):
+def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols, lanes):
     """A program that stops waiting reads the whole row itself. In the interpreter programs run one
     at a time in id order, so with no polls the first parts of each row fall back and the last one
     combines: both ways must give the same softmax."""
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
-    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0), x)
+    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
+@pytest.mark.parametrize("lanes", [None, 16])
 @pytest.mark.parametrize("parts, part, warps", [(64, 2048, 1), (16, 2048, 2), (32, 4096, 4)])
-def test_one_read_falls_back_on_a_gpu(parts, part, warps):
+def test_one_read_falls_back_on_a_gpu(parts, part, warps, lanes):
     """No polls: every program whose row is not complete when it first looks reads the row itself,
     while its siblings combine the words. The warps of a program must agree on which, or the
     fallback's shared-memory reductions hang or mix values: a wrong answer or a timeout here."""
     n_cols = parts * part - 5
     x = _randn(512, n_cols, dtype=torch.float16, scale=4.0)
-    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, warps, max_polls=0), x)
+    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, warps, max_polls=0, lanes=lanes), x)
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="a persistent grid is sized from the GPU")
+def test_lanes_fill_the_gpu_once():
+    """Rows of LANES_MIN_COLS or more take a grid of lanes * parts programs, a power of two of lanes,
+    no more than fit at once (else a lane's parts could wait on a sibling that cannot start);
+    shorter rows take a program per part."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    n_cols = lesson.LANES_MIN_COLS
+    x = _randn(256, n_cols, dtype=torch.float16)
+    out = torch.empty_like(x)
+    parts, part, warps = lesson._one_read_plan(n_cols, dev)
+    lanes = lesson._lanes(x, out, parts, part, warps)
+    fit = lesson.programs_per_sm(lesson._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols,
+                                 torch.zeros(1, dtype=torch.int64, device=dev), 1, lesson._span(warps), PARTS=parts,
+                                 PART=part, FALLBACK_BLOCK=32 * warps, SPAN=lesson._span(warps), num_warps=warps,
+                                 device_index=dev.index)
+    assert lanes is not None and lanes & (lanes - 1) == 0
+    assert lanes * parts <= lesson.sm_count(dev.index) * fit < 2 * lanes * parts
+    assert lesson._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
