@@ -6,6 +6,7 @@ P: a persistent one-read online softmax. A fixed grid of LANES x PARTS programs;
    in flight through the wait (exchange_probe's "two-rows" variant, not persistent, had none during
    its second wait). Same word exchange, wait and fallback as the solution (the wait of the solution
    at the time: runs 1-3 used the uniform wait of all threads, replaced by a per-warp one at a044a81).
+   Since commit 3ce6d1d the kernel is the solution's own, _lanes_softmax_kernel.
 E: attention forward with half of the exponentials computed on the FMA units (2^x = 2^round(x) *
    poly(x - round(x)), the exponent added to the float's bits), the other half on the MUFU units
    (ex2.approx), as FlashAttention-4 does: at D = 64 the exp throughput (16 a clock an SM) is as
@@ -70,43 +71,15 @@ def db(fn):
     return r[0] if isinstance(r, (list, tuple)) else r
 
 
-@triton.jit
-def _persistent_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_rows, n_cols, slots_ptr, max_polls, LANES, span,
-                       PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, KEEP_E: tl.constexpr):
-    pid = tl.program_id(0)
-    lane = pid // PARTS
-    part = pid % PARTS
-    cols = part * PART + tl.arange(0, PART)
-    mask = cols < n_cols
-    x_next = tl.load(x_ptr + lane.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(lane < n_rows, n_cols, 0),
-                     other=float("-inf"), eviction_policy="evict_first")
-    for row in tl.range(lane, n_rows, LANES, num_stages=1):
-        x = x_next.to(tl.float32)
-        m_p = tl.max(x, axis=0)
-        shift = tl.where(m_p == float("-inf"), 0.0, m_p)
-        e = tl.exp(x - shift)
-        l_p = tl.sum(e, axis=0)
-        O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-        nxt = row + LANES  # the next row's part: in flight while this row's siblings are awaited
-        x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols, mask=cols < tl.where(nxt < n_rows, n_cols, 0),
-                         other=float("-inf"), eviction_policy="evict_first")
-        m, l, complete = O._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
-        if not complete:
-            m, l = O._online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, 1024, 1)
-        if KEEP_E:
-            y = e * (tl.exp(shift - m) / l)
-        else:
-            y = tl.exp(x - m) * (1.0 / l)
-        tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
-                 eviction_policy="evict_first")
-
-
-def persistent(x, out, parts, part, warps, lanes, keep_e, max_polls=4096):
+def persistent(x, out, parts, part, warps, lanes):
+    """The persistent one-read softmax: since commit 3ce6d1d the solution's _lanes_softmax_kernel (runs 1, 10
+    and 11 used this probe's own copy, which also had a variant that recomputed exp(x - m) instead of
+    keeping e: 'keep_e False', slower everywhere). Returns the compiled kernel, for its registers."""
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
-    return _persistent_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, max_polls,
-                                                lanes, O._span(warps), PARTS=parts, PART=part, SPAN=O._span(warps),
-                                                KEEP_E=keep_e, num_warps=warps)
+    return O._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots,
+                                                     O.MAX_POLLS, O._span(warps), PARTS=parts, PART=part,
+                                                     FALLBACK_BLOCK=32 * warps, SPAN=O._span(warps), num_warps=warps)
 
 
 if "P" in what:
@@ -122,12 +95,11 @@ if "P" in what:
         res = []
         t0 = time.time()
         for (part, w), keep_e, per_sm in itertools.product(((2048, 1), (2048, 2), (4096, 2), (4096, 4), (8192, 4),
-                                                             (8192, 8), (16384, 8)), (False, True),
-                                                             (2, 4, 6, 8, 12, 16)):
+                                                             (8192, 8), (16384, 8)), (True,), (2, 4, 6, 8, 12, 16)):
             parts = triton.next_power_of_2(triton.cdiv(N, part))
             lanes = max(1, min(M, sms * per_sm // parts))
             out = torch.empty_like(x)
-            f = lambda: persistent(x, out, parts, part, w, lanes, keep_e)
+            f = lambda: persistent(x, out, parts, part, w, lanes)
             try:
                 k = f()
                 torch.cuda.synchronize()
@@ -667,7 +639,7 @@ if "Q" in what:
             if parts > 64 or lanes > M:
                 continue
             out = torch.empty_like(x)
-            f = lambda: persistent(x, out, parts, part, w, lanes, True)
+            f = lambda: persistent(x, out, parts, part, w, lanes)
             try:
                 k = f()
                 torch.cuda.synchronize()
