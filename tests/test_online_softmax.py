@@ -286,10 +286,10 @@ def test_lanes_fill_the_gpu_once():
     out = torch.empty_like(x)
     parts, part, warps = lesson._one_read_plan(n_cols, dev)
     lanes = lesson._lanes(x, out, parts, part, warps)
-    fit = lesson.programs_per_sm(lesson._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols,
-                                 *[torch.zeros(2, dtype=torch.int64, device=dev)] * 2, 1, lesson._span(warps), PARTS=parts,
-                                 PART=part, FALLBACK_BLOCK=32 * warps, SPAN=lesson._span(warps), num_warps=warps,
-                                 device_index=dev.index)
+    words = torch.zeros(2, dtype=torch.int64, device=dev)
+    fit = lesson.programs_per_sm(lesson._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols, words,
+                                 words, 1, lesson._span(warps), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps,
+                                 SPAN=lesson._span(warps), num_warps=warps, device_index=dev.index)
     assert lanes is not None and lanes & (lanes - 1) == 0
     assert lanes * parts <= lesson.sm_count(dev.index) * fit < 2 * lanes * parts
     assert lesson._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
