@@ -306,3 +306,15 @@ def test_lanes_words_stay_zero_between_launches(shape, parts):
         _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
         words = lesson._lane_words(x.device, 1)
         assert not words.any(), "a launch left words behind: the next one would read them as published"
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="lanes run together on a GPU only")
+def test_lanes_words_stay_zero_on_a_gpu():
+    """Many launches of the lanes kernel, shapes changing, programs really waiting for each other: every
+    answer right and the stream's buffer all zero in the end."""
+    for shape in [(256, 262144), (37, 262144), (5, 600_000), (256, 262144)] * 3:
+        x = _randn(*shape, dtype=torch.float16, scale=4.0)
+        assert lesson._lanes(x, torch.empty_like(x), *lesson._one_read_plan(shape[1], x.device)) is not None
+        _assert_softmax(lesson.softmax(x), x)
+    torch.cuda.synchronize()
+    assert not lesson._lane_words(x.device, 1).any()
