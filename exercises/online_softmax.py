@@ -323,6 +323,10 @@ ONE_READ_MAX_PART = 32768
 #: lanes: 12 or 24 lanes instead of 16 lost 10%).
 LANES_MIN_COLS = 262144
 LANES_PARTS = 32
+#: Registers a thread of the lanes kernel may use (``maxnreg``): 128 lets 4 programs of 4 warps share
+#: an SM, as in the measurements; left to itself the compiler took a few more, 3 fit, and the grid
+#: halved to 8 lanes (1962 GB/s at 256x262144, h200/tuning/bench_softmax_runs.txt, 15:06 UTC).
+LANES_MAX_REGISTERS = 128
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting
 #: for its row's other parts and reads the whole row itself. A few polls are the norm.
 MAX_POLLS = 1 << 16
@@ -382,7 +386,7 @@ def _lanes(x, out, parts, part, num_warps) -> int | None:
         _LANES_FIT[key] = programs_per_sm(_lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
                                           words, words, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
                                           FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps,
-                                          device_index=x.device.index)
+                                          maxnreg=LANES_MAX_REGISTERS, device_index=x.device.index)
     fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
     if fit < 1:
         return None
@@ -422,7 +426,7 @@ def _one_read(x, out, parts, part, num_warps, max_polls=None, lanes=None):
     else:
         words = _lane_words(x.device, lanes + n_rows * parts)  # the lanes' counts, then the slots
         _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, words[lanes:],
-                                                words, polls, _span(num_warps), **common)
+                                                words, polls, _span(num_warps), maxnreg=LANES_MAX_REGISTERS, **common)
     return out
 
 

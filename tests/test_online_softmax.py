@@ -243,7 +243,7 @@ def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_co
     l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
     words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
     words[:, 0] = 0
-    words, done = words.contiguous(), torch.zeros(lanes, dtype=torch.int64)
+    words, done = words.contiguous(), torch.zeros(lanes, dtype=torch.int64, device=x.device)
     out = torch.empty_like(x)
     lesson._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, words, done, 0,
                                                    lesson._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
@@ -289,7 +289,8 @@ def test_lanes_fill_the_gpu_once():
     words = torch.zeros(2, dtype=torch.int64, device=dev)
     fit = lesson.programs_per_sm(lesson._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols, words,
                                  words, 1, lesson._span(warps), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps,
-                                 SPAN=lesson._span(warps), num_warps=warps, device_index=dev.index)
+                                 SPAN=lesson._span(warps), num_warps=warps, maxnreg=lesson.LANES_MAX_REGISTERS,
+                                 device_index=dev.index)
     assert lanes is not None and lanes & (lanes - 1) == 0
     assert lanes * parts <= lesson.sm_count(dev.index) * fit < 2 * lanes * parts
     assert lesson._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
