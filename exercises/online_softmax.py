@@ -244,7 +244,6 @@ def _lanes_softmax_kernel(
     n_rows,  # rows of x
     n_cols,  # columns: the softmax length
     slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
-    done_ptr,  # int64 (lanes,): programs of each lane that have finished (zero at launch)
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see _combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
@@ -279,13 +278,6 @@ def _lanes_softmax_kernel(
         y = e * (tl.exp(shift - m) / l)
         tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
                  eviction_policy="evict_first")
-    # The lane's last program to finish puts the lane's words and count back to 0, so that the next
-    # launch needs no zero fill (a launch of its own). acq_rel: every sibling read the words before
-    # it counted itself done, and the zeros come after all of that.
-    if tl.atomic_add(done_ptr + lane, 1, sem="acq_rel") == PARTS - 1:
-        for row in tl.range(lane, n_rows, lanes):
-            tl.store(slots_ptr + row * PARTS + tl.arange(0, PARTS), tl.zeros([PARTS], tl.int64))
-        tl.store(done_ptr + lane, 0)
 
 
 #: GPU plan (tune on the target): a part is about this many bytes of a row, so that the parts read
@@ -323,10 +315,6 @@ ONE_READ_MAX_PART = 32768
 #: lanes: 12 or 24 lanes instead of 16 lost 10%).
 LANES_MIN_COLS = 262144
 LANES_PARTS = 32
-#: Registers a thread of the lanes kernel may use (``maxnreg``): 128 lets 4 programs of 4 warps share
-#: an SM, as in the measurements; left to itself the compiler took a few more, 3 fit, and the grid
-#: halved to 8 lanes (1962 GB/s at 256x262144, h200/tuning/bench_softmax_runs.txt, 15:06 UTC).
-LANES_MAX_REGISTERS = 128
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting
 #: for its row's other parts and reads the whole row itself. A few polls are the norm.
 MAX_POLLS = 1 << 16
@@ -382,11 +370,11 @@ def _lanes(x, out, parts, part, num_warps) -> int | None:
         return None
     key = (x.device.index, x.dtype, parts, part, num_warps)
     if key not in _LANES_FIT:
-        words = torch.zeros(2, dtype=torch.int64, device=x.device)
+        slots = torch.zeros(1, dtype=torch.int64, device=x.device)
         _LANES_FIT[key] = programs_per_sm(_lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
-                                          words, words, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
+                                          slots, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
                                           FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps,
-                                          maxnreg=LANES_MAX_REGISTERS, device_index=x.device.index)
+                                          device_index=x.device.index)
     fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
     if fit < 1:
         return None
@@ -398,35 +386,18 @@ def _span(num_warps: int) -> int:
     return 64 * num_warps
 
 
-_LANE_WORDS: dict = {}  # (device, stream) -> the lanes kernel's int64 words, all 0 between its launches
-_OLD_LANE_WORDS: list = []  # outgrown ones, never freed: a captured CUDA graph may still point at them
-
-
-def _lane_words(device, n_words: int) -> torch.Tensor:
-    """At least ``n_words`` int64 zeros for ``_lanes_softmax_kernel``, which leaves them zero again: one
-    buffer a CUDA stream (two streams at once must not share), zeroed once, grown when too small."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    words = _LANE_WORDS.get((device, stream))
-    if words is None or words.numel() < n_words:
-        if words is not None:
-            _OLD_LANE_WORDS.append(words)
-        words = _LANE_WORDS[(device, stream)] = torch.zeros(max(n_words, 4096), dtype=torch.int64, device=device)
-    return words
-
-
 def _one_read(x, out, parts, part, num_warps, max_polls=None, lanes=None):
     """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one."""
     n_rows, n_cols = x.shape
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
     polls = MAX_POLLS if max_polls is None else max_polls
     common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps)
     if lanes is None:
-        slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
         _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, polls,
                                                     _span(num_warps), **common)
     else:
-        words = _lane_words(x.device, lanes + n_rows * parts)  # the lanes' counts, then the slots
-        _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, words[lanes:],
-                                                words, polls, _span(num_warps), maxnreg=LANES_MAX_REGISTERS, **common)
+        _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, polls,
+                                                _span(num_warps), **common)
     return out
 
 

@@ -76,11 +76,10 @@ def persistent(x, out, parts, part, warps, lanes):
     and 11 used this probe's own copy, which also had a variant that recomputed exp(x - m) instead of
     keeping e: 'keep_e False', slower everywhere). Returns the compiled kernel, for its registers."""
     n_rows, n_cols = x.shape
-    words = O._lane_words(x.device, lanes + n_rows * parts)  # the lanes' counts, then the slots
-    return O._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
-                                                     words[lanes:], words, O.MAX_POLLS, O._span(warps), PARTS=parts,
-                                                     PART=part, FALLBACK_BLOCK=32 * warps, SPAN=O._span(warps),
-                                                     num_warps=warps, maxnreg=O.LANES_MAX_REGISTERS)
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
+    return O._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots,
+                                                     O.MAX_POLLS, O._span(warps), PARTS=parts, PART=part,
+                                                     FALLBACK_BLOCK=32 * warps, SPAN=O._span(warps), num_warps=warps)
 
 
 if "P" in what:
