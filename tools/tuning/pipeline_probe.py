@@ -82,6 +82,24 @@ def persistent(x, out, parts, part, warps, lanes):
                                                      FALLBACK_BLOCK=32 * warps, SPAN=O._span(warps), num_warps=warps)
 
 
+def _try_persistent(x, out, ref, parts, part, w, lanes):
+    """One persistent configuration: (compiled kernel, max |error|), or None when it fails or is slow
+    (over 50 ms: waits timing out, a lane's programs not all resident)."""
+    try:
+        k = persistent(x, out, parts, part, w, lanes)
+        torch.cuda.synchronize()
+        t1 = time.time()
+        persistent(x, out, parts, part, w, lanes)
+        torch.cuda.synchronize()
+    except Exception as e:
+        print("   fail", part, w, lanes, str(e)[:200], flush=True)
+        return None
+    if time.time() - t1 > 0.05:
+        print(f"   slow (waits time out?) {part} w{w} p{parts} lanes {lanes}", flush=True)
+        return None
+    return k, (out.float() - ref).abs().max().item()
+
+
 if "P" in what:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
@@ -100,20 +118,10 @@ if "P" in what:
             lanes = max(1, min(M, sms * per_sm // parts))
             out = torch.empty_like(x)
             f = lambda: persistent(x, out, parts, part, w, lanes)
-            try:
-                k = f()
-                torch.cuda.synchronize()
-                t1 = time.time()
-                f()
-                torch.cuda.synchronize()
-                if time.time() - t1 > 0.05:
-                    print(f"   slow (waits time out?) {part // 1024}K w{w} p{parts} lanes {lanes} keep_e {keep_e}", flush=True)
-                    continue
-                err = (out.float() - ref).abs().max().item()
+            got = _try_persistent(x, out, ref, parts, part, w, lanes)
+            if got:
                 res.append((b / db(f) * 1e-6, b / graph_ms(f, rep=60) * 1e-6, part, w, parts, lanes, keep_e, per_sm,
-                            k.n_regs, err))
-            except Exception as e:
-                print("   fail", part, w, keep_e, per_sm, str(e)[:200], flush=True)
+                            got[0].n_regs, got[1]))
         res.sort(key=lambda r: -r[0])
         print(f"online {M}x{N}: copy {cp:.0f} GB/s, torch {torch_gbs:.0f}, O.softmax now (do_bench) {now:.0f}; "
               f"{len(res)} ok in {time.time() - t0:.0f}s", flush=True)
@@ -640,21 +648,11 @@ if "Q" in what:
                 continue
             out = torch.empty_like(x)
             f = lambda: persistent(x, out, parts, part, w, lanes)
-            try:
-                k = f()
-                torch.cuda.synchronize()
-                t1 = time.time()
-                f()
-                torch.cuda.synchronize()
-                if time.time() - t1 > 0.05:
-                    print(f"   slow (waits time out?) {part} w{w} p{parts} lanes {lanes}", flush=True)
-                    continue
-                err = (out.float() - ref).abs().max().item()
-                per_sm = min(32, 64 // w, 65536 // (max(k.n_regs, 1) * 32 * w))
+            got = _try_persistent(x, out, ref, parts, part, w, lanes)
+            if got:
+                regs = max(got[0].n_regs, 1)
                 res.append((b / db(f) * 1e-6, b / db(f) * 1e-6, b / graph_ms(f, rep=60) * 1e-6, part, w, parts, lanes,
-                            parts * lanes / sms, per_sm, k.n_regs, err))
-            except Exception as e:
-                print("   fail", part, w, lanes, str(e)[:200], flush=True)
+                            parts * lanes / sms, min(32, 64 // w, 65536 // (regs * 32 * w)), regs, got[1]))
         res.sort(key=lambda r: -(r[0] + r[1]))
         print(f"online {M}x{N}: O.softmax now (do_bench) {now:.0f}", flush=True)
         for r in res[:14]:
