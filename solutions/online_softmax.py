@@ -120,6 +120,16 @@ def _publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
 
 
 @triton.jit
+def _combine_words(words):
+    """The row's ``(m, l)`` from its parts' published words (``_publish_part``'s format): m is the
+    largest m_p, l the sum of the parts' l_p, each rescaled by exp(m_p - m) to the row's max."""
+    m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
+    l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    m = tl.max(m_parts, axis=0)
+    return m, tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
+
+
+@triton.jit
 def _combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr):
     """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
 
@@ -140,10 +150,7 @@ def _combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: t
     while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
         words = tl.load(slots, volatile=True)
         polls += 1
-    m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-    l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-    m = tl.max(m_parts, axis=0)
-    l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)  # each part's sum, rescaled to the row's max
+    m, l = _combine_words(words)
     missing = tl.sum((words == 0).to(tl.int32), axis=0)  # this warp's view
     entry = tl.arange(0, SPAN)
     missing = tl.max(tl.where(entry < span, missing, 0), axis=0)  # every thread's view: one answer

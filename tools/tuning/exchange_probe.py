@@ -23,16 +23,15 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.bench.core import graph_ms
+from tkcourse.bench.core import graph_ms, measure
 import solutions.online_softmax as O
 import solutions.flash_attention as F
 
 what = sys.argv[1] if len(sys.argv) > 1 else "SA"
 
 
-def db(fn):
-    r = triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=[0.5])
-    return r[0] if isinstance(r, (list, tuple)) else r
+def db(fn):  # median ms from do_bench, shorter than the bench's
+    return measure(fn, warmup=10, rep=40)[0]
 
 
 @triton.jit
@@ -46,23 +45,13 @@ def _packed_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, ticket_
     part = t % PARTS
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=float("-inf"),
-                eviction_policy="evict_first").to(tl.float32)
-    m_p = tl.max(x, axis=0)
-    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
-    e = tl.exp(x - shift)
-    l_p = tl.sum(e, axis=0)
-    # one word: low 32 bits m, high 32 bits l; never zero (l >= 1, or m = -inf for an empty part)
-    word = (m_p.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (l_p.to(tl.int32, bitcast=True).to(tl.int64) << 32)
-    tl.atomic_xchg(slots_ptr + t, word, sem="relaxed")
+    e, shift, m_p, l_p = O._load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
+    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)  # one word, its own flag
     slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
     w = tl.load(slots, volatile=True)
-    while tl.sum((w == 0).to(tl.int32), axis=0) > 0:
+    while tl.sum((w == 0).to(tl.int32), axis=0) > 0:  # unbounded: no fallback
         w = tl.load(slots, volatile=True)
-    m_parts = (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-    l_parts = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-    m = tl.max(m_parts, axis=0)
-    l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
+    m, l = O._combine_words(w)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -78,12 +67,7 @@ def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_
     part = pid % PARTS
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=float("-inf"),
-                eviction_policy="evict_first").to(tl.float32)
-    m_p = tl.max(x, axis=0)
-    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
-    e = tl.exp(x - shift)
-    l_p = tl.sum(e, axis=0)
+    e, shift, m_p, l_p = O._load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
     O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
     m, l, complete = O._combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
     y = e * (tl.exp(shift - m) / l)
@@ -203,11 +187,10 @@ def _attn_probe(Q, K, V, O, LSE, N, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl
         if CAUSAL:
             start_m = tl.num_programs(0) - 1 - start_m
         bh = tl.program_id(1)
-    head = bh.to(tl.int64) * N * HEAD_DIM
-    desc_q = tl.make_tensor_descriptor(Q + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
-    desc_k = tl.make_tensor_descriptor(K + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-    desc_v = tl.make_tensor_descriptor(V + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-    desc_o = tl.make_tensor_descriptor(O + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_q, _ = F._head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)  # pointers: per-head descriptors, row 0
+    desc_k, _ = F._head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
+    desc_v, _ = F._head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
+    desc_o, _ = F._head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -238,13 +221,13 @@ def _attn_probe(Q, K, V, O, LSE, N, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl
             m_i = m_ij
     elif CAUSAL:
         diag = (start_m * BLOCK_M // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, diag, N, qk_scale,
+        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, 0, diag, N, qk_scale,
                                                BLOCK_N, False, CAUSAL, False)
-        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, offs_m, diag,
+        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, diag,
                                                tl.minimum((start_m + 1) * BLOCK_M, N), N, qk_scale,
                                                BLOCK_N, True, CAUSAL, False)
     else:
-        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, offs_m, 0, N, N, qk_scale,
+        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, 0, N, N, qk_scale,
                                                BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453

@@ -58,7 +58,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.bench.core import graph_ms
+from tkcourse.bench.core import graph_ms, measure
 import solutions.online_softmax as O
 import solutions.flash_attention as F
 
@@ -66,9 +66,21 @@ what = sys.argv[1] if len(sys.argv) > 1 else "PEC"
 summary = []
 
 
-def db(fn):
-    r = triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=[0.5])
-    return r[0] if isinstance(r, (list, tuple)) else r
+def db(fn):  # median ms from do_bench, shorter than the bench's
+    return measure(fn, warmup=10, rep=40)[0]
+
+
+def _attn_case(D, N, causal):
+    """One attention shape of the #6 table (B·N = 16k tokens, H·D = 2048): q, k, v, its FLOPs, SDPA as
+    a function, SDPA flash's output and its TFLOP/s."""
+    H, B = 2048 // D, 16384 // N
+    q, k, v = (torch.randn(B, H, N, D, dtype=torch.float16, device="cuda") for _ in range(3))
+    fl = 4 * B * H * N * N * D // (2 if causal else 1)
+    sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+        ref = sdpa()
+        fa = fl / db(sdpa) * 1e-9
+    return q, k, v, fl, sdpa, ref, fa
 
 
 def persistent(x, out, parts, part, warps, lanes):
@@ -180,11 +192,10 @@ def _attn_probe(Q, K, V, O, LSE, N, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1)
-    head = bh.to(tl.int64) * N * HEAD_DIM
-    desc_q = tl.make_tensor_descriptor(Q + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
-    desc_k = tl.make_tensor_descriptor(K + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-    desc_v = tl.make_tensor_descriptor(V + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM])
-    desc_o = tl.make_tensor_descriptor(O + head, [N, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_M, HEAD_DIM])
+    desc_q, _ = F._head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)  # pointers: per-head descriptors, row 0
+    desc_k, _ = F._head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
+    desc_v, _ = F._head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
+    desc_o, _ = F._head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -222,13 +233,7 @@ if "E" in what or "C" in what:
     cases = [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
              (128, 1024, False)]
     for D, N, causal in cases:
-        H, B = 2048 // D, 16384 // N
-        q, k, v = (torch.randn(B, H, N, D, dtype=torch.float16, device="cuda") for _ in range(3))
-        fl = 4 * B * H * N * N * D // (2 if causal else 1)
-        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
-            ref = sdpa()
-            fa = fl / db(sdpa) * 1e-9
+        q, k, v, fl, sdpa, ref, fa = _attn_case(D, N, causal)
         _, lse_ref = F.attention_forward(q, k, v, causal=causal)
         cur = fl / db(lambda: F.attention_forward(q, k, v, causal=causal)) * 1e-9
         res = []
@@ -267,11 +272,8 @@ def _no_exchange_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, PA
     row = pid // PARTS
     cols = (pid % PARTS) * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=float("-inf"),
-                eviction_policy="evict_first").to(tl.float32)
-    m = tl.max(x, axis=0)
-    e = tl.exp(x - m)
-    y = e / tl.sum(e, axis=0)
+    e, _, _, l_p = O._load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
+    y = e / l_p  # this part's own (m, l): no exchange
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
 
@@ -490,10 +492,7 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
         while (tl.sum((w == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
             w = tl.load(slots, volatile=True)
             polls += 1
-        m_parts = (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
-        l_parts = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-        m = tl.max(m_parts, axis=0)
-        l = tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
+        m, l = O._combine_words(w)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -675,13 +674,7 @@ if "H" in what:
     triton.set_allocator(F._tma_scratch)
     for D, N, causal in [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
                          (128, 1024, False), (128, 16384, True)]:
-        H, B = 2048 // D, 16384 // N
-        q, k, v = (torch.randn(B, H, N, D, dtype=torch.float16, device="cuda") for _ in range(3))
-        fl = 4 * B * H * N * N * D // (2 if causal else 1)
-        sdpa = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
-            ref = sdpa()
-            fa = fl / db(sdpa) * 1e-9
+        q, k, v, fl, sdpa, ref, fa = _attn_case(D, N, causal)
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.CUDNN_ATTENTION):
             cu = fl / db(sdpa) * 1e-9
         best = {}

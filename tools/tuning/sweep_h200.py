@@ -12,15 +12,14 @@ now tkcourse.bench.core.graph_ms, which also replays the graph 10 times before t
 import sys, time, itertools
 import tkcourse
 import torch, triton
-from tkcourse.bench.core import graph_ms
+from tkcourse.bench.core import graph_ms, measure
 import solutions.softmax as S
 import solutions.online_softmax as O
 from solutions.flash_attention import attention_forward
 what = sys.argv[1] if len(sys.argv) > 1 else "ABC"
 
-def db(fn):
-    r = triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=[0.5])
-    return r[0] if isinstance(r, (list, tuple)) else r
+def db(fn):  # median ms from do_bench, shorter than the bench's
+    return measure(fn, warmup=10, rep=40)[0]
 
 summary = []
 if "A" in what:
