@@ -70,6 +70,19 @@ def db(fn):  # median ms from do_bench, shorter than the bench's
     return measure(fn, warmup=10, rep=40)[0]
 
 
+def _online_input(M, N, scale=3.0):
+    """An fp16 (M, N) input of the #6 shapes, its minimum bytes (read once, written once) and fp32
+    torch.softmax of it, the answer every variant is checked against."""
+    x = torch.randn(M, N, dtype=torch.float16, device="cuda") * scale
+    return x, 4 * M * N, torch.softmax(x.float(), -1)
+
+
+def _copy_gbs(x, b):
+    """GB/s of a device copy of x: the ceiling at that size, in the same run."""
+    y = torch.empty_like(x)
+    return b / graph_ms(lambda: y.copy_(x), rep=60) * 1e-6
+
+
 def _attn_case(D, N, causal):
     """One attention shape of the #6 table (B·N = 16k tokens, H·D = 2048): q, k, v, its FLOPs, SDPA as
     a function, SDPA flash's output and its TFLOP/s."""
@@ -115,11 +128,8 @@ def _try_persistent(x, out, ref, parts, part, w, lanes):
 if "P" in what:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
-        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
-        b = 4 * M * N
-        ref = torch.softmax(x.float(), -1)
-        y = torch.empty_like(x)
-        cp = b / graph_ms(lambda: y.copy_(x), rep=60) * 1e-6
+        x, b, ref = _online_input(M, N)
+        cp = _copy_gbs(x, b)
         torch_gbs = b / db(lambda: torch.softmax(x, -1)) * 1e-6
         now = b / db(lambda: O.softmax(x)) * 1e-6
         res = []
@@ -291,11 +301,8 @@ if "B" in what:
     XP = _exchange_probe()
 
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
-        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
-        b = 4 * M * N
-        ref = torch.softmax(x.float(), -1)
-        y = torch.empty_like(x)
-        cp = b / graph_ms(lambda: y.copy_(x), rep=60) * 1e-6
+        x, b, ref = _online_input(M, N)
+        cp = _copy_gbs(x, b)
         now = b / db(lambda: O.softmax(x)) * 1e-6
         res = []
         for part, w in ((2048, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8)):
@@ -435,9 +442,7 @@ if "W" in what:
 
     for M, N, cfgs in [(4096, 32768, ((4096, 4), (2048, 2))), (1024, 131072, ((2048, 2), (4096, 4), (4096, 2))),
                        (256, 262144, ((8192, 4), (4096, 4), (4096, 2), (2048, 2), (8192, 8)))]:
-        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
-        b = 4 * M * N
-        ref = torch.softmax(x.float(), -1)
+        x, b, ref = _online_input(M, N)
         now = b / db(lambda: O.softmax(x)) * 1e-6
         res = []
         for part, w in cfgs:
@@ -516,11 +521,8 @@ if "K" in what:
     for M, N, cfgs in [(4096, 32768, ((4096, 4), (2048, 2), (4096, 2), (8192, 4))),
                        (1024, 131072, ((2048, 2), (4096, 4), (4096, 2), (2048, 1), (1024, 1))),
                        (256, 262144, ((8192, 4), (4096, 4), (4096, 2), (2048, 2), (2048, 1)))]:
-        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
-        b = 4 * M * N
-        ref = torch.softmax(x.float(), -1)
-        y = torch.empty_like(x)
-        cp = b / graph_ms(lambda: y.copy_(x), rep=60) * 1e-6
+        x, b, ref = _online_input(M, N)
+        cp = _copy_gbs(x, b)
         now = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
         res = []
         for part, w in cfgs:
@@ -557,9 +559,7 @@ if "K" in what:
                        f"{max(r[0] for r in res if r[2] == 'packed-pid'):.0f}" if sf else f"online {M}x{N}: no safe run")
 if "S" in what:
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
-        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
-        b = 4 * M * N
-        ref = torch.softmax(x.float(), -1)
+        x, b, ref = _online_input(M, N)
         now = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
         res = []
         for part, w in ((1024, 1), (2048, 1), (2048, 2), (4096, 1), (4096, 2), (4096, 4), (8192, 2), (8192, 4)):
@@ -585,9 +585,7 @@ if "D" in what:
     from tkcourse.bench.core import measure
     for M, N in [(1024, 131072), (256, 262144)]:
         for scale in (1.0, 3.0):
-            x = torch.randn(M, N, dtype=torch.float16, device="cuda") * scale
-            b = 4 * M * N
-            ref = torch.softmax(x.float(), -1)
+            x, b, ref = _online_input(M, N, scale)
             line = [f"online {M}x{N} scale {scale:.0f} plan {O._one_read_plan(N, x.device)}:"]
             line.append(f"measure {b / measure(lambda: O.softmax(x))[0] * 1e-6:.0f}")
             line.append(f"graph {b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6:.0f}")
@@ -635,9 +633,7 @@ if "A" in what:
 if "Q" in what:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for M, N in [(256, 262144), (512, 262144), (128, 524288)]:
-        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
-        b = 4 * M * N
-        ref = torch.softmax(x.float(), -1)
+        x, b, ref = _online_input(M, N)
         now = b / db(lambda: O.softmax(x)) * 1e-6
         res = []
         for (part, w), lanes in itertools.product(((4096, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8)),
