@@ -47,6 +47,10 @@ A: the bench once measured 1494 GB/s at 256x262144 (p20-p80 1288-1795), the thre
    buffer, at three plans, timed with do_bench as the bench does.
 Q: the persistent kernel of part P, which with the per-warp wait (run 10) beat the solution by 12% at
    256x262144: lanes around its best, each timed twice, with the programs an SM can hold (registers).
+T: the exchange words without a zero fill before each launch (16-bit inputs: a buffer kept from launch to
+   launch, each launch's words stamped with a tag of its own; the solution's _exchange_words) against the
+   zero fill (torch.zeros each launch, as before), same kernels, timed as the bench times (measure), taking
+   turns three times, and from a CUDA graph.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -664,6 +668,30 @@ if "Z" in what:  # what zeroing the exchange words costs, beside the whole softm
         z = graph_ms(lambda: torch.zeros((M, parts), dtype=torch.int64, device="cuda"), rep=60)
         t = graph_ms(lambda: O.softmax(x), rep=60)
         line = f"zeros {M}x{parts} words: {z * 1e3:.1f} us of the softmax's {t * 1e3:.1f} us ({4 * M * N / t * 1e-6:.0f} GB/s)"
+        print(line, flush=True)
+        summary.append(line)
+if "T" in what:
+    def zero_filled(x, n):  # the words before _exchange_words: zeroed each launch (tag 1, same compiled kernel)
+        return torch.zeros(n, dtype=torch.int64, device=x.device), 1, O._tag_bits(x)
+
+    tagged = O._exchange_words
+    for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
+        x, b, ref = _online_input(M, N)
+        rates = {"tagged": [], "zero-filled": []}
+        graph = {}
+        for _ in range(3):
+            for name, words in (("tagged", tagged), ("zero-filled", zero_filled)):
+                O._exchange_words = words
+                err = (O.softmax(x).float() - ref).abs().max().item()
+                assert err < 1e-3, (name, err)
+                rates[name].append(b / measure(lambda: O.softmax(x))[0] * 1e-6)
+                graph[name] = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
+        O._exchange_words = tagged
+        plan = O._one_read_plan(N, x.device)
+        line = f"online {M}x{N} plan {plan} lanes {O._lanes(x, torch.empty_like(x), *plan)}: " + "; ".join(
+            f"{k} measure {' '.join(f'{r:.0f}' for r in v)} (mean {sum(v) / 3:.0f}, {sum(v) / 3 / 4250:.1%}) "
+            f"graph {graph[k]:.0f}"
+            for k, v in rates.items())
         print(line, flush=True)
         summary.append(line)
 if "H" in what:
