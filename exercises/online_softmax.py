@@ -90,44 +90,30 @@ def _online_softmax_kernel(
 
 
 @triton.jit
-def _publish_part(slots_ptr, row, part, m, l, tag, PARTS: tl.constexpr):
+def _publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
     """Publish this part's (m, l) as ONE 64-bit word (m in the low half, l in the high half).
 
-    The word is its own flag: a reader sees either the word that was there before or the whole new
-    pair, never half of it, so no counter and no memory fence are needed. Words zeroed before the
-    launch (``tag`` 0): a published word is never 0, as l >= 1 for a part with a value in it, and
-    an empty part has m = -inf. Tagged words (``tag`` > 0, 16-bit inputs only): m was read from a
-    16-bit float, so the low TAG_BITS bits of its fp32 bits are 0, and the launch's tag goes there.
+    The word is its own flag: a reader sees either 0 (not yet published) or the whole pair, never
+    half of it, so no counter and no memory fence are needed. A published word is never 0: l >= 1
+    for a part with a value in it, and an empty part has m = -inf.
     """
-    m_bits = m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-    word = m_bits | tag | (l.to(tl.int32, bitcast=True).to(tl.int64) << 32)
+    word = (m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (l.to(tl.int32, bitcast=True).to(tl.int64) << 32)
     tl.atomic_xchg(slots_ptr + row * PARTS + part, word, sem="relaxed")
 
 
 @triton.jit
-def _published(words, tag, TAG_BITS: tl.constexpr):
-    """Which words this launch has published: not 0 (zeroed words), or stamped with its tag."""
-    if TAG_BITS == 0:
-        return words != 0
-    else:
-        return (words & ((1 << TAG_BITS) - 1)) == tag
-
-
-@triton.jit
-def _combine_words(words, TAG_BITS: tl.constexpr):
+def _combine_words(words):
     """The row's ``(m, l)`` from its parts' published words (``_publish_part``'s format): m is the
     largest m_p, l the sum of the parts' l_p, each rescaled by exp(m_p - m) to the row's max."""
-    m_parts = (words & (0xFFFFFFFF - ((1 << TAG_BITS) - 1))).to(tl.int32).to(tl.float32, bitcast=True)
+    m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     m = tl.max(m_parts, axis=0)
     return m, tl.sum(l_parts * tl.exp(m_parts - m), axis=0)
 
 
 @triton.jit
-def _combine_parts(slots_ptr, row, tag, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr,
-                   TAG_BITS: tl.constexpr):
-    """Wait until the row's PARTS words are published (``_published``), reading them again at most
-    ``max_polls`` times.
+def _combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr):
+    """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
 
     Returns the row's ``(m, l)`` combined from the parts' pairs, and whether all parts were there
     (when not, the pair is meaningless and the caller computes the row's stats itself).
@@ -143,11 +129,11 @@ def _combine_parts(slots_ptr, row, tag, max_polls, span, PARTS: tl.constexpr, SP
     slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
     words = tl.load(slots, volatile=True)  # volatile: from L2 each time, never a stale L1 line
     polls = 0
-    while (tl.sum((~_published(words, tag, TAG_BITS)).to(tl.int32), axis=0) > 0) & (polls < max_polls):
+    while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
         words = tl.load(slots, volatile=True)
         polls += 1
-    m, l = _combine_words(words, TAG_BITS)
-    missing = tl.sum((~_published(words, tag, TAG_BITS)).to(tl.int32), axis=0)  # this warp's view
+    m, l = _combine_words(words)
+    missing = tl.sum((words == 0).to(tl.int32), axis=0)  # this warp's view
     entry = tl.arange(0, SPAN)
     missing = tl.max(tl.where(entry < span, missing, 0), axis=0)  # every thread's view: one answer
     return m, l, missing == 0
@@ -185,11 +171,11 @@ def _split_softmax_kernel(
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     if item < PARTS:  # stats item: pass 1 over this part, publish its (m, l)
         m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
-        _publish_part(slots_ptr, row, part, m, l, 0, PARTS)
+        _publish_part(slots_ptr, row, part, m, l, PARTS)
     else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
         # tickets: every stats item this waits for is running, so the wait ends: no bound, no fallback,
         # and no need for the warps to agree on "complete" (SPAN as ``span`` lets the compiler drop that)
-        m, l, _ = _combine_parts(slots_ptr, row, 0, 0x7FFFFFFF, SPAN, PARTS, SPAN, 0)
+        m, l, _ = _combine_parts(slots_ptr, row, 0x7FFFFFFF, SPAN, PARTS, SPAN)
         _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
 
 
@@ -210,22 +196,20 @@ def _load_part(x_row, cols, mask):
     return _part_stats(x)
 
 
-@triton.jit(do_not_specialize=["tag"])  # a new tag each launch: not a new compile at 1 or 16
+@triton.jit
 def _one_read_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
     out_row_stride,  # elements between the starts of two rows of out
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word (_publish_part)
-    tag,  # this launch's stamp on its words (0: the words were zeroed; see _exchange_words)
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see _combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
     SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
-    TAG_BITS: tl.constexpr,  # low bits of m that hold the tag (0: untagged words, zeroed before the launch)
 ):
     """The GPU plan: each program reads its part of a row once and keeps it in registers.
 
@@ -248,8 +232,8 @@ def _one_read_softmax_kernel(
     e, shift, m_p, l_p = _load_part(x_row, cols, mask)  # e stays in registers until the row's max is known
     scale = 1.0 / l_p
     if PARTS > 1:
-        _publish_part(slots_ptr, row, part, m_p, l_p, tag, PARTS)
-        m, l, complete = _combine_parts(slots_ptr, row, tag, max_polls, span, PARTS, SPAN, TAG_BITS)
+        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:  # a part of this row has not run yet: read the row ourselves
             m, l = _online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
@@ -258,7 +242,7 @@ def _one_read_softmax_kernel(
              eviction_policy="evict_first")
 
 
-@triton.jit(do_not_specialize=["tag"])
+@triton.jit
 def _lanes_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
@@ -266,15 +250,13 @@ def _lanes_softmax_kernel(
     out_row_stride,  # elements between the starts of two rows of out
     n_rows,  # rows of x
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word (_publish_part)
-    tag,  # this launch's stamp on its words (0: the words were zeroed; see _exchange_words)
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see _combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
     SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
-    TAG_BITS: tl.constexpr,  # low bits of m that hold the tag (0: untagged words, zeroed before the launch)
 ):
     """Few long rows: the one-read kernel on a persistent grid of ``lanes * PARTS`` programs.
 
@@ -292,12 +274,12 @@ def _lanes_softmax_kernel(
                      other=float("-inf"), eviction_policy="evict_first")  # no row for this lane: nothing read
     for row in tl.range(lane, n_rows, lanes, num_stages=1):  # row: a Python int in the interpreter, hence tl.cast
         e, shift, m_p, l_p = _part_stats(x_next.to(tl.float32))
-        _publish_part(slots_ptr, row, part, m_p, l_p, tag, PARTS)
+        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
         nxt = row + lanes  # its load is in flight while this row's other parts are awaited
         x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
                          mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
                          eviction_policy="evict_first")
-        m, l, complete = _combine_parts(slots_ptr, row, tag, max_polls, span, PARTS, SPAN, TAG_BITS)
+        m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:  # a part of this row has not run yet: read the row ourselves
             m, l = _online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
         y = e * (tl.exp(shift - m) / l)
@@ -343,11 +325,6 @@ LANES_PARTS = 32
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting
 #: for its row's other parts and reads the whole row itself. A few polls are the norm.
 MAX_POLLS = 1 << 16
-#: One read, 16-bit inputs: the words need no zero fill before each launch (a kernel of its own). They
-#: live in a buffer kept per (device, stream), and each launch stamps its words with a tag of its own,
-#: 1 to 2**TAG_BITS - 1, in the low bits of m (always 0 for a max read from fp16 or bf16); a word with
-#: another tag is an earlier launch's. When the tags run out the buffer is zeroed and they start again.
-TAG_BITS = 13
 # TODO: your code here
 #: The reference's last step (notebook 05): True makes a GPU run the one-read kernel, which does not
 #: call your two functions. Keep False while you work on them.
@@ -389,34 +366,6 @@ def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
     return parts, part, warps
 
 
-def _tag_bits(x) -> int:
-    """TAG_BITS for 16-bit inputs; 0 (untagged words) for fp32, whose max needs every bit."""
-    return TAG_BITS if x.element_size() == 2 else 0
-
-
-_WORDS: dict = {}  # (device, stream) -> [words buffer, last tag used]
-
-
-def _exchange_words(x, n: int) -> tuple[torch.Tensor, int, int]:
-    """(words, tag, TAG_BITS) for a one-read launch over ``x`` with ``n`` words: a buffer kept from
-    launch to launch and a new tag for 16-bit inputs; zeroed words and no tag for fp32 inputs (m uses
-    all its bits), and while a CUDA graph is captured (every replay would reuse the captured tag)."""
-    cuda = x.device.type == "cuda"
-    if not _tag_bits(x):
-        return torch.zeros(n, dtype=torch.int64, device=x.device), 0, 0
-    if cuda and torch.cuda.is_current_stream_capturing():
-        return torch.zeros(n, dtype=torch.int64, device=x.device), 1, TAG_BITS
-    key = (x.device, torch.cuda.current_stream(x.device).cuda_stream if cuda else None)
-    words, tag = _WORDS.get(key, (None, 0))
-    if words is None or words.numel() < n:  # launches on this stream are in order: the old buffer is done with
-        words, tag = torch.zeros(n, dtype=torch.int64, device=x.device), 0
-    elif tag == (1 << TAG_BITS) - 1:  # every tag used since the last zero fill: stale words could match
-        words.zero_()
-        tag = 0
-    _WORDS[key] = (words, tag + 1)
-    return words[:n], tag + 1, TAG_BITS
-
-
 _LANES_FIT: dict = {}  # programs of _lanes_softmax_kernel an SM holds, per (device, dtype, PARTS, PART, warps)
 
 
@@ -428,11 +377,11 @@ def _lanes(x, out, parts, part, num_warps) -> int | None:
         return None
     key = (x.device.index, x.dtype, parts, part, num_warps)
     if key not in _LANES_FIT:
-        slots = torch.zeros(1, dtype=torch.int64, device=x.device)  # compiled, not run: any words will do
+        slots = torch.zeros(1, dtype=torch.int64, device=x.device)
         _LANES_FIT[key] = programs_per_sm(_lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
-                                          slots, 1, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
-                                          FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), TAG_BITS=_tag_bits(x),
-                                          num_warps=num_warps, device_index=x.device.index)
+                                          slots, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
+                                          FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps,
+                                          device_index=x.device.index)
     fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
     if fit < 1:
         return None
@@ -447,15 +396,14 @@ def _span(num_warps: int) -> int:
 def _one_read(x, out, parts, part, num_warps, max_polls=None, lanes=None):
     """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one."""
     n_rows, n_cols = x.shape
-    slots, tag, tag_bits = _exchange_words(x, n_rows * parts)
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
     polls = MAX_POLLS if max_polls is None else max_polls
-    common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), TAG_BITS=tag_bits,
-                  num_warps=num_warps)
+    common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps)
     if lanes is None:
-        _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, tag, polls,
+        _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, polls,
                                                     _span(num_warps), **common)
     else:
-        _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, tag, polls,
+        _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, polls,
                                                 _span(num_warps), **common)
     return out
 

@@ -210,96 +210,43 @@ def test_one_read_plan_matches_torch_on_a_gpu(shape):
     _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
 
 
-def _word(m, l, tag=0):
-    """``_publish_part``'s word for the pair (m, l) stamped with ``tag``."""
-    bits = torch.tensor([m, l], dtype=torch.float32).view(torch.int32).long()
-    return int((bits[0] & 0xFFFFFFFF) | tag | (bits[1] << 32))
+@pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
+def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
+    """The multi-part path in the interpreter: publish every part's (m, l) word but part 0's
+    beforehand, so no program waits (and none may fall back: no polls); each must combine the words."""
+    x = _randn(3, n_cols, scale=3.0)
+    part = triton.next_power_of_2(-(-n_cols // parts))
+    xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(3, parts, part)
+    m_parts = xp.amax(-1)
+    l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
+    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
+    words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
+    out = torch.empty_like(x)
+    lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
+                                                  lesson._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
+                                                  SPAN=lesson._span(4), num_warps=4)
+    _assert_softmax(out, x)
 
 
-def _published_words(x, parts, part, tag, stale_tag):
-    """Every part's (m, l) word as ``_publish_part`` writes it with ``tag`` (0: untagged), but the last
-    part's, which holds an earlier launch's word: 0 when untagged, else a wrong pair stamped ``stale_tag``."""
-    n_rows, n_cols = x.shape
+@pytest.mark.parametrize("lanes", [1, 2, 5])
+@pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 4100)])
+def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_cols):
+    """The persistent grid in the interpreter: lanes * parts programs, each walking rows lane,
+    lane + lanes, ... (5 lanes for 7 rows: lanes of 2 rows and of 1). Every part's word but part 0's
+    is published beforehand, so nobody waits and nobody falls back; each row must still come out."""
+    n_rows = 7
+    x = _randn(n_rows, n_cols, scale=3.0)
+    part = triton.next_power_of_2(-(-n_cols // parts))
     xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(n_rows, parts, part)
     m_parts = xp.amax(-1)
     l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
     words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
-    if tag:
-        assert not (words & (2**lesson.TAG_BITS - 1)).any()  # a max read from 16 bits leaves the tag's bits 0
-        words |= tag
-        words[:, -1] = _word(50.0, 1.0, stale_tag)
-    else:
-        words[:, -1] = 0
-    return words.contiguous()
-
-
-# fp32 words are zeroed before a launch; fp16 words carry the launch's tag (5), and the last part's
-# word is a pair stamped 4 by an earlier launch, which must count as not published
-WORDS = [(torch.float32, 0, 0), (torch.float16, 5, 4)]
-
-
-@pytest.mark.parametrize("dtype, tag, stale_tag", WORDS)
-@pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
-def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols, dtype, tag, stale_tag):
-    """The multi-part path in the interpreter: every part's (m, l) word but the last part's is published
-    beforehand. No polls: the programs before the last part read the row themselves (the fallback),
-    the last part publishes and combines the words; all must come out right."""
-    x = _randn(3, n_cols, dtype=dtype, scale=3.0)
-    part = triton.next_power_of_2(-(-n_cols // parts))
-    words = _published_words(x, parts, part, tag, stale_tag)
+    words[:, 0] = 0
     out = torch.empty_like(x)
-    lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words, tag, 0,
-                                                  lesson._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
-                                                  SPAN=lesson._span(4), TAG_BITS=lesson.TAG_BITS if tag else 0,
-                                                  num_warps=4)
+    lesson._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+                                                   words.contiguous(), 0, lesson._span(4), PARTS=parts, PART=part,
+                                                   FALLBACK_BLOCK=128, SPAN=lesson._span(4), num_warps=4)
     _assert_softmax(out, x)
-
-
-@pytest.mark.parametrize("dtype, tag, stale_tag", WORDS)
-@pytest.mark.parametrize("lanes", [1, 2, 5])
-@pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 4100)])
-def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_cols, dtype, tag, stale_tag):
-    """The persistent grid in the interpreter: lanes * parts programs, each walking rows lane,
-    lane + lanes, ... (5 lanes for 7 rows: lanes of 2 rows and of 1). Every part's word but the last
-    part's is published beforehand (no polls: the others fall back, the last combines); each row must
-    come out right."""
-    n_rows = 7
-    x = _randn(n_rows, n_cols, dtype=dtype, scale=3.0)
-    part = triton.next_power_of_2(-(-n_cols // parts))
-    words = _published_words(x, parts, part, tag, stale_tag)
-    out = torch.empty_like(x)
-    lesson._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, words, tag, 0,
-                                                   lesson._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
-                                                   SPAN=lesson._span(4), TAG_BITS=lesson.TAG_BITS if tag else 0,
-                                                   num_warps=4)
-    _assert_softmax(out, x)
-
-
-@pytest.mark.parametrize("lanes", [None, 2])
-def test_one_read_never_takes_an_earlier_launchs_words(lanes):
-    """fp16 words are not zeroed between launches. In the interpreter the first parts of a row look
-    before the others have run: after a launch on other values they find that launch's words, which
-    must not count (max_polls=0: they read the row themselves), or this launch's rows come out wrong."""
-    parts, part, n_cols = 4, 256, 1000
-    first, second = (_randn(3, n_cols, dtype=torch.float16, scale=s, seed=i) for i, s in enumerate((1.0, 6.0)))
-    for x in (first, second, first):
-        _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
-
-
-def test_one_read_zeroes_its_words_when_the_tags_run_out():
-    """After 2**TAG_BITS - 1 launches the tags start again at 1, on words zeroed in between: a word
-    left by the launch that last used a tag would otherwise pass for published."""
-    x = _randn(3, 1000, dtype=torch.float16, scale=3.0)
-    words, _, _ = lesson._exchange_words(x, 3 * 4)
-    key = next(k for k, v in lesson._WORDS.items() if v[0].data_ptr() == words.data_ptr())
-    buffer = lesson._WORDS[key][0]
-    buffer.fill_(_word(50.0, 1.0, tag=1))  # a wrong pair, stamped with the tag that comes next
-    lesson._WORDS[key] = (buffer, 2**lesson.TAG_BITS - 1)
-    _assert_softmax(lesson._one_read(x, torch.empty_like(x), 4, 256, 4, max_polls=0), x)
-    assert lesson._WORDS[key][1] == 1
-    fresh, tag, bits = lesson._exchange_words(x, 3 * 4)
-    assert (tag, bits) == (2, lesson.TAG_BITS) and fresh.data_ptr() == words.data_ptr()
-    assert lesson._exchange_words(x.float(), 3 * 4)[1:] == (0, 0)  # fp32: zeroed words, untagged
 
 
 @pytest.mark.parametrize("lanes", [None, 1, 3])
@@ -337,26 +284,9 @@ def test_lanes_fill_the_gpu_once():
     parts, part, warps = lesson._one_read_plan(n_cols, dev)
     lanes = lesson._lanes(x, out, parts, part, warps)
     fit = lesson.programs_per_sm(lesson._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols,
-                                 torch.zeros(1, dtype=torch.int64, device=dev), 1, 1, lesson._span(warps),
-                                 PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=lesson._span(warps),
-                                 TAG_BITS=lesson.TAG_BITS, num_warps=warps, device_index=dev.index)
+                                 torch.zeros(1, dtype=torch.int64, device=dev), 1, lesson._span(warps), PARTS=parts,
+                                 PART=part, FALLBACK_BLOCK=32 * warps, SPAN=lesson._span(warps), num_warps=warps,
+                                 device_index=dev.index)
     assert lanes is not None and lanes & (lanes - 1) == 0
     assert lanes * parts <= lesson.sm_count(dev.index) * fit < 2 * lanes * parts
     assert lesson._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
-
-
-@pytest.mark.skipif(mode.INTERPRET, reason="CUDA graphs: GPU only")
-@pytest.mark.parametrize("n_cols", [32768, 262144])
-def test_one_read_in_a_cuda_graph(n_cols):
-    """A captured launch replays with the tag it was captured with, so a graph zeroes its words in
-    each replay instead: every replay on new values must be right, and eager calls in between too."""
-    x = _randn(64, n_cols, dtype=torch.float16, scale=4.0)
-    lesson.softmax(x)  # compiled, and the lanes sized, outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = lesson.softmax(x)
-    for seed in (1, 2, 3):
-        x.copy_(_randn(64, n_cols, dtype=torch.float16, scale=4.0, seed=seed))
-        graph.replay()
-        _assert_softmax(out, x)
-        _assert_softmax(lesson.softmax(x), x)

@@ -47,10 +47,10 @@ A: the bench once measured 1494 GB/s at 256x262144 (p20-p80 1288-1795), the thre
    buffer, at three plans, timed with do_bench as the bench does.
 Q: the persistent kernel of part P, which with the per-warp wait (run 10) beat the solution by 12% at
    256x262144: lanes around its best, each timed twice, with the programs an SM can hold (registers).
-T: the exchange words without a zero fill before each launch (16-bit inputs: a buffer kept from launch to
-   launch, each launch's words stamped with a tag of its own; the solution's _exchange_words) against the
-   zero fill (torch.zeros each launch, as before), same kernels, timed as the bench times (measure), taking
-   turns three times, and from a CUDA graph.
+T: (run 12, commit 95c135d; gone from the code) the exchange words not zeroed before each launch: a kept buffer,
+   each launch's words stamped with a tag of its own. No gain; reverted.
+R: the persistent kernel loading two rows ahead instead of one (twice the bytes in flight through the wait, for
+   more registers: fewer programs fit), at part sizes and lanes around the solution's plan for 256x262144.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -127,6 +127,94 @@ def _try_persistent(x, out, ref, parts, part, w, lanes):
         print(f"   slow (waits time out?) {part} w{w} p{parts} lanes {lanes}", flush=True)
         return None
     return k, (out.float() - ref).abs().max().item()
+
+
+@triton.jit
+def _lanes2_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_rows, n_cols, slots_ptr, max_polls, span,
+                   PARTS: tl.constexpr, PART: tl.constexpr, FALLBACK_BLOCK: tl.constexpr, SPAN: tl.constexpr):
+    """O._lanes_softmax_kernel with the loads two rows ahead: through each wait, rows + lanes and rows + 2 * lanes."""
+    lanes = tl.num_programs(0) // PARTS
+    lane = tl.program_id(0) // PARTS
+    part = tl.program_id(0) % PARTS
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    x_a = tl.load(x_ptr + lane.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(lane < n_rows, n_cols, 0),
+                  other=float("-inf"), eviction_policy="evict_first")
+    r1 = lane + lanes
+    x_b = tl.load(x_ptr + r1.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(r1 < n_rows, n_cols, 0),
+                  other=float("-inf"), eviction_policy="evict_first")
+    for row in tl.range(lane, n_rows, lanes, num_stages=1):
+        e, shift, m_p, l_p = O._part_stats(x_a.to(tl.float32))
+        O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        nxt = row + 2 * lanes
+        x_c = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
+                      mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"), eviction_policy="evict_first")
+        m, l, complete = O._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+        if not complete:
+            m, l = O._online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
+        y = e * (tl.exp(shift - m) / l)
+        tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+                 eviction_policy="evict_first")
+        x_a = x_b
+        x_b = x_c
+
+
+def lanes2(x, out, parts, part, warps, lanes):
+    n_rows, n_cols = x.shape
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
+    return _lanes2_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, O.MAX_POLLS,
+                                            O._span(warps), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps,
+                                            SPAN=O._span(warps), num_warps=warps)
+
+
+if "R" in what:
+    from tkcourse.occupancy import programs_per_sm
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for M, N in [(256, 262144), (512, 262144)]:
+        x, b, ref = _online_input(M, N)
+        cp = _copy_gbs(x, b)
+        now = [b / measure(lambda: O.softmax(x))[0] * 1e-6]
+        res = []
+        for part, w in ((8192, 4), (4096, 4), (4096, 2), (8192, 8), (2048, 1)):
+            parts = triton.next_power_of_2(triton.cdiv(N, part))
+            out = torch.empty_like(x)
+            for name, launch, kern in (("depth1", persistent, O._lanes_softmax_kernel), ("depth2", lanes2, _lanes2_kernel)):
+                slots = torch.zeros(1, dtype=torch.int64, device="cuda")
+                fit = programs_per_sm(kern, x, out, x.stride(0), out.stride(0), M, N, slots, O.MAX_POLLS, O._span(w),
+                                      PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w, SPAN=O._span(w), num_warps=w,
+                                      device_index=0)
+                most = sms * fit // parts
+                for lanes in sorted({1 << (most.bit_length() - 1), most}):
+                    if lanes < 1:
+                        continue
+                    f = lambda: launch(x, out, parts, part, w, lanes)
+                    try:
+                        out.zero_()
+                        k = f()
+                        torch.cuda.synchronize()
+                        t1 = time.time()
+                        f()
+                        torch.cuda.synchronize()
+                        if time.time() - t1 > 0.05:
+                            print("   slow", name, part, w, lanes, flush=True)
+                            continue
+                        err = (out.float() - ref).abs().max().item()
+                        r = [b / measure(f)[0] * 1e-6 for _ in range(2)]
+                        res.append((sum(r) / 2, r, b / graph_ms(f, rep=60) * 1e-6, name, part, w, parts, lanes, fit,
+                                    k.n_regs, err))
+                    except Exception as e:
+                        print("   fail", name, part, w, lanes, str(e)[:200], flush=True)
+        now.append(b / measure(lambda: O.softmax(x))[0] * 1e-6)
+        res.sort(key=lambda r: -r[0])
+        print(f"online {M}x{N}: copy {cp:.0f} GB/s, O.softmax (measure, before and after) {now[0]:.0f} {now[1]:.0f}",
+              flush=True)
+        for r in res:
+            print(f"   measure {r[1][0]:.0f} {r[1][1]:.0f}  graph {r[2]:.0f}  {r[3]} {r[4]} values w{r[5]} p{r[6]} "
+                  f"lanes {r[7]} ({r[8]} fit/SM) regs {r[9]} err {r[10]:.1e}")
+        if res:
+            r = res[0]
+            summary.append(f"online {M}x{N}: copy {cp:.0f}; O.softmax {now[0]:.0f} {now[1]:.0f} ({now[0] / 4250:.1%}); "
+                           f"best {r[0]:.0f} ({r[0] / 4250:.1%}) {r[3]} {r[4]} w{r[5]} lanes {r[7]} ({r[8]} fit)")
 
 
 if "P" in what:
@@ -668,30 +756,6 @@ if "Z" in what:  # what zeroing the exchange words costs, beside the whole softm
         z = graph_ms(lambda: torch.zeros((M, parts), dtype=torch.int64, device="cuda"), rep=60)
         t = graph_ms(lambda: O.softmax(x), rep=60)
         line = f"zeros {M}x{parts} words: {z * 1e3:.1f} us of the softmax's {t * 1e3:.1f} us ({4 * M * N / t * 1e-6:.0f} GB/s)"
-        print(line, flush=True)
-        summary.append(line)
-if "T" in what:
-    def zero_filled(x, n):  # the words before _exchange_words: zeroed each launch (tag 1, same compiled kernel)
-        return torch.zeros(n, dtype=torch.int64, device=x.device), 1, O._tag_bits(x)
-
-    tagged = O._exchange_words
-    for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
-        x, b, ref = _online_input(M, N)
-        rates = {"tagged": [], "zero-filled": []}
-        graph = {}
-        for _ in range(3):
-            for name, words in (("tagged", tagged), ("zero-filled", zero_filled)):
-                O._exchange_words = words
-                err = (O.softmax(x).float() - ref).abs().max().item()
-                assert err < 1e-3, (name, err)
-                rates[name].append(b / measure(lambda: O.softmax(x))[0] * 1e-6)
-                graph[name] = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
-        O._exchange_words = tagged
-        plan = O._one_read_plan(N, x.device)
-        line = f"online {M}x{N} plan {plan} lanes {O._lanes(x, torch.empty_like(x), *plan)}: " + "; ".join(
-            f"{k} measure {' '.join(f'{r:.0f}' for r in v)} (mean {sum(v) / 3:.0f}, {sum(v) / 3 / 4250:.1%}) "
-            f"graph {graph[k]:.0f}"
-            for k, v in rates.items())
         print(line, flush=True)
         summary.append(line)
 if "H" in what:
