@@ -194,7 +194,8 @@ def test_one_read_plan_only_where_it_is_safe(monkeypatch):
     for n_cols in (1, 1000, 32768, 131072, 262144, 1_000_000):
         parts, part, warps = lesson._one_read_plan(n_cols, dev)
         assert parts * part >= n_cols and part <= lesson.ONE_READ_MAX_PART, (n_cols, parts, part)
-        assert parts <= min(lesson.ONE_READ_MAX_PARTS, torch.cuda.get_device_properties(dev).multi_processor_count)
+        most = lesson.LANES_PARTS if n_cols >= lesson.LANES_MIN_COLS else lesson.ONE_READ_MAX_PARTS
+        assert parts <= min(most, torch.cuda.get_device_properties(dev).multi_processor_count)
         assert 1 <= warps <= 32 and part <= 32 * warps * lesson.ONE_READ_MAX_VALUES_PER_THREAD
     assert lesson._one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
     monkeypatch.setattr(lesson, "ONE_READ", False)
@@ -262,7 +263,7 @@ def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols, lanes):
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
 @pytest.mark.parametrize("lanes", [None, 16])
-@pytest.mark.parametrize("parts, part, warps", [(64, 2048, 1), (16, 2048, 2), (32, 4096, 4)])
+@pytest.mark.parametrize("parts, part, warps", [(128, 2048, 1), (64, 2048, 1), (16, 2048, 2), (32, 4096, 4)])
 def test_one_read_falls_back_on_a_gpu(parts, part, warps, lanes):
     """No polls: every program whose row is not complete when it first looks reads the row itself,
     while its siblings combine the words. The warps of a program must agree on which, or the

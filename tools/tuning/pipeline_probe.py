@@ -51,6 +51,8 @@ T: (run 12, commit 95c135d; gone from the code) the exchange words not zeroed be
    each launch's words stamped with a tag of its own. No gain; reverted.
 R: the persistent kernel loading two rows ahead instead of one (twice the bytes in flight through the wait, for
    more registers: fewer programs fit), at part sizes and lanes around the solution's plan for 256x262144.
+L: the solution's lanes plan with LANES_PARTS = 32 (commit 3ce6d1d) against 128 (after run 13), at the #6 shape
+   and longer rows, taking turns twice.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -756,6 +758,22 @@ if "Z" in what:  # what zeroing the exchange words costs, beside the whole softm
         z = graph_ms(lambda: torch.zeros((M, parts), dtype=torch.int64, device="cuda"), rep=60)
         t = graph_ms(lambda: O.softmax(x), rep=60)
         line = f"zeros {M}x{parts} words: {z * 1e3:.1f} us of the softmax's {t * 1e3:.1f} us ({4 * M * N / t * 1e-6:.0f} GB/s)"
+        print(line, flush=True)
+        summary.append(line)
+if "L" in what:
+    for M, N in [(256, 262144), (512, 262144), (128, 524288), (64, 1048576)]:
+        x, b, ref = _online_input(M, N)
+        rates = {}
+        for _ in range(2):
+            for lp in (32, 128):
+                O.LANES_PARTS = lp
+                err = (O.softmax(x).float() - ref).abs().max().item()
+                assert err < 1e-3, (lp, err)
+                rates.setdefault(lp, []).append(b / measure(lambda: O.softmax(x))[0] * 1e-6)
+        O.LANES_PARTS = 128
+        line = f"online {M}x{N} copy {_copy_gbs(x, b):.0f}: " + "; ".join(
+            f"LANES_PARTS {lp} plan {O._one_read_split(N, lp)} measure {' '.join(f'{r:.0f}' for r in v)}"
+            for lp, v in rates.items())
         print(line, flush=True)
         summary.append(line)
 if "H" in what:
