@@ -341,16 +341,20 @@ def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
     return parts, block
 
 
-def _one_read_split(n_cols: int, max_parts: int = ONE_READ_MAX_PARTS) -> tuple[int, int, int]:
-    """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values, in at most
-    ``max_parts`` parts (a power of two)."""
+def _one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
+    """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values on a GPU whose
+    rows may have ``sm_parts`` parts (a power of two): ONE_READ_MAX_PARTS at most, LANES_PARTS for
+    rows of the persistent grid, whose parts get ONE_READ_MAX_VALUES_PER_THREAD values a thread."""
+    lanes = n_cols >= LANES_MIN_COLS
+    max_parts = min(LANES_PARTS if lanes else ONE_READ_MAX_PARTS, sm_parts)
     part = max(ONE_READ_MIN_PART, triton.next_power_of_2(triton.cdiv(n_cols, max_parts)))
     part = min(part, triton.next_power_of_2(n_cols))
     parts = triton.next_power_of_2(triton.cdiv(n_cols, part))
     part = triton.next_power_of_2(triton.cdiv(n_cols, parts))  # spread the row evenly over the parts
-    if part <= ONE_READ_SMALL_PART:
-        return parts, part, 1
-    return parts, part, max(ONE_READ_WARPS, part // (32 * ONE_READ_MAX_VALUES_PER_THREAD))
+    warps = max(1, part // (32 * ONE_READ_MAX_VALUES_PER_THREAD))
+    if lanes or part <= ONE_READ_SMALL_PART:
+        return parts, part, warps
+    return parts, part, max(ONE_READ_WARPS, warps)
 
 
 def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
@@ -359,9 +363,8 @@ def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
     parts end up reading the row themselves), so a row gets no more parts than the GPU has SMs."""
     if INTERPRET or not ONE_READ:
         return None
-    max_parts = LANES_PARTS if n_cols >= LANES_MIN_COLS else ONE_READ_MAX_PARTS
     sms = sm_count(device.index)
-    parts, part, warps = _one_read_split(n_cols, min(max_parts, 1 << (sms.bit_length() - 1)))
+    parts, part, warps = _one_read_split(n_cols, 1 << (sms.bit_length() - 1))
     if part > ONE_READ_MAX_PART:
         return None
     return parts, part, warps
@@ -372,7 +375,7 @@ _LANES_FIT: dict = {}  # programs of _lanes_softmax_kernel an SM holds, per (dev
 
 def _lanes(x, out, parts, part, num_warps) -> int | None:
     """Lanes of the persistent grid for rows of at least LANES_MIN_COLS columns (None: shorter rows,
-    one program per part): the largest power of two whose ``lanes * parts`` programs fit at once."""
+    one program per part): as many as fit at once, ``lanes * parts`` programs."""
     n_rows, n_cols = x.shape
     if n_cols < LANES_MIN_COLS:
         return None
@@ -384,9 +387,7 @@ def _lanes(x, out, parts, part, num_warps) -> int | None:
                                           FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps,
                                           device_index=x.device.index)
     fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
-    if fit < 1:
-        return None
-    return min(1 << (fit.bit_length() - 1), n_rows)
+    return min(fit, n_rows) if fit >= 1 else None
 
 
 def _span(num_warps: int) -> int:

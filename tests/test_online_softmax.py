@@ -275,9 +275,9 @@ def test_one_read_falls_back_on_a_gpu(parts, part, warps, lanes):
 
 @pytest.mark.skipif(mode.INTERPRET, reason="a persistent grid is sized from the GPU")
 def test_lanes_fill_the_gpu_once():
-    """Rows of LANES_MIN_COLS or more take a grid of lanes * parts programs, a power of two of lanes,
-    no more than fit at once (else a lane's parts could wait on a sibling that cannot start);
-    shorter rows take a program per part."""
+    """Rows of LANES_MIN_COLS or more take a grid of lanes * parts programs, as many lanes as fit at
+    once and no more (else a lane's parts could wait on a sibling that cannot start); shorter rows
+    take a program per part."""
     dev = torch.device("cuda", torch.cuda.current_device())
     n_cols = lesson.LANES_MIN_COLS
     x = _randn(256, n_cols, dtype=torch.float16)
@@ -288,6 +288,6 @@ def test_lanes_fill_the_gpu_once():
                                  torch.zeros(1, dtype=torch.int64, device=dev), 1, lesson._span(warps), PARTS=parts,
                                  PART=part, FALLBACK_BLOCK=32 * warps, SPAN=lesson._span(warps), num_warps=warps,
                                  device_index=dev.index)
-    assert lanes is not None and lanes & (lanes - 1) == 0
-    assert lanes * parts <= lesson.sm_count(dev.index) * fit < 2 * lanes * parts
+    assert lanes is not None
+    assert lanes * parts <= lesson.sm_count(dev.index) * fit < (lanes + 1) * parts
     assert lesson._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None

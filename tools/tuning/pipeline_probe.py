@@ -51,8 +51,9 @@ T: (run 12, commit 95c135d; gone from the code) the exchange words not zeroed be
    each launch's words stamped with a tag of its own. No gain; reverted.
 R: the persistent kernel loading two rows ahead instead of one (twice the bytes in flight through the wait, for
    more registers: fewer programs fit), at part sizes and lanes around the solution's plan for 256x262144.
-L: the solution's lanes plan with LANES_PARTS = 32 (commit 3ce6d1d) against 128 (after run 13), at the #6 shape
-   and longer rows, taking turns twice.
+L: the solution's lanes plan (since run 14: 128 parts of 64 values a thread, as many lanes as fit) against
+   LANES_PARTS = 32 (commit 3ce6d1d: 4 warps at least) and lanes a power of two, at the #6 shape and longer rows,
+   taking turns twice. (Run 14 compared LANES_PARTS 32 and 128 through O.LANES_PARTS, code of a8477a8.)
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -763,17 +764,27 @@ if "Z" in what:  # what zeroing the exchange words costs, beside the whole softm
 if "L" in what:
     for M, N in [(256, 262144), (512, 262144), (128, 524288), (64, 1048576)]:
         x, b, ref = _online_input(M, N)
+        out = torch.empty_like(x)
+        plan = O._one_read_plan(N, x.device)
+        lanes = O._lanes(x, out, *plan)
+        old_plan = (32, N // 32, max(4, N // 32 // 2048))  # LANES_PARTS 32 (commit 3ce6d1d): 4 warps at least
+        old_lanes = O._lanes(x, out, *old_plan)
+        runs = [("solution", plan, lanes), ("solution, lanes a power of two", plan, 1 << (lanes.bit_length() - 1)),
+                ("32 parts, lanes a power of two", old_plan, 1 << (old_lanes.bit_length() - 1)),
+                ("32 parts", old_plan, old_lanes)]
+        if plan[2] < 4:
+            runs.append(("solution, 4 warps", plan[:2] + (4,), O._lanes(x, out, *plan[:2], 4)))
         rates = {}
         for _ in range(2):
-            for lp in (32, 128):
-                O.LANES_PARTS = lp
-                err = (O.softmax(x).float() - ref).abs().max().item()
-                assert err < 1e-3, (lp, err)
-                rates.setdefault(lp, []).append(b / measure(lambda: O.softmax(x))[0] * 1e-6)
-        O.LANES_PARTS = 128
-        line = f"online {M}x{N} copy {_copy_gbs(x, b):.0f}: " + "; ".join(
-            f"LANES_PARTS {lp} plan {O._one_read_split(N, lp)} measure {' '.join(f'{r:.0f}' for r in v)}"
-            for lp, v in rates.items())
+            for name, (parts, part, w), n in runs:
+                f = lambda: O._one_read(x, out, parts, part, w, lanes=n)
+                f()
+                err = (out.float() - ref).abs().max().item()
+                assert err < 1e-3, (name, err)
+                rates.setdefault((name, (parts, part, w), n), []).append(b / measure(f)[0] * 1e-6)
+        sol = b / measure(lambda: O.softmax(x))[0] * 1e-6
+        line = f"online {M}x{N} copy {_copy_gbs(x, b):.0f} O.softmax {sol:.0f}: " + "; ".join(
+            f"{name} {plan} lanes {n}: {' '.join(f'{r:.0f}' for r in v)}" for (name, plan, n), v in rates.items())
         print(line, flush=True)
         summary.append(line)
 if "H" in what:
