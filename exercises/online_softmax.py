@@ -315,12 +315,13 @@ ONE_READ_MAX_VALUES_PER_THREAD = 64
 #: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead.
 ONE_READ_MAX_PART = 32768
 #: GPU plan, few long rows (``_lanes_softmax_kernel``): rows of at least LANES_MIN_COLS columns are
-#: split into LANES_PARTS parts (warps as above) on a persistent grid of lanes, as many as fit at once.
-#: Measured on an H200 (fp16, 2026-11-29, runs 10-11 and 13 of tkcourse/data/h200/tuning/pipeline_probe.txt):
+#: split into LANES_PARTS parts (fewer on a GPU with fewer SMs) of ONE_READ_MAX_VALUES_PER_THREAD values
+#: a thread, on a persistent grid of as many lanes as fit at once.
+#: Measured on an H200 (fp16, 2026-11-29, runs 10-15 of tkcourse/data/h200/tuning/pipeline_probe.txt):
 #: 12% faster than the one-read kernel at 256x262144, 13% at 512x262144, 6% at 128x524288, and 2% slower
-#: at 1024x131072 and 4096x32768; best with a grid that just fills the GPU (a power of two of lanes: 12 or
-#: 24 lanes instead of 16 lost 10%) and 128 parts of 2048 values on one warp (16 lanes, 16 programs an SM),
-#: 1.5% over 32 parts of 8192 on 4 warps (4 an SM); loading two rows ahead took too many registers (25% slower).
+#: at 1024x131072 and 4096x32768 (runs 10-11, 32 parts then). Best with a grid that just fills the GPU
+#: (runs 11, 14) and 128 parts (run 15, against 32 parts on 4 warps at least: 2% faster at 256x262144, 8%
+#: at 128x524288, 39% at 64x1048576); loading two rows ahead took too many registers (run 13: 25% slower).
 LANES_MIN_COLS = 262144
 LANES_PARTS = 128
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting
