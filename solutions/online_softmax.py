@@ -366,8 +366,9 @@ def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
 
 def _one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
     """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values on a GPU whose
-    rows may have ``sm_parts`` parts (a power of two): ONE_READ_MAX_PARTS at most, LANES_PARTS for
-    rows of the persistent grid, whose parts get ONE_READ_MAX_VALUES_PER_THREAD values a thread."""
+    rows may have ``sm_parts`` parts (a power of two; 128 on an H200's 132 SMs): ONE_READ_MAX_PARTS at
+    most, LANES_PARTS for rows of the persistent grid, whose parts get ONE_READ_MAX_VALUES_PER_THREAD
+    values a thread."""
     lanes = n_cols >= LANES_MIN_COLS
     max_parts = min(LANES_PARTS if lanes else ONE_READ_MAX_PARTS, sm_parts)
     part = max(ONE_READ_MIN_PART, triton.next_power_of_2(triton.cdiv(n_cols, max_parts)))

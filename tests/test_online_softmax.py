@@ -202,6 +202,16 @@ def test_one_read_plan_only_where_it_is_safe(monkeypatch):
     assert lesson._one_read_plan(262144, dev) is None
 
 
+@pytest.mark.parametrize("n_cols, plan", [(32768, (32, 1024, 1)), (131072, (64, 2048, 1)), (262144, (128, 2048, 1)),
+                                          (524288, (128, 4096, 2)), (1 << 20, (128, 8192, 4)), (100_000, (64, 2048, 1))])
+def test_one_read_split_is_the_measured_plan(n_cols, plan):
+    """The plans measured best on the H200 (128 parts at most there), computed anywhere: at most
+    64 parts of at least 1024 values below LANES_MIN_COLS; from there 128 parts of 64 values a thread."""
+    assert lesson._one_read_split(n_cols) == plan
+    parts, part, warps = lesson._one_read_split(n_cols, sm_parts=64)  # a GPU with 64 to 127 SMs
+    assert parts <= 64 and parts * part >= n_cols and part <= 32 * warps * lesson.ONE_READ_MAX_VALUES_PER_THREAD
+
+
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
 @pytest.mark.parametrize("shape", [(3, 100_000), (64, 32768), (2, 262144), (37, 262144), (5, 600_000), (300, 8193)])
 def test_one_read_plan_matches_torch_on_a_gpu(shape):

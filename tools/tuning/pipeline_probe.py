@@ -49,8 +49,9 @@ Q: the persistent kernel of part P, which with the per-warp wait (run 10) beat t
    256x262144: lanes around its best, each timed twice, with the programs an SM can hold (registers).
 T: (run 12, commit 95c135d; gone from the code) the exchange words not zeroed before each launch: a kept buffer,
    each launch's words stamped with a tag of its own. No gain; reverted.
-R: the persistent kernel loading two rows ahead instead of one (twice the bytes in flight through the wait, for
-   more registers: fewer programs fit), at part sizes and lanes around the solution's plan for 256x262144.
+R: (run 13, commit 41e26c2; gone from the code) the persistent kernel loading two rows ahead instead of one, at
+   part sizes and lanes around the solution's plan: too many registers, 25% slower; but 2048-value parts on one
+   warp beat the solution's 8192 on four (LANES_PARTS 32 -> 128).
 L: the solution's lanes plan (since run 14: 128 parts of 64 values a thread, as many lanes as fit) against
    LANES_PARTS = 32 (commit 3ce6d1d: 4 warps at least) and lanes a power of two, at the #6 shape and longer rows,
    taking turns twice. (Run 14 compared LANES_PARTS 32 and 128 through O.LANES_PARTS, code of a8477a8.)
@@ -130,94 +131,6 @@ def _try_persistent(x, out, ref, parts, part, w, lanes):
         print(f"   slow (waits time out?) {part} w{w} p{parts} lanes {lanes}", flush=True)
         return None
     return k, (out.float() - ref).abs().max().item()
-
-
-@triton.jit
-def _lanes2_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_rows, n_cols, slots_ptr, max_polls, span,
-                   PARTS: tl.constexpr, PART: tl.constexpr, FALLBACK_BLOCK: tl.constexpr, SPAN: tl.constexpr):
-    """O._lanes_softmax_kernel with the loads two rows ahead: through each wait, rows + lanes and rows + 2 * lanes."""
-    lanes = tl.num_programs(0) // PARTS
-    lane = tl.program_id(0) // PARTS
-    part = tl.program_id(0) % PARTS
-    cols = part * PART + tl.arange(0, PART)
-    mask = cols < n_cols
-    x_a = tl.load(x_ptr + lane.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(lane < n_rows, n_cols, 0),
-                  other=float("-inf"), eviction_policy="evict_first")
-    r1 = lane + lanes
-    x_b = tl.load(x_ptr + r1.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(r1 < n_rows, n_cols, 0),
-                  other=float("-inf"), eviction_policy="evict_first")
-    for row in tl.range(lane, n_rows, lanes, num_stages=1):
-        e, shift, m_p, l_p = O._part_stats(x_a.to(tl.float32))
-        O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-        nxt = row + 2 * lanes
-        x_c = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
-                      mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"), eviction_policy="evict_first")
-        m, l, complete = O._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
-        if not complete:
-            m, l = O._online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
-        y = e * (tl.exp(shift - m) / l)
-        tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
-                 eviction_policy="evict_first")
-        x_a = x_b
-        x_b = x_c
-
-
-def lanes2(x, out, parts, part, warps, lanes):
-    n_rows, n_cols = x.shape
-    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
-    return _lanes2_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, O.MAX_POLLS,
-                                            O._span(warps), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps,
-                                            SPAN=O._span(warps), num_warps=warps)
-
-
-if "R" in what:
-    from tkcourse.occupancy import programs_per_sm
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for M, N in [(256, 262144), (512, 262144)]:
-        x, b, ref = _online_input(M, N)
-        cp = _copy_gbs(x, b)
-        now = [b / measure(lambda: O.softmax(x))[0] * 1e-6]
-        res = []
-        for part, w in ((8192, 4), (4096, 4), (4096, 2), (8192, 8), (2048, 1)):
-            parts = triton.next_power_of_2(triton.cdiv(N, part))
-            out = torch.empty_like(x)
-            for name, launch, kern in (("depth1", persistent, O._lanes_softmax_kernel), ("depth2", lanes2, _lanes2_kernel)):
-                slots = torch.zeros(1, dtype=torch.int64, device="cuda")
-                fit = programs_per_sm(kern, x, out, x.stride(0), out.stride(0), M, N, slots, O.MAX_POLLS, O._span(w),
-                                      PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w, SPAN=O._span(w), num_warps=w,
-                                      device_index=0)
-                most = sms * fit // parts
-                for lanes in sorted({1 << (most.bit_length() - 1), most}):
-                    if lanes < 1:
-                        continue
-                    f = lambda: launch(x, out, parts, part, w, lanes)
-                    try:
-                        out.zero_()
-                        k = f()
-                        torch.cuda.synchronize()
-                        t1 = time.time()
-                        f()
-                        torch.cuda.synchronize()
-                        if time.time() - t1 > 0.05:
-                            print("   slow", name, part, w, lanes, flush=True)
-                            continue
-                        err = (out.float() - ref).abs().max().item()
-                        r = [b / measure(f)[0] * 1e-6 for _ in range(2)]
-                        res.append((sum(r) / 2, r, b / graph_ms(f, rep=60) * 1e-6, name, part, w, parts, lanes, fit,
-                                    k.n_regs, err))
-                    except Exception as e:
-                        print("   fail", name, part, w, lanes, str(e)[:200], flush=True)
-        now.append(b / measure(lambda: O.softmax(x))[0] * 1e-6)
-        res.sort(key=lambda r: -r[0])
-        print(f"online {M}x{N}: copy {cp:.0f} GB/s, O.softmax (measure, before and after) {now[0]:.0f} {now[1]:.0f}",
-              flush=True)
-        for r in res:
-            print(f"   measure {r[1][0]:.0f} {r[1][1]:.0f}  graph {r[2]:.0f}  {r[3]} {r[4]} values w{r[5]} p{r[6]} "
-                  f"lanes {r[7]} ({r[8]} fit/SM) regs {r[9]} err {r[10]:.1e}")
-        if res:
-            r = res[0]
-            summary.append(f"online {M}x{N}: copy {cp:.0f}; O.softmax {now[0]:.0f} {now[1]:.0f} ({now[0] / 4250:.1%}); "
-                           f"best {r[0]:.0f} ({r[0] / 4250:.1%}) {r[3]} {r[4]} w{r[5]} lanes {r[7]} ({r[8]} fit)")
 
 
 if "P" in what:
