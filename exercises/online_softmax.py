@@ -140,6 +140,18 @@ def _combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: t
 
 
 @triton.jit
+def _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS: tl.constexpr,
+               SPAN: tl.constexpr, FALLBACK_BLOCK: tl.constexpr):
+    """Row ``row``'s ``(m, l)`` for a program that has published its part: combined from the parts'
+    words (``_combine_parts``) or, when a part of the row has not run within ``max_polls`` polls, read
+    from the whole row by this program itself (pass 1 of the lesson)."""
+    m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+    if not complete:  # row: a Python int in the interpreter's lanes loop, hence tl.cast
+        m, l = _online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
+    return m, l
+
+
+@triton.jit
 def _split_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
@@ -233,9 +245,7 @@ def _one_read_softmax_kernel(
     scale = 1.0 / l_p
     if PARTS > 1:
         _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-        m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
-        if not complete:  # a part of this row has not run yet: read the row ourselves
-            m, l = _online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
+        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
@@ -279,9 +289,7 @@ def _lanes_softmax_kernel(
         x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
                          mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
                          eviction_policy="evict_first")
-        m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
-        if not complete:  # a part of this row has not run yet: read the row ourselves
-            m, l = _online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
+        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
         y = e * (tl.exp(shift - m) / l)
         tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
                  eviction_policy="evict_first")

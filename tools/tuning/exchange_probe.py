@@ -27,11 +27,26 @@ from tkcourse.bench.core import graph_ms, measure
 import solutions.online_softmax as O
 import solutions.flash_attention as F
 
-what = sys.argv[1] if len(sys.argv) > 1 else "SA"
+# imported (pipeline_probe.py uses its kernels): no part runs
+what = (sys.argv[1] if len(sys.argv) > 1 else "SA") if __name__ == "__main__" else ""
 
 
 def db(fn):  # median ms from do_bench, shorter than the bench's
     return measure(fn, warmup=10, rep=40)[0]
+
+
+@triton.jit
+def _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS: tl.constexpr, PART: tl.constexpr):
+    """The one-read kernels' start: this program's part, loaded once (O._load_part), its (m, l) published."""
+    pid = tl.program_id(0)
+    row = pid // PARTS
+    part = pid % PARTS
+    x_row = x_ptr + row.to(tl.int64) * x_row_stride
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    e, shift, m_p, l_p = O._load_part(x_row, cols, mask)
+    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    return row, x_row, cols, mask, e, shift
 
 
 @triton.jit
@@ -62,13 +77,7 @@ def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_
                                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr):
     """The solution's kernel without its fallback: an unbounded wait, the solution's _combine_parts (uniform over
     all threads until commit a044a81, per warp since), to measure what the fallback costs."""
-    pid = tl.program_id(0)
-    row = pid // PARTS
-    part = pid % PARTS
-    cols = part * PART + tl.arange(0, PART)
-    mask = cols < n_cols
-    e, shift, m_p, l_p = O._load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
-    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     m, l, complete = O._combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,

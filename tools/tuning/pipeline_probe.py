@@ -58,6 +58,7 @@ L: the solution's lanes plan (since run 14: 128 parts of 64 values a thread, as 
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
+import os
 import sys
 import time
 
@@ -70,12 +71,12 @@ from tkcourse.bench.core import graph_ms, measure
 import solutions.online_softmax as O
 import solutions.flash_attention as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import exchange_probe as XP  # its kernels and db; importing it runs none of its parts
+from exchange_probe import db
+
 what = sys.argv[1] if len(sys.argv) > 1 else "PEC"
 summary = []
-
-
-def db(fn):  # median ms from do_bench, shorter than the bench's
-    return measure(fn, warmup=10, rep=40)[0]
 
 
 def _online_input(M, N, scale=3.0):
@@ -296,17 +297,7 @@ def _no_exchange_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, PA
              eviction_policy="evict_first")
 
 
-def _exchange_probe():
-    """exchange_probe.py's variants (uniform_no_fallback, packed); importing it runs none of its parts,
-    whose letters this probe's do not use."""
-    sys.path.insert(0, "tools/tuning")
-    import exchange_probe
-
-    return exchange_probe
-
-
 if "B" in what:
-    XP = _exchange_probe()
 
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x, b, ref = _online_input(M, N)
@@ -382,24 +373,10 @@ def _spin_count(ptrs, target, max_spins):
 
 
 @triton.jit
-def _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS: tl.constexpr, PART: tl.constexpr):
-    """The one-read kernels' start: this program's part, loaded once (O._load_part), its (m, l) published."""
-    pid = tl.program_id(0)
-    row = pid // PARTS
-    part = pid % PARTS
-    x_row = x_ptr + row.to(tl.int64) * x_row_stride
-    cols = part * PART + tl.arange(0, PART)
-    mask = cols < n_cols
-    e, shift, m_p, l_p = O._load_part(x_row, cols, mask)
-    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-    return row, x_row, cols, mask, e, shift
-
-
-@triton.jit
 def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, counts_ptr, max_polls,
                  PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, FALLBACK: tl.constexpr,
                  SLEEP_NS: tl.constexpr, COUNT: tl.constexpr, CLEAN: tl.constexpr = False):
-    row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
+    row, x_row, cols, mask, e, shift = XP._load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     entry = tl.arange(0, SPAN)
     spins = max_polls + tl.zeros([SPAN], tl.int32)
     if COUNT:  # one count a row, raised (release) after the word; wait (acquire) on it, then read the words once
@@ -446,7 +423,6 @@ def spin(x, out, parts, part, warps, fallback=True, max_polls=1 << 16, sleep_ns=
 
 
 if "W" in what:
-    XP = _exchange_probe()
 
     for M, N, cfgs in [(4096, 32768, ((4096, 4), (2048, 2))), (1024, 131072, ((2048, 2), (4096, 4), (4096, 2))),
                        (256, 262144, ((8192, 4), (4096, 4), (4096, 2), (2048, 2), (8192, 8)))]:
@@ -491,7 +467,7 @@ if "W" in what:
 def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls, span,
                         PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr,
                         FALLBACK_BLOCK: tl.constexpr, fallbacks_ptr=None, COUNT_FALLBACKS: tl.constexpr = False):
-    row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
+    row, x_row, cols, mask, e, shift = XP._load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     if SAFE:  # the solution's wait (_combine_parts: per warp, then agreed on), and a fallback
         m, l, complete = O._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:
@@ -525,7 +501,6 @@ def packed_safe(x, out, parts, part, warps, safe=True, max_polls=1 << 16, fallba
 
 
 if "K" in what:
-    XP = _exchange_probe()
     for M, N, cfgs in [(4096, 32768, ((4096, 4), (2048, 2), (4096, 2), (8192, 4))),
                        (1024, 131072, ((2048, 2), (4096, 4), (4096, 2), (2048, 1), (1024, 1))),
                        (256, 262144, ((8192, 4), (4096, 4), (4096, 2), (2048, 2), (2048, 1)))]:
