@@ -55,6 +55,9 @@ R: (run 13, commit 41e26c2; gone from the code) the persistent kernel loading tw
 L: the solution's lanes plan (since run 14: 128 parts of 64 values a thread, as many lanes as fit) against
    LANES_PARTS = 32 (commit 3ce6d1d: 4 warps at least) and lanes a power of two, at the #6 shape and longer rows,
    taking turns twice. (Run 14 compared LANES_PARTS 32 and 128 through O.LANES_PARTS, code of a8477a8.)
+X: the slow bench runs at 256x262144 (1494, 2547 and 2156 GB/s where the runs around them read 2800-3270): does
+   the speed depend on where the input and the output sit? The solution's plan over every pair of 8 inputs and 8
+   outputs, each allocated anew, twice over, with a same-size copy for each input.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -675,6 +678,28 @@ if "L" in what:
             f"{name} {plan} lanes {n}: {' '.join(f'{r:.0f}' for r in v)}" for (name, plan, n), v in rates.items())
         print(line, flush=True)
         summary.append(line)
+if "X" in what:
+    M, N = 256, 262144
+    b = 4 * M * N
+    xs = [torch.randn(M, N, dtype=torch.float16, device="cuda") * 3 for _ in range(8)]
+    outs = [torch.empty_like(xs[0]) for _ in range(8)]
+    plan = O._one_read_plan(N, xs[0].device)
+    lanes = O._lanes(xs[0], outs[0], *plan)
+    print(f"online {M}x{N} plan {plan} lanes {lanes}; copy GB/s per input: "
+          + " ".join(f"{_copy_gbs(x, b):.0f}" for x in xs), flush=True)
+    for sweep in range(2):
+        grid = [[b / db(lambda: O._one_read(x, out, *plan, lanes=lanes)) * 1e-6 for out in outs] for x in xs]
+        flat = sorted(r for row in grid for r in row)
+        line = (f"sweep {sweep}: min {flat[0]:.0f} median {flat[len(flat) // 2]:.0f} max {flat[-1]:.0f}; "
+                f"below 3000: {sum(r < 3000 for r in flat)} of {len(flat)}")
+        print(line, flush=True)
+        summary.append(line)
+        for i, row in enumerate(grid):
+            print(f"   x{i} @{xs[i].data_ptr() % (1 << 40):#x}: " + " ".join(f"{r:.0f}" for r in row), flush=True)
+    print("   outs @ " + " ".join(f"{o.data_ptr() % (1 << 40):#x}" for o in outs), flush=True)
+    for rep in range(4):  # the bench's own way, O.softmax (new out each call), a fresh input each time
+        x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
+        summary.append(f"O.softmax fresh input #{rep}: {b / measure(lambda: O.softmax(x))[0] * 1e-6:.0f}")
 if "H" in what:
     triton.set_allocator(F._tma_scratch)
     for D, N, causal in [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
