@@ -58,6 +58,9 @@ L: the solution's lanes plan (since run 14: 128 parts of 64 values a thread, as 
 X: the slow bench runs at 256x262144 (1494, 2547 and 2156 GB/s where the runs around them read 2800-3270): does
    the speed depend on where the input and the output sit? The solution's plan over every pair of 8 inputs and 8
    outputs, each allocated anew, twice over, with a same-size copy for each input.
+Y: or on the host: O.softmax's host time a call (tkcourse.bench.core.host_us) against its GPU time, timed as the
+   bench times (measure) and from a CUDA graph, ten times over; a run where the host is slower than the GPU
+   would time the host.
 Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
 """
 import itertools
@@ -700,6 +703,19 @@ if "X" in what:
     for rep in range(4):  # the bench's own way, O.softmax (new out each call), a fresh input each time
         x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
         summary.append(f"O.softmax fresh input #{rep}: {b / measure(lambda: O.softmax(x))[0] * 1e-6:.0f}")
+if "Y" in what:
+    from tkcourse.bench.core import host_us
+    M, N = 256, 262144
+    b = 4 * M * N
+    x = torch.randn(M, N, dtype=torch.float16, device="cuda") * 3
+    for rep in range(10):
+        h = host_us(lambda: O.softmax(x))
+        t = measure(lambda: O.softmax(x))[0]
+        g = graph_ms(lambda: O.softmax(x), rep=60)
+        line = (f"O.softmax {M}x{N} #{rep}: host {h:.0f} us a call; measure {t * 1e3:.1f} us ({b / t * 1e-6:.0f} GB/s); "
+                f"graph {g * 1e3:.1f} us ({b / g * 1e-6:.0f} GB/s); torch.softmax host {host_us(lambda: torch.softmax(x, -1)):.0f} us")
+        print(line, flush=True)
+        summary.append(line)
 if "H" in what:
     triton.set_allocator(F._tma_scratch)
     for D, N, causal in [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
