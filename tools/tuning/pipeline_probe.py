@@ -716,6 +716,27 @@ if "Y" in what:
                 f"graph {g * 1e3:.1f} us ({b / g * 1e-6:.0f} GB/s); torch.softmax host {host_us(lambda: torch.softmax(x, -1)):.0f} us")
         print(line, flush=True)
         summary.append(line)
+    # where the host time goes: each step of O.softmax on its own (host_us: n calls queued, no waiting)
+    from tkcourse.mode import validate
+    plan = O._one_read_plan(N, x.device)
+    out = torch.empty_like(x)
+    lanes = O._lanes(x, out, *plan)
+    parts, part, w = plan
+    slots = torch.zeros((M, parts), dtype=torch.int64, device="cuda")
+    kw = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w, SPAN=O._span(w), num_warps=w)
+    steps = [("validate", lambda: validate(x, names=["x"], ndim=2)),
+             ("_one_read_plan", lambda: O._one_read_plan(N, x.device)),
+             ("torch.empty", lambda: torch.empty((M, N), dtype=x.dtype, device=x.device)),
+             ("_lanes", lambda: O._lanes(x, out, *plan)),
+             ("torch.zeros (words)", lambda: torch.zeros((M, parts), dtype=torch.int64, device=x.device)),
+             ("kernel launch", lambda: O._lanes_softmax_kernel[(parts * lanes,)](
+                 x, out, x.stride(0), out.stride(0), M, N, slots, O.MAX_POLLS, O._span(w), **kw)),
+             ("O._one_read", lambda: O._one_read(x, out, *plan, lanes=lanes)),
+             ("O.softmax", lambda: O.softmax(x))]
+    for rep in range(2):
+        line = "host us: " + "; ".join(f"{name} {host_us(f):.1f}" for name, f in steps)
+        print(line, flush=True)
+        summary.append(line)
 if "H" in what:
     triton.set_allocator(F._tma_scratch)
     for D, N, causal in [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
