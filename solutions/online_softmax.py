@@ -21,6 +21,7 @@ long rows, ``_lanes_softmax_kernel`` does the same on a persistent grid, loading
 next row while it waits.
 """
 
+import functools
 import math
 
 import torch
@@ -372,6 +373,7 @@ def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
     return parts, block
 
 
+@functools.lru_cache(maxsize=None)  # once per row length: triton.cdiv and next_power_of_2 cost microseconds a call
 def _one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
     """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values on a GPU whose
     rows may have ``sm_parts`` parts (a power of two; 128 on an H200's 132 SMs): ONE_READ_MAX_PARTS at
