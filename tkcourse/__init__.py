@@ -5,6 +5,8 @@ interpreter on the CPU. Everything else is imported on demand, so ``import tkcou
 
 * ``tkcourse.exercise(name)``: your module ``exercises/<name>.py`` (the solution when
   ``TKCOURSE_SOLUTIONS=1``), reloaded so your latest edits count;
+* ``tkcourse.whose(module)``: whose code ran (yours, or the reference while your exercise is not done),
+  for every label a notebook prints;
 * ``tkcourse.check.run(name)``: grade it, with hints when something is wrong;
 * ``tkcourse.bench``, ``tkcourse.traffic``, ``tkcourse.autotune``, ``tkcourse.plots``: measuring and drawing.
 """
@@ -32,14 +34,18 @@ def exercise(name: str, fallback: bool = True):
     fail, so (with ``fallback``) the reference solution stands in, and this says so. Once you edit
     the file, your module is returned: re-run the cell that calls this after editing.
     """
+    from .labels import Whose
+
     package = "solutions" if use_solutions() else "exercises"
+    who = Whose(name, False, "TKCOURSE_SOLUTIONS=1") if package == "solutions" else Whose(name, True, "your exercise")
     if package == "exercises" and fallback:
         from . import stubs
 
         if name in stubs.lessons() and stubs.status(name).state in ("untouched", "missing"):
             print(f"exercises/{name}.py is not done yet: until you fill it in, the cells below use the reference "
-                  f"solution (solutions/{name}.py). Re-run this cell after editing your file.")
+                  f"solution (solutions/{name}.py), and say so. Re-run this cell after editing your file.")
             package = "solutions"
+            who = Whose(name, False, "not done yet")
     try:
         module = importlib.import_module(f"{package}.{name}")
     except ModuleNotFoundError as e:
@@ -48,7 +54,17 @@ def exercise(name: str, fallback: bool = True):
                 f"no {package}/{name}.py. Lessons: see solutions/. Generate missing exercises with `make exercises`."
             ) from e
         raise
-    return importlib.reload(module)
+    module = importlib.reload(module)
+    if package == "solutions":
+        module.__tkcourse_whose__ = who  # read by tkcourse.whose(module): every label says whose code ran
+    return module
+
+
+def whose(module):
+    """Whose code ``module`` (from ``exercise``) is: see ``tkcourse.labels``. Labels come from here."""
+    from .labels import whose as _whose
+
+    return _whose(module)
 
 
 def __getattr__(attr):  # lazy submodules: tkcourse.bench, tkcourse.plots, ...

@@ -1,0 +1,117 @@
+"""Whose code ran: the learner's exercise, or the reference solution standing in for it (``tkcourse.whose``).
+
+Until a learner edits ``exercises/<lesson>.py``, ``tkcourse.exercise(lesson)`` hands the notebook the
+reference solution so that its demonstrations run. Every print, legend, title and table must then
+say so: "your kernel" is only ever written about the learner's own code. This module is the one
+place that decides it; notebooks ask it instead of writing "your" themselves::
+
+    mod = tkcourse.exercise("matmul")
+    w = tkcourse.whose(mod)
+    w.label("kernel")     # "your kernel"  or  "the reference kernel"
+    w.legend("kernel")    # "your kernel"  or  "reference kernel"     (for legends and table rows)
+    w.note                # ""             or  "the reference solution ran: exercises/matmul.py is not done yet"
+    print(w.source(mod._matmul_kernel))   # what the learner should see of a function (never a solution)
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import types
+from dataclasses import dataclass
+
+
+def _solutions_mode() -> bool:
+    return os.environ.get("TKCOURSE_SOLUTIONS", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class Whose:
+    lesson: str
+    learner: bool  # True: the learner's exercises/<lesson>.py ran
+    why: str  # "your exercise" | "not done yet" | "TKCOURSE_SOLUTIONS=1" | "reference" (imported directly)
+
+    def label(self, thing: str = "kernel") -> str:
+        """For prose: 'your kernel' or 'the reference kernel'."""
+        return f"your {thing}" if self.learner else f"the reference {thing}"
+
+    def legend(self, thing: str = "kernel") -> str:
+        """For legends, titles and table rows: 'your kernel' or 'reference kernel'."""
+        return f"your {thing}" if self.learner else f"reference {thing}"
+
+    @property
+    def note(self) -> str:
+        """One line saying why the reference ran, or '' when the learner's code did."""
+        if self.learner:
+            return ""
+        if self.why == "not done yet":
+            return f"the reference solution ran: exercises/{self.lesson}.py is not done yet"
+        if self.why == "TKCOURSE_SOLUTIONS=1":
+            return "the reference solution ran (TKCOURSE_SOLUTIONS=1)"
+        return f"the reference solution (solutions/{self.lesson}.py) ran"
+
+    def source(self, obj) -> str:
+        """The source of ``obj`` (a function or a Triton kernel) as this learner may see it.
+
+        The learner's own code is shown as it is. A reference function is shown as the exercise
+        shows it: its ``### BEGIN SOLUTION`` regions replaced by the exercise's TODO stub, so that a
+        "Your turn" cell never gives the answer away.
+        """
+        return source(obj, reveal=False)
+
+    def __str__(self) -> str:
+        return self.label("code") if self.learner else self.note
+
+
+def _lesson_of(module: types.ModuleType) -> tuple[str, str]:
+    name = getattr(module, "__name__", "")
+    package, _, lesson = name.rpartition(".")
+    return package, lesson or name
+
+
+def whose(module) -> Whose:
+    """Whose code ``module`` is (a module from ``tkcourse.exercise``, or ``solutions.<lesson>`` itself)."""
+    if isinstance(module, str):  # a lesson name: what tkcourse.exercise(name) would return
+        from . import stubs
+
+        if _solutions_mode():
+            return Whose(module, False, "TKCOURSE_SOLUTIONS=1")
+        if module in stubs.lessons() and stubs.status(module).state in ("untouched", "missing"):
+            return Whose(module, False, "not done yet")
+        return Whose(module, True, "your exercise")
+    package, lesson = _lesson_of(module)
+    if package == "exercises":
+        return Whose(lesson, True, "your exercise")
+    recorded = getattr(module, "__tkcourse_whose__", None)
+    if isinstance(recorded, Whose) and recorded.lesson == lesson:
+        return recorded
+    return Whose(lesson, False, "TKCOURSE_SOLUTIONS=1" if _solutions_mode() else "reference")
+
+
+def _function(obj):
+    obj = getattr(obj, "fn", obj)  # JITFunction / Autotuner / Heuristics wrap the Python function
+    while hasattr(obj, "fn") and not inspect.isfunction(obj):
+        obj = obj.fn
+    return obj
+
+
+def source(obj, reveal: bool = False) -> str:
+    """Source of ``obj`` without solution markers; with ``reveal=False`` its solution regions become the stub."""
+    from . import stubs
+
+    text = inspect.getsource(_function(obj))
+    if "### BEGIN SOLUTION" not in text:
+        return text
+    if not reveal:
+        body = stubs.stub_text(text, "<source>")
+        return body[len(stubs.HEADER.format(name="<source>")):]
+    kept, in_stub = [], False
+    for ln in text.splitlines(keepends=True):
+        marker = ln.strip()
+        if marker.startswith("### STUB"):
+            in_stub = True
+        elif marker.startswith("### END SOLUTION"):
+            in_stub = False
+        elif not in_stub and not marker.startswith("### BEGIN SOLUTION"):
+            kept.append(ln)
+    return "".join(kept)
