@@ -255,6 +255,39 @@ def test_out_of_bounds_before_start_or_far_away(shift, offset):
     assert ("before the start" if shift < 0 else "past the end") in str(o)
 
 
+@triton.jit
+def _raw_address_load(addr, out_ptr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    raw = addr.to(tl.pointer_type(tl.float32))  # an integer made into a pointer: no argument's address
+    tl.store(out_ptr + offsets, tl.load(raw + offsets))
+
+
+@pytest.mark.skipif(not traffic.mode.INTERPRET, reason="an integer address is a CPU address only in the interpreter")
+def test_raw_address_is_reported_in_no_argument():
+    """A load from an address that no pointer argument led to is not "past the end of out"."""
+    elsewhere, out = torch.randn(16), torch.zeros(16)
+    t = traffic.trace(_raw_address_load, (1,), elsewhere.data_ptr(), out, BLOCK=16)
+    (o,) = t.out_of_bounds
+    assert o.kind == "load" and not o.derived and o.where == "in no argument"
+    assert "lie in no tensor argument" in str(o) and "past the end" not in str(o)
+    assert bool((out == 0).all())  # masked off: nothing was read from that address
+    with pytest.raises(traffic.OutOfBoundsError, match="no tensor argument"):
+        with traffic.capture(stop_on_oob=True):
+            _raw_address_load[(1,)](elsewhere.data_ptr(), out, BLOCK=16)
+
+
+def test_capture_stop_on_oob_raises_before_the_next_launch():
+    n = 100
+    x, y, out = torch.randn(n), torch.randn(n), torch.zeros(n)
+    with pytest.raises(traffic.OutOfBoundsError) as info:
+        with traffic.capture(stop_on_oob=True) as traces:
+            _unmasked_add[(1,)](x, y, out, n, BLOCK=128, SHIFT=0)
+            _unmasked_add[(1,)](x, y, out, n, BLOCK=64, SHIFT=0)  # never reached
+    assert len(traces) == 1 and info.value.trace is traces[0]
+    assert {o.tensor for o in info.value.out_of_bounds} == {"x", "y", "out"}
+    assert all(o.derived and o.where == "past the end" for o in info.value.out_of_bounds)
+
+
 def test_compiled_mode_kernels_are_traced_in_the_interpreter(tmp_path):
     """What a GPU machine does: a JITFunction (and its @jit helper) re-run in the interpreter on CPU copies."""
     code = textwrap.dedent("""

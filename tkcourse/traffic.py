@@ -39,7 +39,7 @@ import torch
 from . import mode  # noqa: F401  (decides TRITON_INTERPRET; triton itself is imported where it is used)
 
 __all__ = [
-    "TensorInfo", "Access", "OutOfBounds", "Launch", "Trace", "Table", "TraceError",
+    "TensorInfo", "Access", "OutOfBounds", "OutOfBoundsError", "Launch", "Trace", "Table", "TraceError",
     "trace", "capture", "combine", "minimum_bytes", "fmt_bytes",
     "EagerTraffic", "count_eager",
     "program_order", "L2Result", "simulate_l2", "matmul_tile_loads",
@@ -48,6 +48,18 @@ __all__ = [
 
 class TraceError(RuntimeError):
     """The launch could not be traced (not a Triton kernel, tensors too large, ...)."""
+
+
+class OutOfBoundsError(IndexError):
+    """A launch under ``capture(stop_on_oob=True)`` touched memory outside its tensor arguments.
+
+    ``.trace`` is that launch's ``Trace``; ``.out_of_bounds`` its bad accesses (masked off, never run).
+    """
+
+    def __init__(self, trace: "Trace"):
+        self.trace, self.out_of_bounds = trace, list(trace.out_of_bounds)
+        more = f" (and {len(self.out_of_bounds) - 1} more)" if len(self.out_of_bounds) > 1 else ""
+        super().__init__(f"{self.out_of_bounds[0]}{more}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,26 +201,45 @@ class Access:
 
 @dataclass(frozen=True, eq=False)
 class OutOfBounds:
-    """Lanes of one load/store whose address lies inside no tensor argument (they were masked off, not run)."""
+    """Lanes of one load/store whose address lies inside no tensor argument (they were masked off, not run).
+
+    ``tensor`` is the argument the pointer was computed from (``x_ptr + offsets``); for a raw address
+    that no argument's pointer led to (an integer cast to a pointer, say), ``derived`` is False and
+    ``tensor`` is only the nearest argument.
+    """
 
     kind: str
     program: tuple[int, int, int]
-    tensor: str  # the nearest tensor argument
+    tensor: str  # the tensor argument the pointer came from, else the nearest one
     offsets: np.ndarray = field(repr=False)  # element offsets relative to that tensor's first element
     numel: int  # that tensor's element count
     kernel: str = ""
     launch: int = 0
+    derived: bool = True  # the pointer was computed from ``tensor``'s pointer argument
 
     @property
     def offset(self) -> int:
         """The first bad element offset (``>= numel``: past the end; negative: before the start)."""
         return int(self.offsets[0])
 
+    @property
+    def where(self) -> str:
+        """"past the end", "before the start", "outside" (both sides), or "in no argument" (a raw address)."""
+        if not self.derived:
+            return "in no argument"
+        lo, hi = int(self.offsets.min()), int(self.offsets.max())
+        return "past the end" if lo >= self.numel else "before the start" if hi < 0 else "outside"
+
     def __str__(self) -> str:
         n, lo, hi = self.offsets.size, int(self.offsets.min()), int(self.offsets.max())
-        where = "past the end" if lo >= self.numel else "before the start" if hi < 0 else "outside"
+        where = self.where
         rng = f"offset {lo}" if n == 1 else f"offsets {lo}..{hi}"
         pid = ", ".join(map(str, self.program))
+        if not self.derived:
+            return (f"{self.kernel or 'kernel'}: program ({pid}) {self.kind}s {n} element{'s' * (n != 1)} at "
+                    f"addresses that lie in no tensor argument (the nearest, {self.tensor}, is {rng} away from its "
+                    f"first element). That pointer was not computed from a pointer argument: build every "
+                    f"address as a pointer argument plus offsets (x_ptr + offsets), never from an integer.")
         return (f"{self.kernel or 'kernel'}: program ({pid}) {self.kind}s {n} element{'s' * (n != 1)} {where} of "
                 f"{self.tensor} ({rng}; it has {self.numel} elements, valid offsets 0..{self.numel - 1}). "
                 f"Mask the lanes that run past the edge, e.g. mask = offsets < n.")
@@ -529,6 +560,7 @@ class _Recorder:
     def _report(self, kind, program, addrs, origin=None):
         if not self.tensors:
             return
+        derived = origin is not None
         if origin is not None:  # the pointer was computed from this tensor's base: report against it
             nearest = np.full(addrs.shape, origin, dtype=np.int64)
         else:
@@ -541,7 +573,7 @@ class _Recorder:
             sel = addrs[nearest == i]
             offs = (sel.astype(np.int64) - np.int64(self.starts[i])) // t.itemsize
             self.oob.append(OutOfBounds("load" if kind == "load" else "store" if kind == "store" else "atomic",
-                                        program, t.name, offs, t.numel, self.kernel))
+                                        program, t.name, offs, t.numel, self.kernel, derived=derived))
 
 
 _state = threading.local()
@@ -910,12 +942,14 @@ def trace(kernel, grid, *args, name: str | None = None, max_bytes: int = 1 << 28
 
 
 @contextlib.contextmanager
-def capture(name: str | None = None):
+def capture(name: str | None = None, stop_on_oob: bool = False):
     """Trace every kernel launch inside the block: ``with capture() as traces: add(x, y)``.
 
     Yields a list that fills with one ``Trace`` per launch; ``combine(traces)`` sums them. In the interpreter
     each launch runs once, traced; on a GPU each launch runs normally and is also traced on CPU copies of its
     arguments (so use small sizes). An autotuner's benchmarking launches are not traced, only the launch.
+    ``stop_on_oob``: a launch whose trace has an out-of-bounds access raises ``OutOfBoundsError`` (on a GPU,
+    before it runs there: an illegal address would end the CUDA context), so the graders can report it.
     """
     from triton.runtime.jit import JITFunction
 
@@ -927,12 +961,16 @@ def capture(name: str | None = None):
         if warmup or getattr(_state, "depth", 0):
             return orig_jit(self, *args, grid=grid, warmup=warmup, **kwargs)
         traces.append(trace(self, grid, *args, **kwargs))
+        if stop_on_oob and traces[-1].out_of_bounds:
+            raise OutOfBoundsError(traces[-1])
         return orig_jit(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     def interp_run(self, *args, grid, warmup, **kwargs):
         if warmup or getattr(_state, "depth", 0):
             return orig_interp(self, *args, grid=grid, warmup=warmup, **kwargs)
         traces.append(trace(self, grid, *args, **kwargs))  # the traced run is the launch
+        if stop_on_oob and traces[-1].out_of_bounds:
+            raise OutOfBoundsError(traces[-1])
 
     from triton.runtime.autotuner import Autotuner
 

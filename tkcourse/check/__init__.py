@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 
 from .. import stubs
-from .core import Case, NotDone, Report, error_case  # noqa: F401
+from .core import Case, NotDone, Report, error_case, guarded  # noqa: F401
 
 
 def lessons() -> list[str]:
@@ -51,7 +51,9 @@ def run(name: str, module=None, quiet: bool = False) -> Report:
     source = getattr(module, "__file__", None) or getattr(module, "__name__", repr(module))
     source = "/".join(str(source).replace("\\", "/").split("/")[-2:])
     cases = []
-    for case in grader.grade(module):  # graders yield lazily: stop at the first problem, fix one thing at a time
+    # graders yield lazily: stop at the first problem, fix one thing at a time; whatever the learner's
+    # module makes the grader raise becomes an error case (guarded), so a report is always printed
+    for case in guarded(grader.grade(module)):
         cases.append(case)
         if case.status != "pass":
             break

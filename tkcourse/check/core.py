@@ -1,22 +1,44 @@
-"""What every grader shares: awkward inputs, poisoned outputs, comparisons and reports.
+"""What every grader shares: awkward inputs, poisoned outputs, traced launches, comparisons, reports.
 
-A grader never trusts memory it did not fill. Outputs that the learner's launcher allocates with
-``torch.empty``/``empty_like``/``new_empty``/``empty_strided`` come back filled with NaN (poison),
-followed by a run of canary values: a value still NaN after the call was never written; a changed
-canary is a store past the end of the tensor. Inputs are followed by a run of ``INPUT_PAD``, so an
-unmasked or shifted load reads a loud, recognisable value instead of someone else's memory.
+A grader never trusts memory it did not fill, nor a kernel it did not watch:
+
+* Outputs that the learner's launcher allocates with ``torch.empty``/``empty_like``/``new_empty``/
+  ``empty_strided`` come back filled with NaN (poison), followed by a run of canary values: a value
+  still NaN after the call was never written; a changed canary is a store past the end of the tensor.
+  Inputs are followed by a run of ``INPUT_PAD`` (``padded``), and strided inputs (``strided``,
+  ``row_padded``, ``transposed``, ``sliced_rows``) hold ``INPUT_PAD`` in their gaps, so an unmasked,
+  shifted or contiguous-as-if load reads a loud, recognisable value instead of someone else's memory.
+* Every kernel launch of a graded call runs under the course's tracer (``tkcourse.traffic.capture``),
+  which copies the arguments into one buffer with gaps and masks off any lane outside every
+  tensor: an out-of-bounds load or store, however the output was allocated (``torch.zeros``,
+  ``torch.full``, a slice of something bigger), becomes a failing case with a hint instead of a
+  write into the host heap. In the interpreter the traced run is the launch; on a GPU each launch is
+  traced on CPU copies first and never runs on the GPU when the trace found a bad access.
+* ``attempt`` also fails an output that shares memory with an input (``alias_case``) and an input
+  that the call changed (``Snapshot``).
+
+How a lesson grader uses it: ``grade(module)`` is a generator of ``Case``; for each input it builds
+(``padded``/``strided``/... and ``random_sizes(...)`` for sizes that defeat a hard-coded grid or
+BLOCK, with the seed in the label via ``seeded``), it yields
+``attempt(label, mod.fn, args, expected, dtype=..., diagnose=...)``, which does all of the above and
+compares with a float64 torch reference. ``refuses`` grades an input that must raise ValueError.
+``tkcourse.check.run`` stops at the first case that is not a pass and turns anything the grader
+raises into an error case (``guarded``), so a report is always printed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+import os
+import random
 import traceback
 from dataclasses import dataclass, field
 
 import torch
 
-from .. import mode
+from .. import mode, traffic
 
 CANARY = 31328.0  # exactly representable in fp16, bf16 and fp32; unlikely as a result
 INPUT_PAD = -31328.0  # after every input; two of them still fit in fp16
@@ -68,6 +90,8 @@ def poisoned_allocations():
         dtype = dtype or torch.get_default_dtype()
         shape = tuple(int(s) for s in (shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape))
         numel = math.prod(shape)
+        if numel == 0:  # nothing to poison; such tensors are often re-pointed with set_ (the tracer does)
+            return real["empty"](shape, dtype=dtype, device=device)
         buf = real["empty"](numel + _pad_for(numel), dtype=dtype, device=device)
         canary = CANARY if dtype.is_floating_point else 0
         buf[:numel] = _poison_value(dtype)
@@ -100,6 +124,78 @@ def poisoned_allocations():
 def _dense(size, stride) -> bool:
     return sorted(s for s, n in zip(stride, size) if n > 1) == sorted(
         math.prod(size[i + 1:]) for i, n in enumerate(size) if n > 1) and len(size) > 0
+
+
+def _filled_like(numel: int, t: torch.Tensor, fill: float) -> torch.Tensor:
+    return torch.full((numel,), fill, dtype=t.dtype, device=t.device)
+
+
+def strided(t: torch.Tensor, step: int = 2, fill: float = INPUT_PAD) -> torch.Tensor:
+    """A 1-D view of ``t``'s values with stride ``step`` (``t`` lives at every step-th element of a
+    bigger buffer whose other elements hold ``fill``): read as if contiguous, it gives loud values."""
+    flat = t.reshape(-1)
+    buf = _filled_like(flat.numel() * step + _pad_for(flat.numel()), flat, fill)
+    view = buf[: flat.numel() * step: step]
+    view.copy_(flat)
+    return view
+
+
+def row_padded(t: torch.Tensor, pad: int = 7, fill: float = INPUT_PAD) -> torch.Tensor:
+    """A 2-D view of ``t``'s values whose rows are ``pad`` elements further apart than its width
+    (row stride ``cols + pad``; the gaps hold ``fill``), as a slice ``big[:, :cols]`` is."""
+    rows, cols = t.shape
+    buf = _filled_like(rows * (cols + pad) + _pad_for(rows * cols), t, fill)
+    view = buf[: rows * (cols + pad)].view(rows, cols + pad)[:, :cols]
+    view.copy_(t)
+    return view
+
+
+def sliced_rows(t: torch.Tensor, step: int = 2, fill: float = INPUT_PAD) -> torch.Tensor:
+    """A 2-D view of ``t``'s values that is every ``step``-th row of a bigger tensor (``big[::step]``)."""
+    rows, cols = t.shape
+    buf = _filled_like(rows * step * cols + _pad_for(rows * cols), t, fill)
+    view = buf[: rows * step * cols].view(rows * step, cols)[::step]
+    view.copy_(t)
+    return view
+
+
+def transposed(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values stored column-major (``t.t().contiguous().t()``): stride (1, rows)."""
+    return padded(t.t().contiguous()).t()
+
+
+def layout_of(t: torch.Tensor) -> str:
+    """A few words for a label: "contiguous", "stride (1, 64)", ..."""
+    return "contiguous" if t.is_contiguous() else f"stride {tuple(t.stride())}"
+
+
+def grading_seed() -> int:
+    """The seed of the random sizes: ``TKCOURSE_CHECK_SEED`` if set, else a fixed one (so a report
+    reproduces; the seed is in every label that uses it)."""
+    with contextlib.suppress(ValueError):
+        return int(os.environ.get("TKCOURSE_CHECK_SEED", "17"))
+    return 17
+
+
+def random_sizes(count: int, lo: int, hi: int, seed: int | None = None) -> tuple[int, list[int]]:
+    """``(seed, sizes)``: ``count`` sizes log-uniform in ``[lo, hi]``, none a power of two, from ``seed``
+    (``grading_seed()`` by default). Sizes over orders of magnitude defeat a grid, a BLOCK or a loop
+    bound hard-coded to fit the fixed sizes."""
+    seed = grading_seed() if seed is None else seed
+    rng = random.Random(seed)
+    out = []
+    while len(out) < count:
+        n = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+        n = min(max(n, lo), hi)
+        if n & (n - 1) == 0 and n > 2:
+            n += 1 if n + 1 <= hi else -1
+        out.append(n)
+    return seed, out
+
+
+def seeded(label: str, seed: int) -> str:
+    """A label that says how to reproduce a random case."""
+    return f"{label} (random, seed {seed}: TKCOURSE_CHECK_SEED={seed})"
 
 
 # ------------------------------------------------------------------------------------------
@@ -195,6 +291,142 @@ def call(fn, *args, **kwargs):
     return out, allocs
 
 
+def traced_call(fn, *args, **kwargs):
+    """``call`` with every kernel launch under the tracer: returns (output, allocations, traces).
+
+    Raises ``traffic.OutOfBoundsError`` at the first launch that touches memory outside its tensor
+    arguments (masked off, never performed: in the interpreter a stray store would hit the host heap,
+    on a GPU it would end the CUDA context).
+    """
+    with poisoned_allocations() as allocs, traffic.capture(stop_on_oob=True) as traces:
+        out = fn(*args, **kwargs)
+    if mode.DEVICE == "cuda":
+        torch.cuda.synchronize()
+    return out, allocs, traces
+
+
+def oob_case(label: str, exc: "traffic.OutOfBoundsError") -> Case:
+    """An out-of-bounds access found by the tracer, as a failing case whose hint says what to mask."""
+    bad = exc.out_of_bounds
+    first = next((o for o in bad if o.kind == "store"), bad[0])  # a stray store is the worse one
+    lines = [str(o) for o in bad[:3]] + ([f"... and {len(bad) - 3} more"] if len(bad) > 3 else [])
+    detail = ("the grader ran your kernel under the course's tracer, which masked these accesses off instead "
+              "of performing them:\n" + "\n".join(lines))
+    t, what = first.tensor, first.kind
+    if not first.derived:
+        hint = ("your kernel used an address that lies in no tensor argument: compute every pointer as a "
+                "pointer argument plus offsets (x_ptr + offsets); never turn an integer into a pointer")
+    elif first.where == "before the start":
+        hint = (f"your kernel {what}s before the start of {t}: an offset is negative (offsets - 1? a shifted "
+                "start?). Offsets must run from 0, and every lane outside 0..n-1 must be masked")
+    elif what == "store":
+        hint = (f"unmasked tail: your kernel stores past the end of {t} (the tracer sees it however the output "
+                "was allocated, torch.zeros included). Mask the store (mask=offsets < n) so the last, "
+                "partial block stops at the edge")
+    elif _just_past_end(bad, t):
+        hint = (f"offset off by one: your kernel loads the element just past the end of {t}, under a mask that "
+                "fits the output: the load's offsets are shifted (offsets + 1?). Offsets must be "
+                "pid * BLOCK + tl.arange(0, BLOCK), exactly, for the loads and the store alike")
+    else:
+        hint = (f"your kernel loads past the end of {t}: mask the load too (tl.load(ptr, mask=mask, "
+                "other=...)); a masked store does not protect the load, and the lanes past the end read "
+                "whatever memory lies there")
+    if first.where == "past the end" and first.offset >= 4 * max(first.numel, 1):
+        hint += (f". Offset {first.offset} is far past {first.numel} elements: is a stride or a row length "
+                 "used in place of another (a hard-coded size?)")
+    return Case(label, "fail", detail, hint)
+
+
+def _just_past_end(bad, name: str) -> bool:
+    """Only loads of ``name``, each at most two elements past its end: a shifted offset under a correct mask."""
+    mine = [o for o in bad if o.tensor == name]
+    if any(o.kind != "load" or not o.derived for o in bad) or not mine:
+        return False
+    return all(o.offsets.min() >= o.numel and o.offsets.max() < o.numel + 2 and o.offsets.size <= 2 for o in mine)
+
+
+def storage_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors share any byte of memory (same storage, overlapping extents)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.device != b.device:
+        return False
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def extent(t):
+        lo = t.data_ptr()
+        hi = lo + (sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride())) + 1) * t.element_size()
+        return lo, hi
+
+    (a0, a1), (b0, b1) = extent(a), extent(b)
+    return a0 < b1 and b0 < a1
+
+
+def alias_case(label: str, out, inputs: dict, fn_name: str = "function") -> Case | None:
+    """A failing case when the output shares memory with an input (the result written over it), else None."""
+    if not isinstance(out, torch.Tensor):
+        return None
+    for name, t in inputs.items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        if out is t or (out.data_ptr() == t.data_ptr() and out.shape == t.shape and out.stride() == t.stride()):
+            return Case(label, "fail", f"the tensor returned is {name} itself",
+                        f"your {fn_name} returned {name} itself: the result overwrote an input. Allocate a new "
+                        f"output (torch.empty_like({name}), or torch.empty(shape, dtype=..., device=...)) and "
+                        "store the result there")
+        if storage_overlap(out, t):
+            return Case(label, "fail", f"the tensor returned shares memory with {name}",
+                        f"your {fn_name} returned a view of {name}'s memory: the result overwrote (part of) an "
+                        f"input. Allocate a new output (torch.empty_like({name}) or torch.empty(...)); a view, "
+                        "reshape or slice of an input is not a new tensor")
+    return None
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dtype.is_floating_point:
+        return (a == b) | (torch.isnan(a) & torch.isnan(b))
+    return a == b
+
+
+class Snapshot:
+    """Copies of the inputs before a call; ``case(label)`` fails when the call changed one of them."""
+
+    def __init__(self, inputs: dict):
+        self.inputs = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        self.before = {k: v.detach().clone() for k, v in self.inputs.items()}
+
+    def changed(self) -> list[tuple[str, int, int]]:
+        """(name, how many elements changed, their count) for every input the call changed."""
+        out = []
+        for k, t in self.inputs.items():
+            diff = ~_same(t.detach(), self.before[k])
+            if diff.any():
+                out.append((k, int(diff.sum()), diff.numel()))
+        return out
+
+    def case(self, label: str, fn_name: str = "function") -> Case | None:
+        ch = self.changed()
+        if not ch:
+            return None
+        name, n_bad, n = ch[0]
+        return Case(label, "fail", f"after the call, {n_bad} of {n} elements of the input {name} had changed",
+                    f"your {fn_name} changed its input {name}: a kernel must only read its inputs. Store results "
+                    f"into a new output (torch.empty_like({name})), never into {name}, and do not update "
+                    f"{name} in place (x += ..., x.copy_(...), x.sub_(...))")
+
+
+def input_names(fn, args) -> dict:
+    """``{parameter name: argument}`` for the positional arguments of ``fn`` (arg0, arg1, ... if unknown)."""
+    try:
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    names += [f"arg{i}" for i in range(len(names), len(args))]
+    return dict(zip(names, args))
+
+
 def table(idx, yours, expected, k: int = 5, names=("yours", "expected")) -> str:
     """The first ``k`` wrong positions as a small table."""
     rows = [f"{'position':>14}  {names[0]:>14}  {names[1]:>14}"]
@@ -248,13 +480,60 @@ def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=()
     return Case(label, "fail", detail, hint)
 
 
-def attempt(label, fn, args, expected, *, kwargs=None, **compare_kwargs) -> Case:
-    """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations, compared with ``expected``."""
+def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, **compare_kwargs) -> Case:
+    """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
+    for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
+    the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
+
+    ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say).
+    """
+    inputs = input_names(fn, args)
+    fn_name = getattr(fn, "__name__", "function")
+    snap = Snapshot(inputs)
     try:
-        out, allocs = call(fn, *args, **(kwargs or {}))
+        if trace:
+            out, allocs, _ = traced_call(fn, *args, **(kwargs or {}))
+        else:
+            out, allocs = call(fn, *args, **(kwargs or {}))
+    except traffic.OutOfBoundsError as exc:
+        return oob_case(label, exc)
     except Exception as exc:
         return error_case(label, exc)
-    return compare(label, out, expected, allocs=allocs, **compare_kwargs)
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
+                    f"your {fn_name} returns a tuple: return only the output tensor (return out, not return out, ...)")
+    bad = alias_case(label, out, inputs, fn_name)
+    if bad is not None:
+        return bad
+    case = compare(label, out, expected, allocs=allocs, **compare_kwargs)
+    if case.status != "pass":
+        return case
+    return snap.case(label, fn_name) or case
+
+
+def guarded(cases, label: str = "grading"):
+    """Yield from a grader's generator of cases; anything it raises becomes one error case and ends it.
+
+    A learner's module can make the grader itself fail (a missing function, an object where a tensor was
+    expected, ``sys.exit`` in a launcher): the report says so instead of a traceback or a dead process.
+    """
+    it = iter(cases)
+    n = 0
+    while True:
+        try:
+            case = next(it)
+        except StopIteration:
+            return
+        except (Exception, SystemExit) as exc:  # noqa: BLE001  (whatever the learner's code raised)
+            case = error_case(f"{label} (after {n} case{'s' * (n != 1)})", exc)
+            if isinstance(exc, AttributeError) and "module" in str(exc):
+                case.hint = f"your module lacks a name the lesson asks for: {exc}"
+            elif isinstance(exc, SystemExit):
+                case.hint = "your code called sys.exit (or exit()): raise an exception instead"
+            yield case
+            return
+        n += 1
+        yield case
 
 
 def refuses(label, fn, *args, hint: str, message_hint: tuple | None = None) -> Case:
