@@ -81,6 +81,8 @@ def heatmap(sweep: Sweep, *, metric: str | None = None, x: str = "BLOCK_N", y: s
                              figsize=(width, 2.0 + 0.6 * len(axes[y]) * len(row_vals)))
     ok_rates = [sweep.rate(r, metric) for r in sweep.ok]
     vmin, vmax = (min(ok_rates), max(ok_rates)) if ok_rates else (0.0, 1.0)
+    if higher_is_better(metric) and vmin > 0:
+        vmin = 0.0  # a rate's scale starts at zero, so that colours compare like the numbers do
     if vmin == vmax:
         vmin, vmax = vmin * 0.9 - 1e-12, vmax * 1.1 + 1e-12
     # untested / failed cells: blank
@@ -255,11 +257,30 @@ def _choose(dropdown, options, default=None):
             return
 
 
+def show_explorer(sweeps=None):
+    """Display ``explorer(sweeps)`` and, below it, a still picture of its first view; return the widget.
+
+    A widget draws nothing where no Python kernel runs (GitHub, nbviewer, an HTML export): the still
+    picture is what those pages show, and in a live notebook it stays the explorer's starting point.
+    """
+    from IPython.display import Markdown, display
+
+    box = explorer(sweeps)
+    display(box)
+    if box.figure is not None:
+        s = box.current()
+        display(Markdown(f"*The explorer's first view as a still picture, for pages that show no widgets: "
+                         f"{s.kernel} {s.shape} {s.dtype}, {box.controls['metric'].value}.*"))
+        display(box.figure)
+    return box
+
+
 def explorer(sweeps=None):
     """Dropdowns (kernel, dtype, shape, metric, x/y/rows/cols) that redraw ``heatmap``.
 
     ``sweeps``: a list of Sweeps, or a folder of sweep files (default: the recorded ones).
-    Returns the widget; ``widget.redraw()`` draws again and ``widget.figure`` is the last figure.
+    Returns the widget; ``widget.redraw()`` draws again and ``widget.figure`` is the last figure
+    (``show_explorer`` also displays that figure, for pages without widgets).
     """
     import ipywidgets as w
     from IPython.display import display
@@ -330,6 +351,7 @@ def explorer(sweeps=None):
     box = w.VBox([w.HBox([kernel, dtype, shape, metric]), w.HBox(list(facet.values())), out, info])
     box.figure = None
     box.redraw = redraw
+    box.current = current
     box.controls = {"kernel": kernel, "dtype": dtype, "shape": shape, "metric": metric, **facet}
     refresh_options()
     return box
