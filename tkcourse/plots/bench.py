@@ -14,8 +14,13 @@ def provenance_label(rows) -> str:
     return f"measured on {r['gpu']}, {r['date']}, triton {r['triton']}, torch {r['torch']}"
 
 
-def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: str | None = None):
-    """Rate (the rows' metric) against problem size for each provider of ``kernel``."""
+def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: str | None = None,
+                 labels: dict | None = None):
+    """Rate (the rows' metric) against problem size for each provider of ``kernel``.
+
+    ``labels``: legend text per provider (e.g. ``{"triton": tkcourse.whose(mod).legend("kernel")}``); the
+    rate axis starts at zero, so heights compare as ratios.
+    """
     rows = select(rows, kernel=kernel, **({"dtype": dtype} if dtype else {}))
     if not rows:
         raise ValueError(f"no rows for kernel {kernel!r}" + (f" and dtype {dtype}" if dtype else ""))
@@ -25,11 +30,12 @@ def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: st
     for provider in sorted({r["provider"] for r in rows}, key=lambda p: (p != "triton", p)):
         pr = sorted(select(rows, provider=provider), key=lambda r: _size(r["shape"]))
         xs = [_size(r["shape"]) for r in pr]
-        ax.plot(xs, [r["median"] for r in pr], marker="o", label=provider)
+        ax.plot(xs, [r["median"] for r in pr], marker="o", label=(labels or {}).get(provider, provider))
         ax.fill_between(xs, [r["p20"] for r in pr], [r["p80"] for r in pr], alpha=0.2)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("problem size (elements)")
     ax.set_ylabel(rows[0]["metric"])
+    ax.set_ylim(bottom=0, top=max(float(r["p80"] or r["median"]) for r in rows) * 1.12)
     ax.grid(True, alpha=0.3)
     ax.legend()
     ax.set_title((title or kernel) + "\n" + provenance_label(rows), fontsize=10)

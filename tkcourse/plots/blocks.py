@@ -46,10 +46,34 @@ def program_map(n: int, BLOCK: int, ax=None, max_cells: int = 128):
     return ax.figure
 
 
-def program_map_explorer(n: int = 37, BLOCK: int = 8):
-    """Sliders for n and BLOCK that redraw ``program_map`` (an ipywidgets ``interact``)."""
+def show_static(fig, caption: str) -> None:
+    """Display ``fig`` as a plain picture with a caption, when running under IPython.
+
+    A widget shows nothing where no kernel runs (GitHub, nbviewer, an HTML export): the explorers call
+    this first, so that the saved notebook keeps a picture of their starting state beside the widget.
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    display(Markdown(caption))
+    display(fig)
+
+
+def program_map_explorer(n: int = 37, BLOCK: int = 8, static: bool = True):
+    """Sliders for n and BLOCK that redraw ``program_map`` (an ipywidgets box).
+
+    ``static``: also display the picture of the starting state (n, BLOCK), for renderings without a kernel.
+    """
     import ipywidgets as w
     from IPython.display import display
+
+    if static:
+        show_static(program_map(n, BLOCK), f"*The picture for n = {n}, BLOCK = {BLOCK} (what the sliders below "
+                                           "start at; they need a running notebook):*")
 
     n_slider = w.IntSlider(value=n, min=1, max=100, description="n")
     b_drop = w.Dropdown(options=[2, 4, 8, 16, 32], value=BLOCK, description="BLOCK")

@@ -135,7 +135,7 @@ def roofline(records=None, ceilings: dict | None = None, kernels=None, largest_o
     points, skipped = placements(records, kernels, largest_only, flops_per_element)
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 5))
+        fig, ax = plt.subplots(figsize=(9, 5.5))
         plt.close(fig)
     xs = [p["intensity"] for p in points]
     lo = min(xs + [ridge]) / 8
@@ -143,23 +143,45 @@ def roofline(records=None, ceilings: dict | None = None, kernels=None, largest_o
     x = np.logspace(np.log10(lo), np.log10(hi), 256)
     ax.plot(x, np.minimum(bw * x, peak) / 1e12, color="k", linewidth=2, label="_roof")
     ax.axvline(ridge, color="0.6", linestyle=":", linewidth=1)
-    ax.text(ridge * 1.1, bw * lo / 1e12, f"ridge: {ridge:.0f} FLOP/B", ha="left", va="bottom", fontsize=8,
-            color="0.3")
-    ax.text(lo * 1.3, bw * lo * 1.3 * 1.4 / 1e12, f"copy bandwidth {c['copy_GBps'] / 1000:.2f} TB/s",
-            rotation=0, fontsize=8, color="0.2")
+    ax.text(ridge * 1.1, math.sqrt(bw * lo * peak) / 1e12, f"ridge: {ridge:.0f} FLOP/B", ha="left", va="center",
+            fontsize=8, color="0.3")
+    ax.text(ridge / 40, bw * ridge / 40 * 3 / 1e12, f"slanted roof: copy bandwidth {c['copy_GBps'] / 1000:.2f} TB/s",
+            ha="right", va="bottom", fontsize=8, color="0.2")
     ax.text(ridge, peak / 1e12 * 1.15, f"fp16 matmul {c['matmul_TFLOPs']:.0f} TFLOP/s", ha="right", va="bottom",
             fontsize=8, color="0.2")
     kernel_names = list(dict.fromkeys(p["kernel"] for p in points))
     providers = list(dict.fromkeys(p["provider"] for p in points))
     colors = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(kernel_names)}
     markers = dict(zip(providers, "os^Dv<>Ph*X"))
-    for i, p in enumerate(sorted(points, key=lambda p: (p["intensity"], -p["tflops"]))):
+    for p in points:
         ax.scatter(p["intensity"], p["tflops"], color=colors[p["kernel"]], marker=markers[p["provider"]], s=50,
                    edgecolor="k", linewidth=0.5, zorder=3)
-        roof = min(bw * p["intensity"], peak) / 1e12
-        ax.annotate(f"{p['kernel']} ({p['provider']}) {100 * p['tflops'] / roof:.0f}%",
-                    (p["intensity"], p["tflops"]), textcoords="offset points", xytext=(6, -10 - 9 * (i % 3)),
-                    fontsize=7)
+    # One label per kernel (not per point): its providers' share of the roof above them, stacked in a
+    # column on the free side of the roof, with a line to the kernel's points.
+    groups = {k: [p for p in points if p["kernel"] == k] for k in kernel_names}
+    memory = sorted((k for k in groups if groups[k][0]["intensity"] < ridge),
+                    key=lambda k: -max(p["tflops"] for p in groups[k]))
+    if memory:
+        m_x = max(p["intensity"] for k in memory for p in groups[k]) * 2.5
+        m_y = min(max(p["tflops"] for p in groups[k]) for k in memory) * 2
+    compute = sorted((k for k in groups if k not in memory), key=lambda k: groups[k][0]["intensity"])
+    for side, names in (("memory", memory), ("compute", compute)):
+        for rank, k in enumerate(names):
+            g = groups[k]
+            several = len({q["dtype"] for q in g}) > 1
+            shares = [f"{p['provider']}{' ' + p['dtype'].replace('float', 'fp') if several else ''}"
+                      f" {100 * p['tflops'] / (min(bw * p['intensity'], peak) / 1e12):.0f}%"
+                      for p in sorted(g, key=lambda p: -p["tflops"])]
+            lines = [", ".join(shares[i:i + 3]) for i in range(0, len(shares), 3)]
+            anchor = max(g, key=lambda p: p["tflops"])
+            if side == "memory":  # a column below the slanted roof, right of the points
+                xy_text = (m_x, m_y / 2.8 ** rank)
+            else:  # below the flat roof, right of the ridge, one under another
+                xy_text = (ridge * 1.4, peak / 1e12 / 5 / 3.2 ** rank)
+            ax.annotate("\n".join([k] + lines), (anchor["intensity"], anchor["tflops"]), xytext=xy_text, fontsize=7,
+                        color=colors[k], ha="left", va="center",
+                        arrowprops=dict(arrowstyle="-", color=colors[k], linewidth=0.6, shrinkA=0, shrinkB=4),
+                        bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.8))
     for k in kernel_names:
         ax.scatter([], [], color=colors[k], marker="o", label=k)
     for pr in providers:
@@ -170,6 +192,8 @@ def roofline(records=None, ceilings: dict | None = None, kernels=None, largest_o
     ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum traffic)")
     ax.set_ylabel("TFLOP/s")
     ax.grid(True, which="both", alpha=0.2)
+    ax.text(0.01, 0.99, " labels: each provider's rate, as % of the roof at its intensity", transform=ax.transAxes,
+            fontsize=7, va="top", color="0.3")
     if points:
         ax.legend(fontsize=7, loc="lower right")
     gpu = next((r.get("gpu") for r in records if r.get("gpu")), "")

@@ -116,8 +116,8 @@ def _layout(values: np.ndarray, wrap: int | None):
         values = values.reshape(1)
     if values.ndim == 1:
         n = values.size
-        if wrap is None:
-            wrap = n if n <= 2048 else int(2 ** np.ceil(np.log2(n / 32)))
+        if wrap is None:  # a few rows of a power of two: long enough to read, tall enough to see
+            wrap = n if n <= 2048 else int(2 ** np.ceil(np.log2(n / 8)))
         rows = -(-n // wrap)
         img = np.full(rows * wrap, -2, dtype=np.int64)  # -2: past the end of the vector (padding of the image)
         img[:n] = values
@@ -140,78 +140,104 @@ def access_map(trace, tensors=None, program: int | None = None, launch: int = 0,
         [tensors] if isinstance(tensors, str) else list(tensors))
     lz = trace.launches[launch]
     nprog = lz.num_programs
-    heights = [1.0 if len(trace.tensor(n).shape) <= 1 else 2.2 for n in names]
-    fig, axes = _figure(len(names), 2, figsize=(11, 1.0 + 1.3 * sum(heights)),
-                        gridspec_kw={"height_ratios": heights})
-    images = {}
-    for row, name in enumerate(names):
-        t = trace.tensor(name)
-        for col, kind in enumerate(("load", "store")):
-            ax = axes[row, col]
+    images, panels = {}, []  # panels: the (tensor, kind) pairs with any access; the others are only named
+    for name in names:
+        for kind in ("load", "store"):
             if color == "count":
                 vals = trace.read_counts(name, kind)
-                vals = np.where(vals == 0, -1, vals)
+                images[name, kind] = _layout(np.where(vals == 0, -1, vals), wrap)[0]
             else:
-                vals = trace.owner_map(name, kind, launch=launch)
-            highlight = None
-            if program is not None:
-                hit = np.zeros(t.numel, dtype=bool)
-                hit[trace.program_elements(program, name, kind, launch)] = True
-                highlight = hit.reshape(t.shape)
-            img, w = _layout(vals, wrap)
-            images[name, kind] = img
-            touched = img >= 0
-            if not touched.any():
-                ax.text(0.5, 0.5, f"{name}: no {kind}s", ha="center", va="center", transform=ax.transAxes,
-                        color="0.4")
-                ax.set_xticks([])
+                images[name, kind] = _layout(trace.owner_map(name, kind, launch=launch), wrap)[0]
+            if (images[name, kind] >= 0).any():
+                panels.append((name, kind))
+    untouched = [f"{name} {kind}s" for name in names for kind in ("load", "store") if (name, kind) not in panels]
+    two_d = [len(trace.tensor(n).shape) > 1 for n, _ in panels]
+    ncols = 2 if any(two_d) and len(panels) > 1 else 1  # 2-D tensors side by side, strips one under another
+    nrows = max(1, -(-len(panels) // ncols))
+    heights = []
+    for r in range(nrows):
+        row_panels = panels[r * ncols:(r + 1) * ncols]
+        heights.append(max((2.6 if len(trace.tensor(n).shape) > 1 else 0.55 + 0.22 * images[n, k].shape[0])
+                           for n, k in row_panels) if row_panels else 1.0)
+    fig, axes = _figure(nrows, ncols, figsize=(11 if ncols == 2 or not any(two_d) else 7, 0.9 + 1.25 * sum(heights)),
+                        gridspec_kw={"height_ratios": heights})
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for index, (name, kind) in enumerate(panels):
+        t = trace.tensor(name)
+        ax = axes.flat[index]
+        if color == "count":
+            vals = trace.read_counts(name, kind)
+            vals = np.where(vals == 0, -1, vals)
+        else:
+            vals = trace.owner_map(name, kind, launch=launch)
+        highlight = None
+        if program is not None:
+            hit = np.zeros(t.numel, dtype=bool)
+            hit[trace.program_elements(program, name, kind, launch)] = True
+            highlight = hit.reshape(t.shape)
+        img, w = _layout(vals, wrap)
+        touched = img >= 0
+        if highlight is not None:
+            hl, _ = _layout(highlight.astype(np.int64), wrap)
+            shown = np.where(hl > 0, 2, np.where(touched, 1, 0)).astype(float)
+            shown[img == -2] = np.nan
+            cm = ListedColormap(["white", "0.82", "crimson"])
+            ax.imshow(shown, cmap=cm, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
+            n_hl = int(highlight.sum())
+            label = f"{name} {kind}s: program {program} touches {n_hl} element{'s' * (n_hl != 1)}"
+        else:
+            data = np.ma.masked_less(img.astype(float), 0)
+            if color == "count":
+                cm = plt.get_cmap("magma_r").copy()
+                vmin, vmax = 0, max(2, int(img.max()))
+                label = f"{name} {kind}s: times each element was {'read' if kind == 'load' else 'written'}"
+            else:
+                cm = plt.get_cmap("tab10" if nprog <= 10 else "tab20" if nprog <= 20 else "viridis").copy()
+                vmin, vmax = -0.5, (cm.N - 0.5 if nprog <= 20 else max(nprog - 1, 1))
+                label = f"{name} {kind}s, colored by program id ({nprog} programs)"
+            cm = cm.with_extremes(bad="white")
+            im = ax.imshow(data, cmap=cm, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+            if color == "count" or nprog > 20:
+                fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
+            elif nprog <= 10:  # a key: which color is which program
+                from matplotlib.patches import Patch
+
+                ax.legend(handles=[Patch(color=cm(i), label=f"pid {i}") for i in range(nprog)], fontsize=7,
+                          loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.set_title(label, fontsize=9)
+        if w is not None:
+            ax.set_xlabel(f"element (rows of {w})" if img.shape[0] > 1 else "element")
+            if img.shape[0] == 1:
                 ax.set_yticks([])
-                continue
-            if highlight is not None:
-                hl, _ = _layout(highlight.astype(np.int64), wrap)
-                shown = np.where(hl > 0, 2, np.where(touched, 1, 0)).astype(float)
-                shown[img == -2] = np.nan
-                cm = ListedColormap(["white", "0.82", "crimson"])
-                ax.imshow(shown, cmap=cm, vmin=0, vmax=2, aspect="auto", interpolation="nearest")
-                n_hl = int(highlight.sum())
-                label = f"{name} {kind}s: program {program} touches {n_hl} element{'s' * (n_hl != 1)}"
             else:
-                data = np.ma.masked_less(img.astype(float), 0)
-                if color == "count":
-                    cm = plt.get_cmap("magma_r").copy()
-                    vmin, vmax = 0, max(2, int(img.max()))
-                    label = f"{name} {kind}s: times each element was {'read' if kind == 'load' else 'written'}"
-                else:
-                    cm = plt.get_cmap("tab10" if nprog <= 10 else "tab20" if nprog <= 20 else "viridis").copy()
-                    vmin, vmax = -0.5, (cm.N - 0.5 if nprog <= 20 else max(nprog - 1, 1))
-                    label = f"{name} {kind}s, colored by program id ({nprog} programs)"
-                cm = cm.with_extremes(bad="white")
-                im = ax.imshow(data, cmap=cm, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
-                if color == "count" or nprog > 20:
-                    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.01)
-            ax.set_title(label, fontsize=9)
-            if w is not None:
-                ax.set_xlabel(f"element (rows of {w})" if img.shape[0] > 1 else "element")
-                ax.set_yticks([] if img.shape[0] == 1 else ax.get_yticks())
-            else:
-                ax.set_xlabel("column")
-                ax.set_ylabel("row" if len(t.shape) <= 2 else "row (leading dims flattened)")
-    fig.suptitle(f"{lz.kernel}: access map, grid {lz.grid[:3]}", fontsize=10)
+                ax.set_ylabel(f"row of {w}")
+        else:
+            ax.set_xlabel("column")
+            ax.set_ylabel("row" if len(t.shape) <= 2 else "row (leading dims flattened)")
+    fig.suptitle(f"{lz.kernel}: access map, grid {lz.grid[:3]}"
+                 + (f" (not drawn, never touched: {', '.join(untouched)})" if untouched else ""), fontsize=10)
     fig.access_images = images
     fig.tight_layout()
     return fig
 
 
-def access_map_explorer(trace, tensors=None, launch: int = 0, color: str = "program"):
+def access_map_explorer(trace, tensors=None, launch: int = 0, color: str = "program", static: bool = True):
     """A slider over the programs of one launch that redraws ``access_map`` highlighting the chosen program.
 
     Returns an ``ipywidgets.VBox`` (slider, a line of per-program bytes, the picture); ``box.slider``,
-    ``box.image`` and ``box.info`` are its parts.
+    ``box.image`` and ``box.info`` are its parts. ``static``: also display the picture of program 0 as a
+    plain figure, which a rendering without a kernel (GitHub, nbviewer, HTML) shows in the widget's place.
     """
     import ipywidgets as w
 
+    from .blocks import show_static
+
     if isinstance(trace, (list, tuple)):
         trace = tr.combine(list(trace))
+    if static:
+        show_static(access_map(trace, tensors, program=0, launch=launch, color=color),
+                    "*Program 0 (where the slider below starts; it needs a running notebook):*")
     lz = trace.launches[launch]
     per = trace.per_program(launch)
     slider = w.IntSlider(value=0, min=0, max=max(lz.num_programs - 1, 0), description="program",
