@@ -18,7 +18,21 @@ import itertools
 
 import triton
 
+from exercises._checks import integer
+
 CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")  # kernel arguments; the rest are launch options
+_SIZED = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages")  # the keys the shared memory estimate reads
+
+
+def _check_config(config, where: str = "config") -> None:
+    """TypeError/ValueError naming the key when ``config`` lacks a key the estimates read, or holds a non-int."""
+    if not isinstance(config, dict):
+        raise TypeError(f"{where} must be a dict with keys {', '.join(_SIZED)}, got {type(config).__name__} {config!r}")
+    missing = [k for k in _SIZED if k not in config]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)} (it has {', '.join(map(str, config))})")
+    for k in _SIZED:
+        integer(f"{where}[{k!r}]", config[k], 1)
 
 
 def config_space() -> list[dict]:
@@ -32,11 +46,14 @@ def config_space() -> list[dict]:
 
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
+    n = integer("n", n, -(1 << 62))  # 2.5 is refused: int(2.5) would round it down
     return 1 << max(0, int(n) - 1).bit_length()
 
 
 def shared_memory_bytes(config: dict, dtype_bytes: int = 2) -> int:
     """Estimated shared memory of one config: ``num_stages`` tiles of A and of B."""
+    _check_config(config)
+    dtype_bytes = integer("dtype_bytes", dtype_bytes, 1, 8)
     # TODO: your code here
     # (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) elements, dtype_bytes each, num_stages copies
     return 0
@@ -50,6 +67,14 @@ def prune(configs: list[dict], M: int, N: int, K: int, dtype_bytes: int = 2,
     whose tile is absurdly larger than the problem: BLOCK_M > max(16, next_pow2(M)), and the same
     for BLOCK_N against N and BLOCK_K against K (16 is the smallest tile ``tl.dot`` takes).
     """
+    M, N, K = (integer(name, v, 1) for name, v in (("M", M), ("N", N), ("K", K)))
+    dtype_bytes = integer("dtype_bytes", dtype_bytes, 1, 8)
+    smem_limit = integer("smem_limit", smem_limit, 1)
+    if isinstance(configs, dict) or not hasattr(configs, "__iter__"):
+        raise TypeError(f"configs must be a list of config dicts, got {type(configs).__name__}")
+    configs = list(configs)
+    for i, c in enumerate(configs):
+        _check_config(c, f"configs[{i}]")
     # TODO: your code here
     # Keep a config only if both hold:
     #   shared_memory_bytes(c, dtype_bytes) <= smem_limit

@@ -30,6 +30,8 @@ import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
 
+from exercises._checks import ConfigSpec, boolean, integer, power_of_two, real
+
 HEAD_DIMS = (16, 32, 64, 128)
 
 
@@ -278,13 +280,24 @@ def _prepare(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-def _config(config, name):
-    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_N"} <= set(config):
-        raise ValueError(f"{name} must be a dict with BLOCK_M, BLOCK_N (and num_warps, num_stages), got {config!r}")
-    unknown = set(config) - {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}
-    if unknown:
-        raise ValueError(f"{name} has unknown keys {sorted(unknown)}; allowed: BLOCK_M, BLOCK_N, num_warps, num_stages")
-    return {"num_warps": 4, "num_stages": 2, **config}
+#: What ``dkdv_config`` and ``dq_config`` take: blocks of 16 to 256 rows (``tl.dot`` needs 16 a side; a
+#: power of two for ``tl.arange``), 1 to 32 warps, 1 to 8 stages.
+_CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
+                      "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8)},
+                     required=("BLOCK_M", "BLOCK_N"), defaults={"num_warps": 4, "num_stages": 2})
+
+
+def _config(config, name, causal=False, rows="BLOCK_M", cols="BLOCK_N"):
+    """``config`` checked (TypeError/ValueError naming the key), with num_warps and num_stages filled in.
+
+    Causal: a program's ``rows`` (the tile it keeps on chip) must be a multiple of ``cols`` (its loop
+    step), so that the diagonal is whole steps; with powers of two, ``rows >= cols``.
+    """
+    cfg = _CONFIG(config, name)
+    if causal and cfg[rows] % cfg[cols]:
+        raise ValueError(f"causal attention needs {name}[{rows!r}] to be a multiple of {name}[{cols!r}], "
+                         f"got {rows}={cfg[rows]} and {cols}={cfg[cols]}")
+    return cfg
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
@@ -303,8 +316,12 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
                          f"got shape {tuple(lse.shape)} on {lse.device}")
     if D not in HEAD_DIMS:
         raise ValueError(f"head dimension D = {D} is not supported; use one of {HEAD_DIMS}")
-    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
-    causal = bool(causal)
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else real("sm_scale", sm_scale)
+    causal = boolean("causal", causal)
+    if dkdv_config is not None:  # before any work: a bad key or value names itself
+        dkdv_config = _config(dkdv_config, "dkdv_config", causal, rows="BLOCK_N", cols="BLOCK_M")
+    if dq_config is not None:
+        dq_config = _config(dq_config, "dq_config", causal)
     do, q, k, v, o, lse = (_prepare(t) for t in (do, q, k, v, o, lse))
     if not INTERPRET:
         triton.set_allocator(_tma_scratch)  # here: autograd runs the backward in its own thread

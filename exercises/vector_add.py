@@ -12,6 +12,8 @@ import triton.language as tl
 
 from tkcourse.mode import validate
 
+from exercises._checks import power_of_two
+
 
 @triton.jit
 def _add_kernel(
@@ -30,8 +32,9 @@ def _add_kernel(
 
 
 def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 1024) -> torch.Tensor:
-    """``x + y`` for 1-D tensors of one length, dtype and device."""
+    """``x + y`` for 1-D tensors of one length, dtype and device; ``BLOCK``: elements per program, a power of two."""
     validate(x, y, names=["x", "y"], ndim=1, same_shape=True)
+    BLOCK = power_of_two("BLOCK", BLOCK)  # tl.arange(0, BLOCK) needs a power of two, at most 2**20
     x, y = x.contiguous(), y.contiguous()
     # TODO: your code here
     # allocate out like x, launch _add_kernel on a grid of triton.cdiv(n, BLOCK) programs

@@ -29,6 +29,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tkcourse.mode import INTERPRET, validate
 
+from ._checks import ConfigSpec, boolean, integer, power_of_two, real
+
 HEAD_DIMS = (16, 32, 64, 128)
 
 
@@ -321,8 +323,8 @@ def _check_inputs(q, k, v, sm_scale):
             f"(pad D with zeros up to the next supported size)"
         )
     if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(D)
-    return float(sm_scale)
+        return 1.0 / math.sqrt(D)
+    return real("sm_scale", sm_scale)
 
 
 def _prepare(t: torch.Tensor) -> torch.Tensor:
@@ -339,13 +341,17 @@ def _use_tuned(impl: str) -> bool:
     return impl == "tuned" or (impl == "auto" and _attn_fwd_tuned is not None and not INTERPRET)
 
 
+#: What a launch config takes: blocks of 16 to 256 rows (``tl.dot`` needs 16 a side; a power of two for
+#: ``tl.arange``), 1 to 32 warps, 1 to 8 stages. Too large a block for shared memory fails at launch.
+_CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
+                      "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8),
+                      "WARP_SPECIALIZE": (boolean, None, None)},
+                     required=("BLOCK_M", "BLOCK_N"), defaults={"num_warps": 4, "num_stages": 2})
+
+
 def _launch_config(config):
-    if not isinstance(config, dict) or not {"BLOCK_M", "BLOCK_N"} <= set(config):
-        raise ValueError(f"config must be a dict with BLOCK_M, BLOCK_N (and num_warps, num_stages), got {config!r}")
-    unknown = set(config) - {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "WARP_SPECIALIZE"}
-    if unknown:
-        raise ValueError(f"config has unknown keys {sorted(unknown)}; allowed: BLOCK_M, BLOCK_N, num_warps, num_stages")
-    return {"num_warps": 4, "num_stages": 2, **config}
+    """``config`` checked (TypeError/ValueError naming the key), with num_warps and num_stages filled in."""
+    return _CONFIG(config, "config")
 
 
 def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None):
@@ -357,6 +363,9 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     config, without autotune; Triton's own errors (e.g. out of shared memory) propagate.
     """
     sm_scale = _check_inputs(q, k, v, sm_scale)
+    causal = boolean("causal", causal)
+    if config is not None:
+        config = _launch_config(config)  # before any work: a bad key or value names itself
     tuned = _use_tuned(impl)
     q, k, v = _prepare(q), _prepare(k), _prepare(v)
     B, H, N, D = q.shape

@@ -17,6 +17,8 @@ import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
 
+from ._checks import ConfigSpec, integer, power_of_two
+
 
 @triton.jit
 def _matmul_kernel(
@@ -151,17 +153,17 @@ AUTOTUNE_MIN_MNK = 256**3
 SMALL_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3)
 
 
-def _check_config(config: dict) -> None:
-    if not isinstance(config, dict):
-        raise ValueError(f"config must be a dict with keys {', '.join(CONFIG_KEYS)}; got {type(config).__name__}")
-    missing = [k for k in CONFIG_KEYS if k not in config]
-    extra = [k for k in config if k not in CONFIG_KEYS]
-    if missing or extra:
-        raise ValueError(
-            f"config needs exactly the keys {', '.join(CONFIG_KEYS)}"
-            + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; unknown: {', '.join(map(str, extra))}" if extra else "")
-        )
+#: What each key of a config takes: tiles of 16 to 512 (``tl.dot`` needs at least 16 a side; a
+#: power of two for ``tl.arange``), groups of 1 to 256 tile rows, 1 to 32 warps (1024 threads), 1 to 8
+#: pipeline stages. A tile that does not fit in shared memory still fails at launch, with Triton's error.
+_CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 512), "BLOCK_N": (power_of_two, 16, 512),
+                      "BLOCK_K": (power_of_two, 16, 512), "GROUP_M": (integer, 1, 256),
+                      "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8)}, required=CONFIG_KEYS)
+
+
+def _check_config(config: dict) -> dict:
+    """``config`` checked (TypeError/ValueError naming the key), as a new dict of plain ints."""
+    return _CONFIG(config, "config")
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torch.Tensor:
@@ -181,7 +183,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torc
         if sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) >= 2**31:
             raise ValueError(f"{name} spans 2**31 elements or more; this kernel's offsets are 32-bit")
     if config is not None:
-        _check_config(config)
+        config = _check_config(config)
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)

@@ -31,6 +31,8 @@ import triton.language as tl
 from tkcourse.mode import INTERPRET, validate
 from tkcourse.occupancy import programs_per_sm, sm_count
 
+from ._checks import integer, power_of_two
+
 
 @triton.jit
 def _online_stats(
@@ -364,6 +366,12 @@ ONE_READ = True
 ### END SOLUTION
 
 
+#: ``softmax(x, parts=..., block=...)`` takes powers of two up to these: a row split over more programs
+#: than this is mostly empty parts, and a block of more columns than this only costs registers.
+MAX_PARTS = 1024
+MAX_BLOCK = 1 << 16
+
+
 def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
     """(parts, BLOCK) for a row: one part in the interpreter, about PART_BYTES a part on a GPU."""
     if INTERPRET:
@@ -456,6 +464,10 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
     """
     validate(x, names=["x"], ndim=2)
     n_rows, n_cols = x.shape
+    if parts is not None:  # 0 is refused, not taken for "automatic"
+        parts = power_of_two("parts", parts, 1, MAX_PARTS)
+    if block is not None:
+        block = power_of_two("block", block, 1, MAX_BLOCK)
     if parts is None and block is None:
         plan = _one_read_plan(n_cols, x.device)
         if plan is not None:  # on a GPU: every element read once, held in registers across the wait
@@ -464,10 +476,8 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
             out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
             return _one_read(x, out, *plan, lanes=_lanes(x, out, *plan))
     auto_parts, auto_block = _plan(n_cols, x.element_size())
-    parts, block = parts or auto_parts, block or auto_block
-    for name, v in (("parts", parts), ("block", block)):
-        if v < 1 or v & (v - 1):
-            raise ValueError(f"{name} must be a power of two, got {v}")
+    parts = auto_parts if parts is None else parts
+    block = auto_block if block is None else block
     if x.stride(1) != 1:
         x = x.contiguous()
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
@@ -486,6 +496,9 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
 
 def step_states(row: torch.Tensor, block: int) -> list[tuple[float, float]]:
     """(m, l) after each block of a 1-D ``row``, as pass 1 computes them (fp32, pure torch)."""
+    if not isinstance(row, torch.Tensor):
+        raise TypeError(f"row must be a torch.Tensor, got {type(row).__name__}")
+    block = integer("block", block, 1)
     x = row.detach().reshape(-1).to("cpu", torch.float32)
     m, l, states = -math.inf, 0.0, []
     for start in range(0, x.numel(), block):

@@ -9,6 +9,8 @@ import triton.language as tl
 
 from tkcourse.mode import validate
 
+from ._checks import power_of_two
+
 
 @triton.jit
 def _add_kernel(
@@ -34,8 +36,9 @@ def _add_kernel(
 
 
 def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 1024) -> torch.Tensor:
-    """``x + y`` for 1-D tensors of one length, dtype and device."""
+    """``x + y`` for 1-D tensors of one length, dtype and device; ``BLOCK``: elements per program, a power of two."""
     validate(x, y, names=["x", "y"], ndim=1, same_shape=True)
+    BLOCK = power_of_two("BLOCK", BLOCK)  # tl.arange(0, BLOCK) needs a power of two, at most 2**20
     x, y = x.contiguous(), y.contiguous()
     ### BEGIN SOLUTION
     out = torch.empty_like(x)
