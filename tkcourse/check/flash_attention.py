@@ -1,4 +1,13 @@
-"""Grader for lesson 06: ``attention(q, k, v, causal=False, sm_scale=None)``, FlashAttention's forward."""
+"""Grader for lesson 06: ``attention(q, k, v, causal=False, sm_scale=None)``, FlashAttention's forward.
+
+Every graded call runs under the tracer and is checked for aliasing and modified inputs (``core.attempt``).
+The cases, in order: tiny but awkward shapes (N not a multiple of any block, N = 1, D of 16/32/64, causal
+and not, several batches and heads), fp16; strided layouts that callers really hand over (q, k, v as
+(B, N, H, D) tensors transposed to (B, H, N, D), as a linear layer's output is split into heads; a head
+dimension sliced from a wider tensor; k and v shared by all heads through a stride-0 expand), which
+``attention`` must compute, as the solution does by making them contiguous; seeded random B, H, N, D,
+which defeat a grid or loop bound hard-coded to the fixed shapes; ``sm_scale``; then what it must refuse.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +16,46 @@ import math
 import torch
 
 from .. import mode
-from .core import attempt, refuses
+from .core import attempt, random_sizes, refuses, seeded
 
-# (B, H, N, D, causal): N in {1, 17, 64, 100, 257}, D in {16, 64}; B, H > 1 to catch batch/head offsets
+# (B, H, N, D, causal): N in {1, 17, 64, 100, 257}, D in {16, 32, 64}; B, H > 1 to catch batch/head offsets
 SHAPES = [(2, 2, 100, 16, False), (2, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 2, 17, 64, True),
-          (2, 1, 64, 64, False), (1, 1, 257, 16, True), (1, 1, 257, 64, False)]
+          (2, 1, 64, 64, False), (1, 1, 257, 16, True), (1, 1, 257, 64, False), (2, 1, 45, 32, True)]
+# (B, H, N, D, causal, layout)
+LAYOUTS = [(2, 3, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 50, 32, False, "head dim sliced"),
+           (2, 2, 33, 16, True, "k, v shared by heads (stride 0)")]
 
 
-def reference(q, k, v, causal=False, sm_scale=None):
-    """Attention in float64 torch, materializing the N×N scores."""
+def reference(q, k, v, causal=False, sm_scale=None, *, diagonal=1):
+    """Attention in float64 torch, materializing the N×N scores. ``diagonal``: the first diagonal of
+    masked (future) keys, 1 by the definition; 0 and 2 reproduce a causal mask off by one."""
     q, k, v = q.double(), k.double(), v.double()
     scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = (q @ k.transpose(-1, -2)) * scale
     if causal:
         n = q.shape[-2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(diagonal), float("-inf"))
     return torch.softmax(s, dim=-1) @ v
+
+
+def _unnormalized(q, k, v, causal, scale):
+    """The classic mistake: the accumulator is never divided by l (o = Σ exp(s - m) v)."""
+    q, k, v = q.double(), k.double(), v.double()
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return torch.exp(s - s.amax(-1, keepdim=True)) @ v
+
+
+def _unmasked_tail(q, k, v, scale, block):
+    """The classic mistake: keys past N (loaded as 0 in the last, partial block) get score 0, not -inf."""
+    n = q.shape[-2]
+    pad = -n % block
+    if not pad:
+        return None
+    z = torch.zeros(*k.shape[:-2], pad, k.shape[-1], dtype=k.dtype, device=k.device)
+    return reference(q, torch.cat([k, z], -2), torch.cat([v, z], -2), False, scale)
 
 
 def _no_rescale(q, k, v, causal, scale, block):
@@ -45,20 +78,39 @@ def _no_rescale(q, k, v, causal, scale, block):
     return acc / l[..., None]
 
 
-def _diagnose(q, k, v, causal):
+def _diagnose(q, k, v, causal, note=""):
     D = q.shape[-1]
     scale = 1 / math.sqrt(D)
 
     def hint(o, e, wrong):
+        qc, kc, vc = q.cpu(), k.cpu(), v.cpu()
+        close = lambda ref: ref is not None and torch.allclose(o, ref.cpu(), atol=2e-2, rtol=2e-2)
+        if causal and q.shape[-2] > 1:
+            if torch.allclose(o[..., 1:, :], reference(qc, kc, vc, True, scale, diagonal=0)[..., 1:, :],
+                              atol=2e-2, rtol=2e-2):
+                return ("the causal mask is off by one: query i must see key i itself. Keep keys with "
+                        "offs_m[:, None] >= offs_n[None, :] (>=, not >); row 0 then has its one key, not none")
+            if close(reference(qc, kc, vc, True, scale, diagonal=2)):
+                return ("the causal mask is off by one: query i also sees key i + 1, a future key. Keep keys "
+                        "with offs_m[:, None] >= offs_n[None, :], exactly")
         if torch.isnan(o).any():
             nan_rows = torch.isnan(o).any(-1)
             return (f"{int(nan_rows.sum())} query rows are NaN: never written (check the grid: cdiv(N, BLOCK_M) x B*H, "
                     "and the store mask offs_m < N), or 0/0 from a row whose keys were all masked")
-        close = lambda ref: torch.allclose(o, ref.cpu(), atol=2e-2, rtol=2e-2)
-        qc, kc, vc = q.cpu(), k.cpu(), v.cpu()
+        if q.shape[0] > 1 and close(reference(qc[:1], kc[:1], vc[:1], causal, scale).expand_as(o)):
+            return ("every batch got batch 0's result: the head's offset must be (bh // H) * stride_b + "
+                    "(bh % H) * stride_h, with bh = tl.program_id(1) running over all B * H heads")
         for s, what in ((1.0, "no scale at all"), (1 / D, "1/D instead of 1/sqrt(D)"), (scale * scale, "the scale applied twice")):
             if close(reference(qc, kc, vc, causal, s)):
                 return f"wrong scale ({what}): scores are (q·k) * sm_scale, with sm_scale = 1/sqrt(D) by default"
+        if close(reference(qc, kc, vc, causal, scale * math.log(2))):
+            return ("tl.exp2 without log2(e): exp2(x) is 2**x = exp(x · ln 2), so with exp2 multiply the scores "
+                    "by log2(e) = 1.4427 (fold it into sm_scale), or use tl.exp")
+        if close(_unnormalized(qc, kc, vc, causal, scale)):
+            return "the output is never divided by l: o = acc / l_i[:, None] once the loop is done"
+        if not causal and any(close(_unmasked_tail(qc, kc, vc, scale, b)) for b in (16, 32, 64, 128)):
+            return ("keys past N count with score 0: in the last, partial K/V block set their scores to -inf "
+                    "(tl.where(offs_n[None, :] < N, s, float('-inf'))), masking the loads is not enough")
         if close(reference(qc, kc, vc, not causal, scale)):
             return ("the causal mask is " + ("ignored: query i may only see keys j <= i (mask the diagonal block, "
                     "skip blocks above it)" if causal else "applied although causal=False"))
@@ -66,11 +118,44 @@ def _diagnose(q, k, v, causal):
             if close(_no_rescale(qc, kc, vc, causal, scale, block)):
                 return ("missing rescale: when the running max grows, multiply the accumulator (and l) by "
                         "exp(m_old - m_new) before adding p @ v")
+        if note == "strided":
+            return ("a strided q, k or v is wrong while contiguous ones pass: the kernel indexes with q's "
+                    "strides, so make q, k, v contiguous first (q.contiguous()) or pass each tensor's strides")
         if causal:
             return "check the causal mask on the diagonal block (offs_m[:, None] >= offs_n[None, :]) and which blocks you skip"
         return ("check the mask of the last, partial K/V block (keys past N must get -inf scores) and the final "
                 "division by l")
-    return hint
+    def safe(o, e, wrong):  # a diagnosis never crashes the grader, whatever the output holds
+        try:
+            return hint(o, e, wrong)
+        except Exception:  # noqa: BLE001
+            return ""
+    return safe
+
+
+def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
+    expected = reference(q, k, v, causal, sm_scale)
+    tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
+    kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
+    case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
+                   diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
+                   (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
+    if case.status == "fail" and case.detail.startswith("returned a tuple"):
+        case.hint = ("attention returns o alone (attention_forward is the one that returns (o, lse)): "
+                     "return o from attention")
+    return case
+
+
+def _layout(B, H, N, D, layout, gen):
+    """q, k, v in one of the layouts of LAYOUTS, on the mode's device."""
+    make = lambda *shape: torch.randn(*shape, generator=gen).to(mode.DEVICE)
+    if layout.startswith("(B, N, H, D)"):
+        return [make(B, N, H, D).transpose(1, 2) for _ in range(3)]
+    if layout == "head dim sliced":  # q = big[..., :D], rows of big 8 elements wider than D
+        return [make(B, H, N, D + 8)[..., :D] for _ in range(3)]
+    q = make(B, H, N, D)
+    k, v = (make(B, 1, N, D).expand(B, H, N, D) for _ in range(2))
+    return [q, k, v]
 
 
 def grade(mod):
@@ -81,14 +166,22 @@ def grade(mod):
             label = f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} {str(dtype)[6:]}"
             q, k, v = (torch.randn(B, H, N, D, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
                        for _ in range(3))
-            expected = reference(q, k, v, causal)
-            tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
-            yield attempt(label, mod.attention, (q, k, v), expected, kwargs=dict(causal=causal), dtype=dtype,
-                          atol=tol, rtol=tol * 5, diagnose=_diagnose(q, k, v, causal))
+            yield _graded(label, mod, q, k, v, causal, dtype)
+    for B, H, N, D, causal, layout in LAYOUTS:
+        q, k, v = _layout(B, H, N, D, layout, gen)
+        label = f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32, {layout}"
+        yield _graded(label, mod, q, k, v, causal, torch.float32, "strided")
+    seed, ns = random_sizes(2, 1, 300)
+    rng = torch.Generator().manual_seed(seed)
+    for i, N in enumerate(ns):
+        B, H = (int(t) for t in torch.randint(1, 4, (2,), generator=rng))
+        D = (16, 32, 64)[int(torch.randint(0, 3, (1,), generator=rng))]
+        causal = i % 2 == 1
+        q, k, v = (torch.randn(B, H, N, D, generator=rng).to(mode.DEVICE) for _ in range(3))
+        label = seeded(f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32", seed)
+        yield _graded(label, mod, q, k, v, causal, torch.float32)
     q, k, v = (torch.randn(1, 1, 33, 16, generator=gen).to(mode.DEVICE) for _ in range(3))
-    yield attempt("sm_scale is honoured", mod.attention, (q, k, v), reference(q, k, v, False, 0.3),
-                  kwargs=dict(sm_scale=0.3), dtype=q.dtype, atol=1e-2 if not mode.INTERPRET else 2e-5, rtol=1e-4,
-                  diagnose=lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)")
+    yield _graded("sm_scale is honoured", mod, q, k, v, False, torch.float32, sm_scale=0.3)
     d, hint = mode.DEVICE, "validate q, k, v before launching"
     a = torch.ones(1, 1, 8, 16, device=d)
     yield refuses("mismatched shapes raise ValueError", mod.attention, a, torch.ones(1, 1, 9, 16, device=d), a, hint=hint)

@@ -2,6 +2,13 @@
 
 The forward's ``o`` and ``lse`` (natural log, fp32, (B, H, N)) come from a float64 torch reference, so
 this lesson is graded on its own, whatever state lesson 06's exercise is in.
+
+Every graded call runs under the tracer (an out-of-bounds load or store is a failing case, never
+performed), and is checked for gradients that alias an input or each other and for inputs that the
+call changed. The cases: tiny awkward shapes, fp16; strided layouts (q, k, v, o as (B, N, H, D)
+tensors transposed to (B, H, N, D); a stride-0 dO, which ``o.sum().backward()`` hands over), which
+``attention_backward`` must compute, as the solution does by making them contiguous; seeded random
+B, H, N, D, which defeat a grid or loop bound hard-coded to the fixed shapes.
 """
 
 from __future__ import annotations
@@ -10,21 +17,26 @@ import math
 
 import torch
 
-from .. import mode
-from .core import Case, call, compare, error_case
+from .. import mode, traffic
+from .core import (Case, Snapshot, alias_case, compare, error_case, oob_case, random_sizes, seeded,
+                   storage_overlap, traced_call)
 
 SHAPES = [(2, 2, 100, 16, False), (1, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 1, 17, 64, True),
           (2, 1, 64, 32, False), (1, 1, 257, 16, True)]
+# (B, H, N, D, causal, layout)
+LAYOUTS = [(2, 2, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 24, 16, False, "dO of stride 0")]
+NAMES = ("dq", "dk", "dv")
 
 
-def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1):
-    """dq, dk, dv in float64 by the lesson's formulas, with switches that reproduce the classic mistakes."""
+def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False):
+    """dq, dk, dv in float64 by the lesson's formulas, with switches that reproduce the classic mistakes
+    (``lse_base2``: P recomputed as exp2(s·log2(e) − lse), with the natural-log lse taken for a base-2 one)."""
     q, k, v, do = (t.double().cpu() for t in (q, k, v, do))
     n = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
     causal_mask = torch.ones(n, n, dtype=torch.bool).triu(1)
     lse = torch.logsumexp(s.masked_fill(causal_mask, float("-inf")) if causal else s, dim=-1)
-    p = torch.exp(s - lse[..., None])
+    p = torch.exp(s - lse[..., None] * (math.log(2) if lse_base2 else 1.0))
     if causal and mask:
         p = p.masked_fill(causal_mask, 0.0)
     o = p @ v
@@ -47,25 +59,105 @@ def forward(q, k, v, causal, scale):
     return (torch.softmax(s, -1) @ vd).to(q.dtype), lse.float()
 
 
-def _diagnose(q, k, v, do, causal, scale, which):
-    idx = {"dq": 0, "dk": 1, "dv": 2}[which]
+def _diagnose(q, k, v, do, causal, scale, which, note=""):
+    idx = NAMES.index(which)
 
     def hint(o, e, wrong):
         if torch.isnan(o).any():
             return (f"parts of {which} were never written (NaN): check the grid (a program per K/V block for dk, dv; "
                     "per Q block for dq) and the store masks for rows past N")
+        right = backward(q, k, v, do, causal, scale)
+        for j, other in enumerate(NAMES):
+            if j != idx and torch.allclose(o, right[j].to(o.dtype), atol=2e-2, rtol=2e-2):
+                return (f"your {which} is the expected {other}: return the gradients in the order (dq, dk, dv), "
+                        "the order of attention_backward's inputs q, k, v")
         close = lambda **kw: torch.allclose(o, backward(q, k, v, do, causal, scale, **kw)[idx], atol=2e-2, rtol=2e-2)
         if close(delta=False):
             return "Δ is missing: dS = P ∘ (dP − Δ) with Δ = rowsum(dO ∘ O), one value per query row"
         if close(scale_power=2):
             return "the scale is applied twice: P already includes it; dQ = dS·K·scale and dK = dSᵀ·Q·scale, once"
         if close(scale_power=0):
-            return "the scale is missing: dQ = dS·K·scale and dK = dSᵀ·Q·scale"
+            return ("the scale is missing: dQ = dS·K·scale and dK = dSᵀ·Q·scale (the chain rule through "
+                    "S = scale·QKᵀ; dV = Pᵀ·dO has none)")
+        if close(lse_base2=True):
+            return ("P is recomputed with the wrong lse: lse is a natural log, so P = exp(scale·qkᵀ − lse); with "
+                    "tl.exp2 both terms need log2(e): exp2(scale·qkᵀ·log2(e) − lse·log2(e))")
         if causal and close(mask=False):
             return ("the causal mask is forgotten in the backward: recompute P with keys j > i masked "
                     "(P = 0 there), as in the forward")
+        if note == "strided":
+            return ("a strided input is wrong while contiguous ones pass: the kernels index with q's strides, "
+                    "so make do, q, k, v, o contiguous first (t.contiguous()) or pass each tensor's strides")
         return f"{which} is wrong: recompute P = exp(scale·QKᵀ − lse) exactly as the forward, then follow the formulas"
-    return hint
+    def safe(o, e, wrong):  # a diagnosis never crashes the grader, whatever the output holds
+        try:
+            return hint(o, e, wrong)
+        except Exception:  # noqa: BLE001
+            return ""
+    return safe
+
+
+def _graded(label, mod, q, k, v, do, causal, dtype, note=""):
+    """The cases of one call, dk, dv, then dq, stopping at the first that fails."""
+    D = q.shape[-1]
+    scale = 1 / math.sqrt(D)
+    o, lse = forward(q, k, v, causal, scale)
+    expected = backward(q, k, v, do, causal, scale)
+    inputs = dict(do=do, q=q, k=k, v=v, o=o, lse=lse)
+    snap = Snapshot(inputs)
+    try:
+        grads, allocs, _ = traced_call(mod.attention_backward, do, q, k, v, o, lse, causal, scale)
+    except traffic.OutOfBoundsError as exc:
+        yield oob_case(label, exc)
+        return
+    except Exception as exc:
+        yield error_case(label, exc)
+        return
+    if grads is None:
+        yield Case(label, "todo", "attention_backward returned None", "return the three gradients: return dq, dk, dv")
+        return
+    if (not isinstance(grads, (tuple, list)) or len(grads) != 3
+            or not all(isinstance(g, torch.Tensor) for g in grads)):
+        what = f"a {type(grads).__name__}" + (f" of {len(grads)}" if isinstance(grads, (tuple, list)) else "")
+        yield Case(label, "fail", f"attention_backward returned {what}, not three tensors (dq, dk, dv)",
+                   "return the three gradients as a tuple of tensors: return dq, dk, dv")
+        return
+    for which, g in zip(NAMES, grads):
+        bad = alias_case(f"{label}: {which}", g, inputs, "attention_backward")
+        if bad is not None:
+            yield bad
+            return
+    for i in range(3):
+        for j in range(i + 1, 3):
+            if storage_overlap(grads[i], grads[j]):
+                yield Case(f"{label}: {NAMES[i]}, {NAMES[j]}", "fail",
+                           f"{NAMES[i]} and {NAMES[j]} share memory",
+                           f"{NAMES[i]} and {NAMES[j]} are one tensor (or overlap): each gradient needs its own "
+                           f"output, e.g. {NAMES[i]}, {NAMES[j]} = torch.empty_like(q), torch.empty_like(k)")
+                return
+    tol = 1e-2 if dtype == torch.float16 else (1e-4 if mode.INTERPRET else 2e-2)
+    for which in ("dk", "dv", "dq"):
+        i = NAMES.index(which)
+        case = compare(f"{label}: {which}", grads[i], expected[i].to(dtype), dtype=dtype, allocs=allocs, atol=tol,
+                       rtol=tol * 5, diagnose=_diagnose(q, k, v, do, causal, scale, which, note))
+        if case.status != "pass":
+            yield case
+            return
+        yield case
+    changed = snap.case(f"{label}: inputs unchanged", "attention_backward")
+    if changed is not None:
+        if "lse" in changed.detail:
+            changed.hint += ("; to use tl.exp2, multiply lse by log2(e) inside the kernel, on the loaded "
+                             "values, not lse itself in the launcher")
+        yield changed
+
+
+def _layout(B, H, N, D, layout, gen):
+    make = lambda *shape: torch.randn(*shape, generator=gen).to(mode.DEVICE)
+    if layout.startswith("(B, N, H, D)"):
+        return [make(B, N, H, D).transpose(1, 2) for _ in range(4)]
+    q, k, v = (make(B, H, N, D) for _ in range(3))
+    return [q, k, v, make(1, 1, 1, 1).expand(B, H, N, D)]  # o.sum().backward(): dO is ones, stride 0
 
 
 def grade(mod):
@@ -75,21 +167,17 @@ def grade(mod):
             label = f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} {str(dtype)[6:]}"
             q, k, v, do = (torch.randn(B, H, N, D, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
                            for _ in range(4))
-            scale = 1 / math.sqrt(D)
-            o, lse = forward(q, k, v, causal, scale)
-            expected = backward(q, k, v, do, causal, scale)
-            try:
-                grads, allocs = call(mod.attention_backward, do, q, k, v, o, lse, causal, scale)
-            except Exception as exc:
-                yield error_case(label, exc)
-                return
-            if grads is None or len(grads) != 3:
-                yield Case(label, "todo", "attention_backward did not return (dq, dk, dv)", "return the three gradients")
-                return
-            tol = 1e-2 if dtype == torch.float16 else (1e-4 if mode.INTERPRET else 2e-2)
-            for which, got, exp in zip(("dk", "dv", "dq"), (grads[1], grads[2], grads[0]), (expected[1], expected[2], expected[0])):
-                case = compare(f"{label}: {which}", got, exp.to(dtype), dtype=dtype, allocs=allocs, atol=tol, rtol=tol * 5,
-                               diagnose=_diagnose(q, k, v, do, causal, scale, which))
-                yield case
-                if case.status != "pass":
-                    return
+            yield from _graded(label, mod, q, k, v, do, causal, dtype)
+    for B, H, N, D, causal, layout in LAYOUTS:
+        q, k, v, do = _layout(B, H, N, D, layout, gen)
+        label = f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32, {layout}"
+        yield from _graded(label, mod, q, k, v, do, causal, torch.float32, "strided")
+    seed, ns = random_sizes(2, 1, 200)
+    rng = torch.Generator().manual_seed(seed)
+    for i, N in enumerate(ns):
+        B, H = (int(t) for t in torch.randint(1, 4, (2,), generator=rng))
+        D = (16, 32, 64)[int(torch.randint(0, 3, (1,), generator=rng))]
+        causal = i % 2 == 0
+        q, k, v, do = (torch.randn(B, H, N, D, generator=rng).to(mode.DEVICE) for _ in range(4))
+        label = seeded(f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32", seed)
+        yield from _graded(label, mod, q, k, v, do, causal, torch.float32)

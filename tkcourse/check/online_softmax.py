@@ -1,58 +1,114 @@
-"""Grader for lesson 05: ``softmax(x)`` over rows of any length, streamed in blocks."""
+"""Grader for lesson 05: ``softmax(x)`` over rows of any length, streamed in blocks.
+
+Every graded call runs under the tracer and is checked for aliasing and modified inputs (``core.attempt``).
+The cases, in order: awkward fixed shapes (one element, rows shorter and longer than any block, values
+that overflow ``exp``, the max in the last block, rows that start with whole blocks of -inf); strided
+layouts of ``x`` (rows further apart than their width, every other row, a column slice, a transposed
+``x``: ``softmax`` must compute them all, as the solution does by reading rows in place and copying
+``x`` whose columns are not contiguous); seeded random sizes over four orders of magnitude, which
+defeat a grid, a BLOCK or a loop bound hard-coded to the fixed sizes; then the inputs it must refuse.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from .. import mode
-from .core import attempt, padded
+from .core import (attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows,
+                   transposed)
 
 # rows shorter and longer than any block, one element, strided rows, values that overflow exp
 SHAPES = [(3, 5000, ""), (2, 1, ""), (4, 100, ""), (2, 20_011, ""), (5, 3000, "strided rows"),
-          (3, 4099, "large values"), (2, 2500, "one huge value")]
+          (3, 4099, "large values"), (2, 2500, "one huge value"), (3, 3001, "leading -inf")]
+# (rows, cols, layout): the layouts a caller hands over; the gaps of each hold core.INPUT_PAD
+LAYOUTS = [(4, 1500, "every other row"), (3, 1000, "a column slice"), (5, 700, "transposed")]
+BLOCKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)  # the blocks a learner may have chosen
 
 
-def _input(rows, cols, note, dtype, gen):
+def _values(rows, cols, note, dtype, gen):
     x = torch.randn(rows, cols, generator=gen, dtype=torch.float64)
     if note == "large values":
         x = x * 3000
     if note == "one huge value":
         x[:, -1] = 1e4  # the max arrives in the very last block: every earlier block must be rescaled
-    x = x.to(dtype)
+    if note == "leading -inf":
+        x[:, : cols // 2] = float("-inf")  # whole blocks of -inf first, as a masked row of scores has
+    return x.to(dtype)
+
+
+def _input(rows, cols, note, dtype, gen):
+    x = _values(rows, cols, note, dtype, gen)
     if note == "strided rows":
-        wide = torch.zeros(rows, cols + 13, dtype=dtype)
-        wide[:, :cols] = x
-        return wide.to(mode.DEVICE)[:, :cols]
+        return row_padded(x.to(mode.DEVICE), pad=13)
     return padded(x.to(mode.DEVICE))
 
 
-def _unrescaled(x, block):
-    """The classic mistake: the running sum is not rescaled when the running max grows."""
+def _layout(rows, cols, layout, gen):
+    x = _values(rows, cols, "", torch.float32, gen).to(mode.DEVICE)
+    if layout == "every other row":
+        return sliced_rows(x)
+    if layout == "a column slice":  # x = big[:, 5:5 + cols]: it starts 5 elements into its storage
+        big = torch.full((rows, cols + 12), -31328.0, device=mode.DEVICE)
+        big[:, 5:5 + cols] = x
+        return big[:, 5:5 + cols]
+    return transposed(x)
+
+
+def _streamed(x, block, *, rescale=True, masked_zero=False):
+    """Softmax as a block-by-block kernel computes it, with switches for the classic mistakes:
+    the running sum not rescaled when the max grows; masked lanes loaded as 0 instead of -inf."""
     xd = x.double().cpu()
-    m = torch.full((x.shape[0],), float("-inf"), dtype=torch.float64)
-    l = torch.zeros(x.shape[0], dtype=torch.float64)
-    for j in range(0, x.shape[1], block):
+    rows, n = xd.shape
+    if masked_zero and n % block:
+        xd = torch.cat([xd, torch.zeros(rows, block - n % block, dtype=torch.float64)], 1)
+    m = torch.full((rows,), float("-inf"), dtype=torch.float64)
+    l = torch.zeros(rows, dtype=torch.float64)
+    for j in range(0, xd.shape[1], block):
         b = xd[:, j:j + block]
-        m = torch.maximum(m, b.amax(1))
-        l = l + torch.exp(b - m[:, None]).sum(1)
-    return torch.exp(xd - m[:, None]) / l[:, None]
+        m_new = torch.maximum(m, b.amax(1))
+        l = (l * torch.exp(m - m_new) if rescale else l) + torch.exp(b - m_new[:, None]).sum(1)
+        m = m_new
+    return torch.exp(xd[:, :n] - m[:, None]) / l[:, None]
+
+
+def _matches_some_block(o, x, **mistake) -> bool:
+    return any((block < x.shape[1] or mistake.get("masked_zero")) and
+               torch.allclose(o, _streamed(x, block, **mistake), rtol=1e-2, atol=1e-6, equal_nan=True)
+               for block in BLOCKS)
 
 
 def _diagnose(note, x):
     def hint(o, e, wrong):
-        if x.shape[1] > 256 and not torch.isnan(o).any():
-            for block in (256, 512, 1024, 2048, 4096, 8192):
-                if block < x.shape[1] and torch.allclose(o, _unrescaled(x, block), rtol=1e-2, atol=1e-6):
-                    return ("missing rescale: when a block raises the running max, multiply the running sum by "
-                            "exp(m_old - m_new) before adding the block's sum")
-        if (torch.isnan(o) | torch.isinf(o)).any() and note in ("large values", "one huge value"):
+        finite = not (torch.isnan(o) | torch.isinf(o)).any()
+        if x.shape[1] > 64 and finite and _matches_some_block(o, x, rescale=False):
+            return ("missing rescale: when a block raises the running max, multiply the running sum by "
+                    "exp(m_old - m_new) before adding the block's sum")
+        if finite and x.shape[1] > 1 and _matches_some_block(o, x, masked_zero=True):
+            return ("the masked lanes of the last, partial block count in the sum (and the max): load them with "
+                    "other=float('-inf'), so that they add exp(-inf) = 0 and never win the max")
+        if note == "leading -inf" and torch.isnan(o).any():
+            return ("NaN from a row that starts with whole blocks of -inf: there m_new is -inf and "
+                    "exp(-inf - (-inf)) is NaN. While the running max is still -inf, subtract 0 instead "
+                    "(shift = tl.where(m_new == float('-inf'), 0.0, m_new))")
+        if not finite and note in ("large values", "one huge value"):
             return ("overflow: keep a running max m and compute exp(x - m); when a block raises the max, "
                     "rescale the running sum: l = l * exp(m_old - m_new) + sum(exp(x - m_new))")
         if note == "one huge value":
             return ("the max came in the last block and earlier blocks were not rescaled: multiply the running "
                     "sum by exp(m_old - m_new) whenever the max grows")
-        if note == "strided rows":
-            return "strided rows are wrong while contiguous ones pass: find row i at x_ptr + i * x.stride(0)"
+        if note == "strided rows" or note == "every other row" or note == "a column slice":
+            return ("a strided x is wrong while contiguous ones pass: find row i at x_ptr + i * x.stride(0) "
+                    "(not i * n_cols), and row i of out at out_ptr + i * out.stride(0)")
+        if note == "transposed":
+            return ("a transposed x (its columns not contiguous, x.stride(1) != 1) is wrong: the kernel reads a "
+                    "row as consecutive elements, so make such an x contiguous first (x = x.contiguous())")
+        if note.startswith("random") and torch.isnan(o).any():
+            nan_rows = torch.isnan(o).all(1)
+            if nan_rows.any() and not nan_rows.all():
+                return (f"rows from {int(nan_rows.nonzero()[0])} on were never written, at a size no fixed case "
+                        "has: launch one program per row (grid = (n_rows,)), not a fixed number")
+            return ("columns were never written at a size no fixed case has: loop over the whole row, "
+                    "range(0, n_cols, BLOCK), with n_cols and BLOCK from the launcher, not fixed numbers")
         sums = o.sum(dim=1)
         if not torch.isclose(sums, torch.ones_like(sums), atol=1e-2).all():
             return ("rows do not sum to 1: the second pass must divide exp(x - m) by the final l, with m the "
@@ -60,18 +116,45 @@ def _diagnose(note, x):
         if torch.isnan(o).any():
             return "some blocks were never written: the second pass must loop over the whole row too"
         return ""
-    return hint
+
+    def safe(o, e, wrong):  # a diagnosis never crashes the grader, whatever the output holds
+        try:
+            return hint(o, e, wrong)
+        except Exception:  # noqa: BLE001
+            return ""
+    return safe
+
+
+def _graded(label, mod, x, note, dtype=torch.float32):
+    expected = torch.softmax(x.double(), dim=-1)
+    f16 = dtype == torch.float16
+    case = attempt(label, mod.softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-6,
+                   rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, x))
+    if case.status == "fail" and case.detail.startswith("returned a tuple"):
+        case.hint = "softmax returns the output tensor alone: return out"
+    return case
 
 
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float16):
         for rows, cols, note in SHAPES:
-            if dtype == torch.float16 and note == "one huge value":
-                continue  # 1e4 is fine in fp16, but keep the fp16 pass short
+            if dtype == torch.float16 and note in ("one huge value", "leading -inf"):
+                continue  # keep the fp16 pass short
             label = f"{rows}x{cols} {str(dtype)[6:]}" + (f" ({note})" if note else "")
-            x = _input(rows, cols, note, dtype, gen)
-            expected = torch.softmax(x.double(), dim=-1)
-            f16 = dtype == torch.float16
-            yield attempt(label, mod.softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-6,
-                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, x))
+            yield _graded(label, mod, _input(rows, cols, note, dtype, gen), note, dtype)
+    for rows, cols, layout in LAYOUTS:
+        x = _layout(rows, cols, layout, gen)
+        yield _graded(f"{rows}x{cols} float32, {layout} (stride {tuple(x.stride())})", mod, x, layout)
+    seed, col_sizes = random_sizes(3, 1, 30_000)
+    _, row_sizes = random_sizes(3, 1, 40, seed=seed + 1)
+    rgen = torch.Generator().manual_seed(seed)
+    for rows, cols in zip(row_sizes, col_sizes):
+        rows = max(1, min(rows, 120_000 // cols))  # keep the interpreter quick
+        x = padded((torch.randn(rows, cols, generator=rgen) * 4).to(mode.DEVICE))
+        yield _graded(seeded(f"{rows}x{cols} float32", seed), mod, x, "random")
+    yield refuses("a 1-D x raises ValueError", mod.softmax, torch.ones(8, device=mode.DEVICE),
+                  hint="softmax works on the rows of a 2-D x: refuse other shapes with a ValueError")
+    yield refuses("an empty x raises ValueError", mod.softmax, torch.ones(2, 0, device=mode.DEVICE),
+                  hint="a row of no columns has no softmax: refuse it with a ValueError")
+
