@@ -1,15 +1,32 @@
-"""The one command-line face of the course: ``tkcourse <command>`` (or ``python -m tkcourse``)."""
+"""The one command-line face of the course: ``tkcourse <command>`` (or ``python -m tkcourse``).
+
+Lessons are named as the notebooks name them (``01``, ``01_vector_add``, ``vector_add``, see
+``tkcourse.course``). A user's mistake (an unknown lesson, a bad option, a damaged file that
+``tkcourse.errors.UserError`` reports) is one line on stderr and exit status 2; ``--debug`` shows
+the traceback too.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from .errors import UserError
+
+_DEBUG_HELP = "show the full traceback of an error"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line (argparse prints the whole usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
 
 def _check(args) -> int:
-    from . import check
+    from . import check, course
 
-    names = args.lessons or check.lessons()
+    names = course.resolve_all(args.lessons, check.lessons(), what="grader")
     worst = 0
     for name in names:
         rep = check.run(name, quiet=True)
@@ -19,14 +36,14 @@ def _check(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import bench, mode
+    from . import bench, course, mode
     from .bench.core import module_for
 
+    names = course.resolve_all(args.lessons, bench.lessons(), what="benchmark")
     if mode.INTERPRET:
         print("No GPU here: timings in Triton's interpreter say nothing about GPU speed, so nothing is measured.\n"
               f"The recorded H200 table is {bench.RECORDED}.")
         return 1
-    names = args.lessons or bench.lessons()
     rows = []
     for i, name in enumerate(names):
         print(f"== {name}")
@@ -44,9 +61,10 @@ def _bench(args) -> int:
 
 
 def _exercises(args) -> int:
-    from . import stubs
+    from . import course, stubs
 
-    stubs.generate(args.lessons or None, force=args.force)
+    names = course.resolve_all(args.lessons, stubs.lessons(), what="exercise")
+    stubs.generate(names or None, force=args.force)
     return 0
 
 
@@ -57,37 +75,91 @@ def _doctor(args) -> int:
 
 
 def _lab(args) -> int:
+    import pathlib
+
     from . import lab
 
-    return lab.main(args.args)
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UserError(f"--port {args.port} is not a port: give a number from 1 to 65535, or leave it out")
+    if not pathlib.Path(args.notebook_dir).is_dir():
+        raise UserError(f"--notebook-dir {args.notebook_dir!r} is not a folder (run from the course's root, "
+                        "where notebooks/ is)")
+    argv = ["--notebook-dir", args.notebook_dir]
+    argv += ["--port", str(args.port)] if args.port is not None else []
+    argv += ["--no-browser"] if args.no_browser else []
+    argv += ["--solutions"] if args.solutions else []
+    return lab.main(argv)
+
+
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
+    p = _Parser(prog="tkcourse", description="The Triton kernel course's helpers.", parents=[common])
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{check,exercises,bench,doctor,lab}",
+                           parser_class=_Parser)
+    lessons_help = "lessons as the notebooks name them: 01, 01_vector_add or vector_add (default: all, in course order)"
+    c = sub.add_parser("check", parents=[common], help="grade your exercises (all, or the lessons named)")
+    c.add_argument("lessons", nargs="*", help=lessons_help)
+    c.set_defaults(fn=_check)
+    e = sub.add_parser("exercises", parents=[common],
+                       help="generate exercises/ from solutions/ (never overwrites your edits)")
+    e.add_argument("lessons", nargs="*", help=lessons_help)
+    e.add_argument("--force", action="store_true", help="rewrite edited files too, keeping a .bak copy of each")
+    e.set_defaults(fn=_exercises)
+    b = sub.add_parser("bench", parents=[common],
+                       help="on a GPU: every solution against its peer, into one results table")
+    b.add_argument("lessons", nargs="*", help=lessons_help)
+    b.add_argument("--out", default="artifacts/bench.csv")
+    b.add_argument("--append", action="store_true")
+    b.add_argument("--warmup", type=_nonnegative, default=25)
+    b.add_argument("--rep", type=_nonnegative, default=100)
+    b.set_defaults(fn=_bench)
+    d = sub.add_parser("doctor", parents=[common],
+                       help="does a kernel run here; GPU or interpreter; versions; JupyterLab's widget extension")
+    d.set_defaults(fn=_doctor)
+    la = sub.add_parser("lab", parents=[common], help="start JupyterLab on notebooks/")
+    # The options of tkcourse.lab.main, parsed here so that a mistake is one line like everywhere else.
+    la.add_argument("--port", type=_port, default=None, help="default: a free port")
+    la.add_argument("--no-browser", action="store_true", help="only print the URL")
+    la.add_argument("--solutions", action="store_true",
+                    help="exercises resolve to the reference solutions (TKCOURSE_SOLUTIONS=1)")
+    la.add_argument("--notebook-dir", default="notebooks")
+    la.set_defaults(fn=_lab)
+    return p
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="tkcourse", description="The Triton kernel course's helpers.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("check", help="grade your exercises (all, or the lessons named)")
-    c.add_argument("lessons", nargs="*")
-    c.set_defaults(fn=_check)
-    b = sub.add_parser("bench", help="on a GPU: every solution against its peer, into one results table")
-    b.add_argument("lessons", nargs="*")
-    b.add_argument("--out", default="artifacts/bench.csv")
-    b.add_argument("--append", action="store_true")
-    b.add_argument("--warmup", type=int, default=25)
-    b.add_argument("--rep", type=int, default=100)
-    b.set_defaults(fn=_bench)
-    e = sub.add_parser("exercises", help="generate exercises/ from solutions/ (never overwrites your edits)")
-    e.add_argument("lessons", nargs="*")
-    e.add_argument("--force", action="store_true", help="rewrite edited files too, keeping a .bak copy of each")
-    e.set_defaults(fn=_exercises)
-    d = sub.add_parser("doctor", help="versions, GPU or interpreter, JupyterLab's widget extension")
-    d.set_defaults(fn=_doctor)
-    la = sub.add_parser("lab", add_help=False, help="start JupyterLab on notebooks/ (options: tkcourse lab --help)")
-    la.set_defaults(fn=_lab)
-    args, extra = p.parse_known_args(argv)  # `lab` passes its options on to tkcourse.lab
-    if extra and args.cmd != "lab":
-        p.error(f"unrecognized arguments: {' '.join(extra)}")
-    args.args = extra
-    return int(args.fn(args) or 0)
+    args = parser().parse_args(argv)
+    debug = getattr(args, "debug", False)
+    try:
+        return int(args.fn(args) or 0)
+    except UserError as e:
+        if debug:
+            raise
+        print(f"tkcourse {args.cmd}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"tkcourse {args.cmd}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,92 @@
+"""The lessons in course order, and the names a learner may use for them.
+
+A lesson is one word everywhere (``solutions/matmul.py``, ``exercises/matmul.py``,
+``tkcourse/check/matmul.py``); its notebook adds the number that orders the course
+(``notebooks/03_matmul.ipynb``). Commands accept any of ``03``, ``3``, ``03_matmul``, ``matmul``
+(and a path such as ``notebooks/03_matmul.ipynb``), so a learner can type what the notebook says.
+
+Like ``tkcourse.mode`` this module imports nothing of the course but ``tkcourse.errors``, so the
+command line and the graders may both use it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from .errors import UserError
+
+#: (number, name) in course order; ``tests/test_cli.py`` checks it against notebooks/.
+LESSONS: tuple[tuple[str, str], ...] = (
+    ("00", "welcome"),
+    ("01", "vector_add"),
+    ("02", "softmax"),
+    ("03", "matmul"),
+    ("04", "autotune"),
+    ("05", "online_softmax"),
+    ("06", "flash_attention"),
+    ("07", "flash_attention_backward"),
+)
+
+_BY_NUMBER = {number: name for number, name in LESSONS}
+_NAMES = [name for _, name in LESSONS]
+
+
+def notebook(name: str) -> str:
+    """``"matmul"`` -> ``"03_matmul"``: the lesson as its notebook names it."""
+    for number, lesson in LESSONS:
+        if lesson == name:
+            return f"{number}_{lesson}"
+    return name
+
+
+def in_order(names: Iterable[str]) -> list[str]:
+    """``names`` in course order; names the course does not list (a new module) go last, sorted."""
+    names = set(names)
+    known = [n for n in _NAMES if n in names]
+    return known + sorted(names - set(_NAMES))
+
+
+def _listing(names: Iterable[str]) -> str:
+    return ", ".join(notebook(n) for n in in_order(names))
+
+
+def resolve(text: str, among: Iterable[str] | None = None, what: str = "lesson") -> str:
+    """The lesson ``text`` names (``"03"``, ``"3"``, ``"03_matmul"``, ``"matmul"``, a notebook path).
+
+    ``among``: the lessons a command can act on (those with a grader, say); defaults to all of them,
+    plus any in ``among`` the course does not list. Raises ``UserError`` with one line that lists
+    the choices in course order.
+    """
+    choices = in_order(_NAMES if among is None else among)
+    raw = str(text).strip()
+    key = re.sub(r"\.(ipynb|py)$", "", raw.replace("\\", "/").rstrip("/").split("/")[-1]).lower().replace("-", "_")
+    name = None
+    m = re.fullmatch(r"(\d{1,2})(?:_(\w+))?", key)
+    if m:
+        number = m.group(1).zfill(2)
+        name = _BY_NUMBER.get(number)
+        if m.group(2) is not None and m.group(2) != name:
+            name = None
+    elif key in _NAMES or key in choices:
+        name = key
+    if name is None:
+        raise UserError(f"no {what} named {raw!r}; the lessons: {_listing(choices)}")
+    if name not in choices:
+        raise UserError(f"{notebook(name)} has no {what}; the lessons that have one: {_listing(choices)}")
+    return name
+
+
+def resolve_all(texts: Iterable[str], among: Iterable[str], what: str = "lesson") -> list[str]:
+    """Each of ``texts`` resolved (duplicates dropped, the order given kept); all of ``among`` in
+    course order when ``texts`` is empty."""
+    among = list(among)
+    texts = list(texts)
+    if not texts:
+        return in_order(among)
+    out: list[str] = []
+    for t in texts:
+        name = resolve(t, among, what)
+        if name not in out:
+            out.append(name)
+    return out
