@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime
 import importlib
+import io
 import math
 import pkgutil
 import platform
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import mode
+from ..errors import UserError
 
 COLUMNS = ["kernel", "provider", "shape", "dtype", "metric", "median", "p20", "p80", "ms", "bytes", "flops",
            "gpu", "triton", "torch", "date", "command"]
@@ -28,8 +30,18 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 RECORDED = DATA / "h200" / "bench.csv"
 
 
-class RecordsFormatError(ValueError):
-    """A results file that is not the course's table."""
+class RecordsFormatError(UserError):
+    """A results file that is not the course's table; the message names the file, the line and the field."""
+
+
+class RecordsNotFound(UserError, FileNotFoundError):
+    """No results file at the path given (a ``FileNotFoundError`` too, for code that catches that)."""
+
+
+#: The largest results file ``load_records`` reads: the recorded table is a few dozen KiB.
+MAX_RECORDS_BYTES = 64 << 20
+#: Metrics a row may carry: rates (higher is better) and peak memory in GB (lower is better).
+METRICS = ("GB/s", "TFLOP/s", "GB")
 
 
 # ------------------------------------------------------------------------------------------
@@ -201,31 +213,96 @@ def write_records(rows: list[dict], path, append: bool = False) -> Path:
 
 _FLOATS = ("median", "p20", "p80", "ms")
 _INTS = ("bytes", "flops")
+_TEXTS = ("kernel", "provider", "shape", "dtype", "metric")  # must be non-empty
+
+
+def _read_text(path: Path) -> str:
+    """The file's text, or a RecordsFormatError/RecordsNotFound naming it (folder, too big, not UTF-8)."""
+    if not path.exists():
+        raise RecordsNotFound(f"no results table at {path}; on a GPU, `python -m tkcourse bench` writes one")
+    if not path.is_file():
+        raise RecordsFormatError(f"{path} is a folder, not a results table (give the path of a .csv file)")
+    size = path.stat().st_size
+    if size > MAX_RECORDS_BYTES:
+        raise RecordsFormatError(f"{path}: {size} bytes, more than a results table holds "
+                                 f"(at most {MAX_RECORDS_BYTES}); is it the right file?")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise RecordsFormatError(f"{path}, line {line}: not UTF-8 text (byte {data[e.start]:#04x} at offset "
+                                 f"{e.start}); not a tkcourse results table") from None
+
+
+def _typed_row(r: dict) -> dict:
+    """The row with numbers parsed; ValueError saying which field is wrong."""
+    if None in r:
+        raise ValueError(f"{len(COLUMNS) + len(r[None])} fields, expected {len(COLUMNS)} (a comma too many?)")
+    short = [k for k in COLUMNS if r.get(k) is None]
+    if short:
+        raise ValueError(f"the row stops before {short[0]!r}: {len(COLUMNS) - len(short)} of {len(COLUMNS)} fields "
+                         "(the file was cut short?)")
+    for k in _TEXTS:
+        if not r[k].strip():
+            raise ValueError(f"{k} is empty")
+    if r["metric"] not in METRICS:
+        raise ValueError(f"metric is {r['metric']!r}, expected one of {', '.join(METRICS)}")
+    for k in _FLOATS:
+        try:
+            r[k] = float(r[k])
+        except ValueError:
+            raise ValueError(f"{k} is {r[k]!r}, not a number") from None
+        if not math.isfinite(r[k]) or r[k] < 0:
+            raise ValueError(f"{k} is {r[k]}, expected a finite number >= 0")
+    for k in _INTS:
+        text = r[k].strip() or "0"
+        if not text.isdigit():
+            raise ValueError(f"{k} is {r[k]!r}, expected a whole number >= 0")
+        r[k] = int(text)
+    if r["metric"] != "GB":  # a rate: timed, so positive, and its quantiles in order
+        for k in _FLOATS:
+            if r[k] <= 0:
+                raise ValueError(f"{k} is {r[k]}; a measured {r['metric']} row needs it > 0")
+        counted = "flops" if r["metric"] == "TFLOP/s" else "bytes"
+        if r[counted] <= 0:
+            raise ValueError(f"metric {r['metric']} needs {counted} > 0 (the count the rate comes from), got {r[counted]}")
+    if r["date"]:
+        try:
+            datetime.date.fromisoformat(r["date"])
+        except ValueError:
+            raise ValueError(f"date is {r['date']!r}, expected YYYY-MM-DD") from None
+    return r
 
 
 def load_records(path=None) -> list[dict]:
-    """Rows of a results table (the recorded H200 one by default), typed; clear errors if malformed."""
+    """Rows of a results table (the recorded H200 one by default), typed.
+
+    Every row and field is checked: the columns, the number of fields (a file cut in the middle of
+    a row is refused, not read with a short number), numbers finite and in range. A malformed file
+    raises ``RecordsFormatError`` (a ``UserError``) naming the file, the line and the field.
+    """
     path = Path(path) if path is not None else RECORDED
-    if not path.exists():
-        raise FileNotFoundError(f"no results table at {path}; on a GPU, `python -m tkcourse bench` writes one")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    text = _read_text(path)
+    if text and not text.endswith("\n"):
+        raise RecordsFormatError(f"{path}, line {text.count(chr(10)) + 1}: the file ends in the middle of a row "
+                                 "(cut short while being written or copied?); write it again")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        fields = reader.fieldnames or []
+        missing = [c for c in COLUMNS if c not in fields]
         if missing:
             raise RecordsFormatError(f"{path}: not a tkcourse results table: missing column(s) {', '.join(missing)} "
                                      f"(expected {', '.join(COLUMNS)})")
         rows = []
-        for line, r in enumerate(reader, 2):
+        for r in reader:
             try:
-                for k in _FLOATS:
-                    r[k] = float(r[k])
-                    if not math.isfinite(r[k]):
-                        raise ValueError(f"{k} is {r[k]}")
-                for k in _INTS:
-                    r[k] = int(r[k] or 0)
-            except (TypeError, ValueError) as e:
-                raise RecordsFormatError(f"{path}, line {line}: {e} (row {dict(r)})") from None
-            rows.append(r)
+                rows.append(_typed_row(r))
+            except ValueError as e:
+                shown = {k: v for k, v in r.items() if k is not None}
+                raise RecordsFormatError(f"{path}, line {reader.line_num}: {e} (row {shown})") from None
+    except csv.Error as e:
+        raise RecordsFormatError(f"{path}, line {reader.line_num}: not CSV ({e})") from None
     return rows
 
 
