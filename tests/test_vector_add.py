@@ -71,14 +71,44 @@ def _good(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
 
 
-def _module(kernel, grid=lambda n, B: triton.cdiv(n, B), out_dtype=None):
+@triton.jit
+def _store_one_past(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs <= n  # one lane too many
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + tl.load(y_ptr + offs, mask=offs < n), mask=m)
+
+
+@triton.jit
+def _loads_unmasked(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs), mask=offs < n)  # only the store masked
+
+
+@triton.jit
+def _store_far_away(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs * 4096, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+def _module(kernel, grid=lambda n, B: triton.cdiv(n, B), out_dtype=None, contiguous=True, alloc=None,
+            into=None, ret=None):
+    """A planted ``add``: ``alloc(x)`` makes the output (torch.empty_like by default), ``into`` picks
+    where the kernel writes ("x": over the input), ``ret(out, x)`` what is returned."""
     def add(x, y, BLOCK=1024):
         if x.shape != y.shape:
             raise ValueError("shape")
-        out = torch.empty_like(x, dtype=out_dtype or x.dtype)
-        kernel[(grid(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK)
-        return out
+        if contiguous:
+            x, y = x.contiguous(), y.contiguous()
+        out = alloc(x) if alloc else torch.empty_like(x, dtype=out_dtype or x.dtype)
+        target = x if into == "x" else out
+        kernel[(grid(x.numel(), BLOCK),)](x, y, target, x.numel(), BLOCK=BLOCK)
+        return ret(target, x) if ret else target
     return types.SimpleNamespace(add=add, __name__="planted")
+
+
+def _raises(x, y):
+    raise RuntimeError("planted: the launcher fails")
 
 
 @pytest.mark.parametrize("name, module, hint", [
@@ -87,12 +117,43 @@ def _module(kernel, grid=lambda n, B: triton.cdiv(n, B), out_dtype=None):
     ("only the first block", _module(_first_block_only), "only the first block"),
     ("grid rounds down", _module(_good, grid=lambda n, B: n // B), "triton.cdiv"),
     ("wrong output dtype", _module(_good, out_dtype=torch.float64), "wrong output dtype"),
+    # classes the fixed sizes and torch.empty canaries alone let through (issue 17)
+    ("result written over x, x returned", _module(_good, into="x"), "returned x itself"),
+    ("x changed in place, a copy returned", _module(_good, into="x", ret=lambda out, x: out.clone()),
+     "changed its input x"),
+    ("strided x read as contiguous", _module(_good, contiguous=False), "strided input"),
+    ("store one past the end of a zero-filled output", _module(_store_one_past, alloc=torch.zeros_like),
+     "stores one element past the end of out"),
+    ("store past the end of a torch.full output", _module(_unmasked, alloc=lambda x: torch.full_like(x, 7.0)),
+     "unmasked tail"),
+    ("loads past the end under a masked store", _module(_loads_unmasked), "loads past the end of x"),
 ])
 def test_grader_catches_planted_mistake(name, module, hint):
     rep = assert_grader_catches("vector_add", module, name, hint)
     bad = rep.first_problem()
-    assert "position" in bad.detail or "dtype" in bad.detail or "past the end" in bad.detail
-    assert hint in str(rep)
+    assert bad.detail and hint in str(rep)
+
+
+def test_hard_coded_grid_is_caught_at_a_seeded_random_size():
+    rep = assert_grader_catches("vector_add", _module(_good, grid=lambda n, B: 98), "hard-coded grid",
+                                "too few programs")
+    assert "seed" in rep.first_problem().label and "TKCOURSE_CHECK_SEED=" in rep.first_problem().label
+
+
+@pytest.mark.parametrize("name, module, status, hint", [
+    ("a store far past the end of a zero-filled output", _module(_store_far_away, alloc=torch.zeros_like),
+     "fail", "far past the end of out"),
+    ("a launcher that raises", types.SimpleNamespace(add=_raises), "error", "your code raised"),
+    ("a launcher that returns a tuple", _module(_good, ret=lambda out, x: (out, x)), "fail", "returns a tuple"),
+    ("a launcher that returns x itself", _module(_good, ret=lambda out, x: x), "fail", "returned x itself"),
+    ("a module without add", types.SimpleNamespace(), "error", "lacks a name"),
+])
+def test_grader_never_crashes(name, module, status, hint):
+    """Whatever the learner's code does, the grader reports; the stray stores are masked, not performed."""
+    rep = check.run("vector_add", module=module, quiet=True)
+    assert rep.status == status, f"{name}:\n{rep}"
+    assert hint in rep.first_problem().hint, f"{name}: {rep.first_problem()}"
+    assert "Traceback" not in str(rep)
 
 
 def test_correct_planted_kernel_passes():

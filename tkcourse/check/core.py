@@ -178,15 +178,19 @@ def grading_seed() -> int:
 
 
 def random_sizes(count: int, lo: int, hi: int, seed: int | None = None) -> tuple[int, list[int]]:
-    """``(seed, sizes)``: ``count`` sizes log-uniform in ``[lo, hi]``, none a power of two, from ``seed``
-    (``grading_seed()`` by default). Sizes over orders of magnitude defeat a grid, a BLOCK or a loop
-    bound hard-coded to fit the fixed sizes."""
+    """``(seed, sizes)``: ``count`` sizes in ``[lo, hi]`` from ``seed`` (``grading_seed()`` by default),
+    none a power of two above 2. The first lies in the top quarter, ``[hi / 4, hi]`` (past any grid or
+    BLOCK hard-coded to fit smaller sizes); the others are log-uniform, one in each equal slice of
+    ``[lo, hi / 4]`` on a log scale, so they span the orders of magnitude whatever the seed.
+    """
     seed = grading_seed() if seed is None else seed
     rng = random.Random(seed)
+    top = max(lo, hi // 4)
+    edges = [math.log(lo) + (math.log(top) - math.log(lo)) * i / max(1, count - 1) for i in range(count)]
+    spans = [(math.log(top), math.log(hi))] + list(zip(edges[:-1], edges[1:]))
     out = []
-    while len(out) < count:
-        n = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
-        n = min(max(n, lo), hi)
+    for a, b in spans[:count]:
+        n = min(max(int(round(math.exp(rng.uniform(a, b)))), lo), hi)
         if n & (n - 1) == 0 and n > 2:
             n += 1 if n + 1 <= hi else -1
         out.append(n)
@@ -313,12 +317,22 @@ def oob_case(label: str, exc: "traffic.OutOfBoundsError") -> Case:
     detail = ("the grader ran your kernel under the course's tracer, which masked these accesses off instead "
               "of performing them:\n" + "\n".join(lines))
     t, what = first.tensor, first.kind
+    mine = [o for o in bad if o.tensor == t and o.kind == what]
+    top = max(int(o.offsets.max()) for o in mine)
+    n = first.numel
     if not first.derived:
         hint = ("your kernel used an address that lies in no tensor argument: compute every pointer as a "
                 "pointer argument plus offsets (x_ptr + offsets); never turn an integer into a pointer")
     elif first.where == "before the start":
         hint = (f"your kernel {what}s before the start of {t}: an offset is negative (offsets - 1? a shifted "
                 "start?). Offsets must run from 0, and every lane outside 0..n-1 must be masked")
+    elif top >= 4 * max(n, 1):
+        hint = (f"your kernel {what}s far past the end of {t} (offset {top}; it has {n} elements): the offsets "
+                "grow too fast. Is a stride or a row length used in place of another (or a hard-coded size)? "
+                "Every lane's offset must stay inside the tensor, and the mask must switch off the others")
+    elif what == "store" and all(int(o.offsets.min()) == o.numel and o.offsets.size == 1 for o in mine):
+        hint = (f"your kernel stores one element past the end of {t}: its mask lets lane n through "
+                "(offsets <= n?). Mask the store with offsets < n")
     elif what == "store":
         hint = (f"unmasked tail: your kernel stores past the end of {t} (the tracer sees it however the output "
                 "was allocated, torch.zeros included). Mask the store (mask=offsets < n) so the last, "
@@ -331,9 +345,6 @@ def oob_case(label: str, exc: "traffic.OutOfBoundsError") -> Case:
         hint = (f"your kernel loads past the end of {t}: mask the load too (tl.load(ptr, mask=mask, "
                 "other=...)); a masked store does not protect the load, and the lanes past the end read "
                 "whatever memory lies there")
-    if first.where == "past the end" and first.offset >= 4 * max(first.numel, 1):
-        hint += (f". Offset {first.offset} is far past {first.numel} elements: is a stride or a row length "
-                 "used in place of another (a hard-coded size?)")
     return Case(label, "fail", detail, hint)
 
 
@@ -526,7 +537,7 @@ def guarded(cases, label: str = "grading"):
             return
         except (Exception, SystemExit) as exc:  # noqa: BLE001  (whatever the learner's code raised)
             case = error_case(f"{label} (after {n} case{'s' * (n != 1)})", exc)
-            if isinstance(exc, AttributeError) and "module" in str(exc):
+            if isinstance(exc, AttributeError) and "has no attribute" in str(exc):
                 case.hint = f"your module lacks a name the lesson asks for: {exc}"
             elif isinstance(exc, SystemExit):
                 case.hint = "your code called sys.exit (or exit()): raise an exception instead"
@@ -542,7 +553,11 @@ def refuses(label, fn, *args, hint: str, message_hint: tuple | None = None) -> C
     ``message_hint``: (predicate on the message, hint when it fails), for errors that must say something.
     """
     try:
-        fn(*args)
+        traced_call(fn, *args)  # a launch that should never have happened still runs under the tracer
+    except traffic.OutOfBoundsError as exc:
+        case = oob_case(label, exc)
+        case.hint = f"{hint}; and your kernel went out of bounds on this input: {case.hint}"
+        return case
     except ValueError as e:
         if message_hint and not message_hint[0](str(e)):
             return Case(label, "fail", f"message: {e}", message_hint[1])

@@ -1,15 +1,25 @@
-"""Grader for lesson 02: ``softmax(x)``, a fused row softmax (rows that fit in one block)."""
+"""Grader for lesson 02: ``softmax(x)``, a fused row softmax (rows that fit in one block).
+
+Fixed shapes (lengths 1, 3, 1000, 1025, many rows, large values), strided layouts the API accepts
+(rows of a wider tensor, every other row, a transposed view: ``softmax`` must compute them all), then
+random shapes whose rows reach thousands of columns (a BLOCK or grid hard-coded to fit the fixed
+shapes fails there). Every launch is traced; aliasing and modified inputs fail (``core.attempt``).
+"""
 
 from __future__ import annotations
 
 import torch
 
 from .. import mode
-from .core import attempt, padded, refuses
+from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows, transposed
 
 # (rows, cols, note): lengths 1, 3, 1000, 1025; many rows; a strided view; large magnitudes
 SHAPES = [(5, 1000, ""), (1, 1, ""), (4, 3, ""), (3, 1025, ""), (300, 17, "many rows"),
-          (6, 257, "strided rows"), (4, 700, "large values")]
+          (6, 257, "strided rows"), (4, 700, "large values"), (5, 300, "row-padded"), (7, 129, "every other row"),
+          (9, 40, "transposed")]
+STRIDED = ("strided rows", "row-padded", "every other row", "transposed")
+N_RANDOM = (2, 2, 20_000)  # random row lengths (the first in the top quarter), between these bounds
+MAX_RANDOM_ELEMENTS = 40_000  # rows * cols of a random case, to keep the interpreter quick
 
 
 def _input(rows, cols, note, dtype, gen):
@@ -21,7 +31,14 @@ def _input(rows, cols, note, dtype, gen):
         wide = torch.randn(2 * rows, cols + 9, generator=gen, dtype=torch.float64).to(dtype)
         wide[::2, :cols] = x
         return wide.to(mode.DEVICE)[::2, :cols]
-    return padded(x.to(mode.DEVICE))
+    x = x.to(mode.DEVICE)
+    if note == "row-padded":  # x_big[:, :cols]: row stride cols + 7, the gaps hold INPUT_PAD
+        return row_padded(x)
+    if note == "every other row":
+        return sliced_rows(x)
+    if note == "transposed":  # column-major, stride (1, rows): the launcher must copy it (x.contiguous())
+        return transposed(x)
+    return padded(x)
 
 
 def _diagnose(note, n_cols):
@@ -29,9 +46,13 @@ def _diagnose(note, n_cols):
         if note == "large values" and (torch.isnan(o) | torch.isinf(o)).any():
             return ("overflow: exp of a large value is inf, and inf/inf is NaN. Subtract the row max "
                     "before tl.exp: softmax(x) = softmax(x - max(x))")
-        if note == "strided rows":
+        if note == "transposed":
+            return ("a transposed input (column-major, x.stride(1) != 1) is wrong while row-major ones pass: "
+                    "the kernel reads a row as one contiguous block, so copy such an x first "
+                    "(if x.stride(1) != 1: x = x.contiguous())")
+        if note in STRIDED:
             return ("a strided input is wrong while contiguous ones pass: find row i at "
-                    "x_ptr + i * x.stride(0), not i * n_cols")
+                    "x_ptr + i * x.stride(0), not i * n_cols (and out's row at i * out.stride(0))")
         nan_cols = torch.isnan(o).any(dim=0).nonzero().flatten()
         if len(nan_cols) and int(nan_cols[0]) > 0 and bool(torch.isnan(o[:, int(nan_cols[0]):]).all()):
             return (f"columns from {int(nan_cols[0])} on were never written: BLOCK must cover the whole row "
@@ -60,6 +81,12 @@ def grade(mod):
             f16 = dtype == torch.float16
             yield attempt(label, mod.softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-5,
                           rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols))
+    seed, lengths = random_sizes(*N_RANDOM)
+    for cols in lengths:
+        rows = max(1, min(300, MAX_RANDOM_ELEMENTS // cols))
+        x = padded(torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(torch.float32).to(mode.DEVICE))
+        yield attempt(seeded(f"{rows}x{cols} float32", seed), mod.softmax, (x,), torch.softmax(x.double(), dim=-1),
+                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols))
     yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
                   torch.zeros(1, 1 << 20, device=mode.DEVICE),
                   hint="a whole row must fit in one block: refuse longer rows with a ValueError that points to lesson 05",

@@ -1,28 +1,63 @@
-"""Grader for lesson 01: ``add(x, y)``."""
+"""Grader for lesson 01: ``add(x, y)``.
+
+Fixed sizes with tails of every kind, then random sizes over five orders of magnitude (a grid or BLOCK
+hard-coded to fit the fixed sizes fails there), then strided inputs (``add`` must compute them: the
+launcher makes them contiguous). Every launch runs under the tracer, so a load or store past the end is
+reported however the output was allocated; an output that is an input, or an input the call changed,
+fails too (``core.attempt``).
+"""
 
 from __future__ import annotations
 
 import torch
 
 from .. import mode
-from .core import attempt, block_hint, padded, refuses, shift_hint
+from .core import attempt, block_hint, padded, random_sizes, refuses, seeded, shift_hint, strided
 
 SIZES = [98_433, 1, 1023, 1025, 4097, 77_777]  # tails of every kind; the large one first tells most
+N_RANDOM = (3, 2, 400_000)  # how many random sizes, between what bounds
 
 
 def _diagnose(o, e, wrong):
     return block_hint(o, e, wrong) or shift_hint(o, e, wrong)
 
 
+def _strided_diagnose(o, e, wrong):
+    return _diagnose(o, e, wrong) or (
+        "a strided input (a view such as x[::2]) is wrong while contiguous ones pass: the kernel reads "
+        "x_ptr + offsets as if x were contiguous. Make the inputs contiguous in the launcher "
+        "(x, y = x.contiguous(), y.contiguous()) before the launch")
+
+
+def _pair(n, dtype, gen):
+    x = torch.randn(n, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
+    y = torch.randn(n, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
+    return x, y
+
+
+def _fixed(mod, dtype, gen):
+    for n in SIZES:
+        x, y = (padded(t) for t in _pair(n, dtype, gen))
+        expected = (x.double() + y.double()).to(dtype)  # torch reference, rounded like the kernel
+        yield attempt(f"n={n} {str(dtype).replace('torch.', '')}", mod.add, (x, y), expected, dtype=dtype,
+                      diagnose=_diagnose)
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
-    for dtype in mode.float_dtypes():
-        for n in SIZES:
-            label = f"n={n} {str(dtype).replace('torch.', '')}"
-            x = padded(torch.randn(n, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE))
-            y = padded(torch.randn(n, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE))
-            expected = (x.double() + y.double()).to(dtype)  # torch reference, rounded like the kernel
-            yield attempt(label, mod.add, (x, y), expected, dtype=dtype, diagnose=_diagnose)
+    dtypes = mode.float_dtypes()
+    yield from _fixed(mod, dtypes[0], gen)
+    seed, sizes = random_sizes(*N_RANDOM)
+    for n in sizes:
+        x, y = (padded(t) for t in _pair(n, torch.float32, gen))
+        yield attempt(seeded(f"n={n} float32", seed), mod.add, (x, y), x + y, diagnose=_diagnose)
+    for n, how in ((1025, "x is x_big[::2]"), (4097, "x and y are views with stride 3")):
+        x, y = _pair(n, torch.float32, gen)
+        expected = x + y
+        x, y = (strided(x), padded(y)) if "::2" in how else (strided(x, 3), strided(y, 3))
+        yield attempt(f"n={n} float32, strided ({how})", mod.add, (x, y), expected, diagnose=_strided_diagnose)
+    for dtype in dtypes[1:]:
+        yield from _fixed(mod, dtype, gen)
     d = mode.DEVICE
     yield refuses("mismatched lengths raise ValueError", mod.add, torch.ones(3, device=d), torch.ones(4, device=d),
                   hint="check the shapes before launching (tkcourse.mode.validate does it)")
