@@ -18,8 +18,18 @@ import math
 import torch
 
 from .. import mode, traffic
-from .core import (Case, Snapshot, alias_case, compare, error_case, oob_case, random_sizes, seeded,
-                   storage_overlap, traced_call)
+from .core import (
+    Case,
+    Snapshot,
+    alias_case,
+    compare,
+    error_case,
+    oob_case,
+    random_sizes,
+    seeded,
+    storage_overlap,
+    traced_call,
+)
 
 SHAPES = [(2, 2, 100, 16, False), (1, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 1, 17, 64, True),
           (2, 1, 64, 32, False), (1, 1, 257, 16, True)]

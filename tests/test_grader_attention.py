@@ -1,0 +1,231 @@
+"""The graders of lessons 05-07 catch the mistakes learners really make, each with a hint that names it,
+and never crash, whatever the learner's code does.
+
+Most mistakes are planted in torch code (the grader only sees the function, and torch keeps these tests
+quick); the out-of-bounds ones need a real Triton launch, which the grader runs under the tracer: a
+small copy kernel that stores far past the end of a zero-filled output, or loads past the end of its
+input under a masked store. Each plant fails at its first wrong case, so a test grades only that far.
+"""
+
+import math
+import types
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import assert_grader_catches
+
+from tkcourse import check
+from tkcourse.check.flash_attention import reference as fwd_reference
+from tkcourse.check.flash_attention_backward import backward as model_backward
+
+
+@triton.jit
+def _copy(src_ptr, dst_ptr, n, SHIFT: tl.constexpr, MASK_LOAD: tl.constexpr, BLOCK: tl.constexpr):
+    """dst[i + SHIFT] = src[i] for i < n; the store is masked, the load only with MASK_LOAD."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(src_ptr + offs, mask=mask) if MASK_LOAD else tl.load(src_ptr + offs)
+    tl.store(dst_ptr + offs + SHIFT, x, mask=mask)
+
+
+def _copied(result, bug):
+    """``result`` copied by a Triton kernel into a torch.zeros output, with the out-of-bounds ``bug``:
+    "store far" (every store 100000 elements past the end) or "load past" (the last block's load unmasked)."""
+    src = result.contiguous()
+    out = torch.zeros_like(src)  # zero-filled: the canary after torch.empty* does not guard it
+    n, block = src.numel(), 128
+    shift = 100_000 if bug == "store far" else 0
+    _copy[(triton.cdiv(n, block),)](src, out, n, SHIFT=shift, MASK_LOAD=bug != "load past", BLOCK=block)
+    return out
+
+
+def _assert_caught(lesson, module, bug, hint):
+    """A launcher that raises is an error case (with where it raised), every other plant a failing one."""
+    if bug != "raises":
+        return assert_grader_catches(lesson, module, bug, hint)
+    rep = check.run(lesson, module=module, quiet=True)
+    assert rep.status == "error" and "the launcher is broken" in rep.first_problem().detail, rep
+    assert hint in rep.first_problem().hint, rep
+    return rep
+
+
+# ----- lesson 05: the online softmax -----------------------------------------------------------
+
+
+def _streamed(x, block=1024, masked_zero=False, guard=True):
+    """Softmax streamed block by block; ``masked_zero``: the last block's masked lanes load as 0;
+    ``guard=False``: no 0 shift while the running max is -inf (NaN for a row starting with -inf)."""
+    xd = x.double()
+    n = xd.shape[1]
+    if masked_zero and n % block:
+        xd = torch.cat([xd, torch.zeros(xd.shape[0], block - n % block, dtype=xd.dtype, device=xd.device)], 1)
+    m = torch.full((x.shape[0],), float("-inf"), dtype=torch.float64, device=x.device)
+    l = torch.zeros_like(m)
+    for j in range(0, xd.shape[1], block):
+        b = xd[:, j:j + block]
+        m_new = torch.maximum(m, b.amax(1))
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new) if guard else m_new
+        l = l * torch.exp(m - shift) + torch.exp(b - shift[:, None]).sum(1)
+        m = m_new
+    return (torch.exp(xd[:, :n] - m[:, None]) / l[:, None]).to(x.dtype)
+
+
+def _softmax_module(bug=None):
+    def softmax(x):
+        if x.dim() != 2 or x.numel() == 0:
+            raise ValueError("x must be a non-empty 2-D tensor")
+        if bug == "raises":
+            raise RuntimeError("the launcher is broken")
+        if bug == "columns assumed contiguous":  # row stride honoured, column stride taken as 1
+            x = torch.as_strided(x, x.shape, (x.stride(0), 1))
+        out = _streamed(x, masked_zero=bug == "masked lanes as 0", guard=bug != "no -inf guard")
+        if bug == "grid of 8 rows":
+            out[8:] = float("nan")  # rows past a hard-coded grid stay as the poison left them
+        if bug == "in place":
+            return x.copy_(out)
+        if bug == "input changed":
+            x.sub_(x.amax(1, keepdim=True))  # the row max subtracted in place: the caller's x changes
+        if bug == "tuple":
+            return out, out.amax(1)
+        if bug in ("store far", "load past"):
+            return _copied(out, bug)
+        return out
+    return types.SimpleNamespace(softmax=softmax, __name__="planted")
+
+
+@pytest.mark.parametrize("bug, hint", [
+    ("masked lanes as 0", "other=float('-inf')"),
+    ("no -inf guard", "subtract 0 instead"),
+    ("columns assumed contiguous", "x.contiguous()"),
+    ("grid of 8 rows", "rows from 8 on were never written"),
+    ("in place", "returned x itself"),
+    ("input changed", "changed its input x"),
+    ("tuple", "returns the output tensor alone"),
+    ("raises", "your code raised"),
+    ("store far", "far past the end of dst"),
+    ("load past", "loads past the end"),
+])
+def test_online_softmax_grader_catches(bug, hint):
+    _assert_caught("online_softmax", _softmax_module(bug), bug, hint)
+
+
+def test_online_softmax_grader_passes_the_correct_plant():
+    rep = check.run("online_softmax", module=_softmax_module(), quiet=True)
+    assert rep.passed, rep
+
+
+# ----- lesson 06: attention forward ------------------------------------------------------------
+
+
+def _attention_module(bug=None):
+    def attention(q, k, v, causal=False, sm_scale=None):
+        if q.shape != k.shape or q.shape != v.shape or q.dtype != k.dtype or q.dtype != v.dtype:
+            raise ValueError("q, k, v must have one shape and dtype")
+        D = q.shape[-1]
+        scale = 1 / math.sqrt(D) if sm_scale is None else sm_scale
+        if bug == "strides ignored":  # the storage read as if contiguous
+            q, k, v = (torch.as_strided(t, t.shape, torch.empty(t.shape).stride()) for t in (q, k, v))
+        if bug == "q scaled in place":
+            q.mul_(scale)
+            scale = 1.0
+        diagonal = {"diagonal excluded": 0, "one future key": 2}.get(bug, 1)
+        if bug == "exp2 without log2(e)":
+            scale *= math.log(2)
+        if bug == "batch 0 for all":
+            q, k, v = (t[:1].expand_as(t) for t in (q, k, v))
+        if bug == "keys past N unmasked" and not causal and q.shape[-2] % 16:
+            pad = torch.zeros(*k.shape[:-2], -q.shape[-2] % 16, D, dtype=k.dtype, device=k.device)
+            k, v = torch.cat([k, pad], -2), torch.cat([v, pad], -2)
+        if bug == "not divided by l":
+            s = (q.double() @ k.double().transpose(-1, -2)) * scale
+            if causal:
+                s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+            o = torch.exp(s - s.amax(-1, keepdim=True)) @ v.double()
+        else:
+            o = fwd_reference(q, k, v, causal, scale, diagonal=diagonal)
+        o = o.to(q.dtype)
+        if bug == "grid of 4 heads":
+            o.view(-1, *o.shape[2:])[4:] = float("nan")
+        if bug == "written over q":
+            return q.copy_(o)
+        if bug == "tuple":
+            return o, o.sum(-1)
+        if bug == "store far":
+            return _copied(o, bug)
+        return o
+    return types.SimpleNamespace(attention=attention, __name__="planted")
+
+
+@pytest.mark.parametrize("bug, hint", [
+    ("diagonal excluded", "causal mask is off by one: query i must see key i"),
+    ("one future key", "causal mask is off by one: query i also sees key i + 1"),
+    ("exp2 without log2(e)", "log2(e)"),
+    ("not divided by l", "never divided by l"),
+    ("batch 0 for all", "batch 0's result"),
+    ("keys past N unmasked", "keys past N count with score 0"),
+    ("grid of 4 heads", "query rows are NaN"),
+    ("strides ignored", "strided q, k or v"),
+    ("q scaled in place", "changed its input q"),
+    ("written over q", "returned q itself"),
+    ("tuple", "attention returns o alone"),
+    ("store far", "far past the end of dst"),
+])
+def test_attention_grader_catches(bug, hint):
+    assert_grader_catches("flash_attention", _attention_module(bug), bug, hint)
+
+
+def test_attention_grader_passes_the_correct_plant():
+    rep = check.run("flash_attention", module=_attention_module(), quiet=True)
+    assert rep.passed, rep
+
+
+# ----- lesson 07: attention backward -----------------------------------------------------------
+
+
+def _backward_module(bug=None):
+    def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None):
+        if bug == "raises":
+            raise RuntimeError("the launcher is broken")
+        if bug == "strides ignored":
+            q, k, v, do = (torch.as_strided(t, t.shape, torch.empty(t.shape).stride()) for t in (q, k, v, do))
+        kw = {"lse in base 2": dict(lse_base2=True)}.get(bug, {})
+        dq, dk, dv = (g.to(q.dtype) for g in model_backward(q, k, v, do, causal, sm_scale, **kw))
+        if bug == "dk without the scale":
+            dk = dk / sm_scale
+        if bug == "lse scaled in place":
+            lse.mul_(1.4426950408889634)  # for tl.exp2, in the launcher: the caller's lse changes
+        if bug == "order":
+            return dq, dv, dk
+        if bug == "dk is dv":
+            dv = dk
+        if bug == "dq written over q":
+            dq = q.copy_(dq)
+        if bug == "two":
+            return dq, dk
+        if bug == "store far":
+            dq = _copied(dq, bug)
+        return dq, dk, dv
+    return types.SimpleNamespace(attention_backward=attention_backward, __name__="planted")
+
+
+@pytest.mark.parametrize("bug, hint", [
+    ("dk without the scale", "the scale is missing"),
+    ("lse in base 2", "wrong lse"),
+    ("order", "return the gradients in the order (dq, dk, dv)"),
+    ("dk is dv", "are one tensor"),
+    ("lse scaled in place", "changed its input lse"),
+    ("dq written over q", "returned q itself"),
+    ("strides ignored", "a strided input"),
+    ("two", "the three gradients"),
+    ("raises", "your code raised"),
+    ("store far", "far past the end of dst"),
+])
+def test_backward_grader_catches(bug, hint):
+    _assert_caught("flash_attention_backward", _backward_module(bug), bug, hint)
+
+
+def test_backward_grader_passes_the_correct_plant():
+    rep = check.run("flash_attention_backward", module=_backward_module(), quiet=True)
+    assert rep.passed, rep
