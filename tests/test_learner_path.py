@@ -1,0 +1,168 @@
+"""Every notebook, run the way a learner first runs it.
+
+A learner opens the notebooks with their exercises still the generated stubs and without
+``TKCOURSE_SOLUTIONS``: ``tkcourse.exercise`` then lets the reference solution stand in, so the
+demonstrations run. This test does exactly that, one notebook per test (nbclient, ``MPLBACKEND=Agg``),
+and fails on
+
+* any cell that raises;
+* a solution marker (``### BEGIN SOLUTION``, ``### STUB``, ``### END SOLUTION``) in any output: a
+  "your turn" cell must show the stub, never the answer;
+* an output that credits the learner with what the reference did. With untouched exercises nothing
+  the learner wrote ran, so "your kernel", "your result", "your prune"... in an output (a print, a
+  table, a figure's title or legend) is false. Phrases addressed to the learner ("your file
+  exercises/x.py", "fill in your ...") are fine: ``ALLOWED`` lists them, and only them.
+
+Figure text is not in a PNG, so a hook run after each cell (``_FIGURE_TEXT_HOOK``) prints the titles,
+legends, labels and texts of the figures the cell made, behind ``FIGURE_MARK``; those lines are
+checked like any other output.
+
+This is what proves every notebook runs (``make test``); ``pytest --durations=0`` shows each one's time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tkcourse import stubs
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+TIMEOUT = 900  # seconds a cell may take; the slowest notebook cell takes well under a minute
+
+MARKERS = ("### BEGIN SOLUTION", "### STUB", "### END SOLUTION")
+
+# "your ..." said TO the learner, about what they will do or must do: true whoever's code ran.
+ALLOWED = [re.compile(p, re.IGNORECASE) for p in (
+    r"\byour (?:own )?files?\b",                        # "Re-run this cell after editing your file"
+    r"\byour exercises?\b",                             # "your exercise exercises/x.py", "your exercises/x.py"
+    r"\byour exercises/",
+    r"\b(?:fill in|complete|write|edit|open) your\b",   # "fill in your kernel"
+    r"\b(?:once|after|when|until|before) you (?:\w+ )?(?:edit|fill in|write|complete|finish)\w* your\b",
+    r"\byour turn\b",
+    r"\byour (?:device|gpu|machine|laptop)\b",          # the learner's hardware is theirs
+)]
+YOUR = re.compile(r"\byour\b", re.IGNORECASE)
+
+FIGURE_MARK = "[tkcourse figure text]"
+_FIGURE_TEXT_HOOK = f'''
+def _tkcourse_figure_text(result=None):
+    import sys
+    if "matplotlib.pyplot" not in sys.modules:
+        return
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+    figs = [plt.figure(n) for n in plt.get_fignums()]
+    value = getattr(result, "result", None)
+    if isinstance(value, Figure) and value not in figs:
+        figs.append(value)
+    for fig in figs:
+        for t in fig.findobj(Text):
+            s = t.get_text().strip()
+            if s:
+                for line in s.splitlines():
+                    print({FIGURE_MARK!r}, line)
+    plt.close("all")
+
+get_ipython().events.register("post_run_cell", _tkcourse_figure_text)
+'''
+
+
+def _lessons_used(nb) -> list[str]:
+    """The exercises a notebook runs: its own lesson, and any ``tkcourse.exercise("x")`` it calls."""
+    text = "\n".join("".join(c.source) for c in nb.cells if c.cell_type == "code")
+    used = set(re.findall(r"""(?:exercise|check\.run)\(\s*["'](\w+)["']""", text))
+    return sorted(used & set(stubs.lessons()))
+
+
+def _output_lines(output) -> list[str]:
+    if output.output_type == "stream":
+        return output.text.splitlines()
+    if output.output_type == "error":
+        return [f"{output.ename}: {output.evalue}"]
+    data = output.get("data", {})
+    lines = []
+    for mime in ("text/plain", "text/markdown", "text/html"):
+        if mime in data:
+            text = data[mime]
+            lines += ("".join(text) if isinstance(text, list) else text).splitlines()
+    return lines
+
+
+def _false_your(line: str) -> bool:
+    """True if ``line`` says "your ..." about something other than what the learner is told to do."""
+    stripped = line
+    for pattern in ALLOWED:
+        stripped = pattern.sub("", stripped)
+    return bool(YOUR.search(stripped))
+
+
+def _run(path: Path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+
+    nb = nbformat.read(path, as_version=4)
+    env = {k: v for k, v in os.environ.items() if k != "TKCOURSE_SOLUTIONS"}
+    env["MPLBACKEND"] = "Agg"
+    client = nbclient.NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
+                                     resources={"metadata": {"path": str(ROOT / "notebooks")}})
+    saved = os.environ.copy()
+    os.environ.clear()
+    os.environ.update(env)  # the kernel inherits this process's environment
+    try:
+        with client.setup_kernel(env=env):
+            hook = nbformat.v4.new_code_cell(_FIGURE_TEXT_HOOK)
+            client.execute_cell(hook, -1)
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)  # raises CellExecutionError on the first error
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return nb
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_as_a_learner(path):
+    nbformat = pytest.importorskip("nbformat")
+    edited = [n for n in _lessons_used(nbformat.read(path, as_version=4)) if stubs.status(n).state == "edited"]
+    if edited:
+        pytest.skip(f"{path.name} runs as a learner only with untouched exercises; edited here: "
+                    + ", ".join(f"exercises/{n}.py" for n in edited))
+
+    nb = _run(path)
+
+    problems = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for output in cell.get("outputs", []):
+            for line in _output_lines(output):
+                marker = next((m for m in MARKERS if m in line), None)
+                if marker:
+                    problems.append(f"cell {index}: a solution marker ({marker}) in an output: {line.strip()!r}")
+                elif _false_your(line):
+                    where = "figure" if line.startswith(FIGURE_MARK) else "output"
+                    text = line.replace(FIGURE_MARK, "").strip()
+                    problems.append(f"cell {index}: the reference ran, but its {where} says 'your': {text!r}")
+    assert not problems, (f"{path.name}, run with untouched exercises (the reference solution standing in):\n  "
+                          + "\n  ".join(problems))
+
+
+@pytest.mark.parametrize("line, false", [
+    ("your kernel, fp32: largest error 1e-7", True),
+    ("vector add, fp32 (your kernel, measured now)", True),
+    ("Your result: 3 configs pruned", True),
+    ("exercises/vector_add.py is not done yet: ... Re-run this cell after editing your file.", False),
+    ("fill in your kernel in exercises/softmax.py", False),
+    ("once you edit your exercise the cells below run it", False),
+    ("your file is fine, but your kernel is slow", True),
+    ("the reference kernel, fp32", False),
+])
+def test_label_rule(line, false):
+    """The allowlist lets instructions through and nothing that credits the learner with a result."""
+    assert _false_your(line) is false
