@@ -128,18 +128,30 @@ def _grader_planted(x_ptr, out_ptr, x_stride, out_stride, n_cols, BLOCK: tl.cons
     mask = cols < n_cols
     stride = n_cols if BUG == "stride" else x_stride
     other = 0.0 if BUG == "other" else float("-inf")
-    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=other).to(tl.float32)
+    if BUG == "loadnomask":  # the loaded lanes past the row are then masked out by hand: the load is not
+        x = tl.load(x_ptr + row * stride + cols).to(tl.float32)
+        x = tl.where(mask, x, float("-inf"))
+    else:
+        x = tl.load(x_ptr + row * stride + cols, mask=mask, other=other).to(tl.float32)
     z = x if BUG == "nomax" else x - tl.max(x, axis=0)
     num = tl.exp(z)
     y = num / tl.sum(num, axis=0)
-    tl.store(out_ptr + row * out_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
+    store_mask = cols <= n_cols if BUG == "store_le" else mask
+    out_row = row * out_stride * 1000 if BUG == "far" else row * out_stride
+    tl.store(out_ptr + out_row + cols, y.to(out_ptr.dtype.element_ty), mask=store_mask)
 
 
-def _softmax_module(bug, block=None, rows=None):
+def _softmax_module(bug, block=None, rows=None, contiguous=True, alloc=None, into=None, inplace=False):
+    """A planted ``softmax``; ``alloc(x)`` makes the output, ``into="x"`` writes over x and returns it,
+    ``inplace`` subtracts the row max from x in place first ("for stability")."""
     def softmax(x):
         if x.shape[1] > 32768:
             raise ValueError("too long: see lesson 05 (online softmax)")
-        out = torch.empty_like(x)
+        if contiguous and x.stride(1) != 1:
+            x = x.contiguous()
+        if inplace:
+            x -= x.max(dim=1, keepdim=True).values
+        out = x if into == "x" else alloc(x) if alloc else torch.empty_like(x)
         BLOCK = block or triton.next_power_of_2(x.shape[1])
         grid = (rows(x.shape[0]) if rows else x.shape[0],)
         _grader_planted[grid](x, out, x.stride(0), out.stride(0), x.shape[1], BLOCK=min(BLOCK, triton.next_power_of_2(x.shape[1])), BUG=bug)
@@ -153,9 +165,28 @@ def _softmax_module(bug, block=None, rows=None):
     ("row stride ignored", _softmax_module("stride"), "x.stride(0)"),
     ("BLOCK too small", _softmax_module("none", block=512), "BLOCK must cover the whole row"),
     ("first rows only", _softmax_module("none", rows=lambda m: min(m, 2)), "some rows were never written"),
+    # classes the fixed shapes and torch.empty canaries alone let through (issue 17)
+    ("transposed x read as row-major", _softmax_module("none", contiguous=False), "x = x.contiguous()"),
+    ("result written over x, x returned", _softmax_module("none", into="x"), "returned x itself"),
+    ("row max subtracted from x in place", _softmax_module("none", inplace=True), "changed its input x"),
+    ("store one past the end of a zero-filled output", _softmax_module("store_le", alloc=torch.zeros_like),
+     "stores one element past the end of out"),
+    ("loads past the end under a masked store", _softmax_module("loadnomask"), "loads past the end of x"),
 ])
 def test_grader_catches_planted_mistake(name, module, hint):
     assert_grader_catches("softmax", module, name, hint)
+
+
+def test_hard_coded_block_is_caught_at_a_seeded_random_shape():
+    rep = assert_grader_catches("softmax", _softmax_module("none", block=2048), "hard-coded BLOCK",
+                                "BLOCK must cover the whole row")
+    assert "TKCOURSE_CHECK_SEED=" in rep.first_problem().label
+
+
+def test_grader_survives_a_store_far_past_a_zero_filled_output():
+    """Once this crashed the grading process (free(): invalid pointer): the tracer masks the stores off."""
+    rep = check.run("softmax", module=_softmax_module("far", alloc=torch.zeros_like), quiet=True)
+    assert rep.status == "fail" and "far past the end of out" in rep.first_problem().hint, rep
 
 
 def test_grader_passes_a_correct_planted_kernel():
