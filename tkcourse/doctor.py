@@ -1,8 +1,17 @@
-"""``tkcourse doctor``: what a learner needs to see when something is off."""
+"""``tkcourse doctor``: what a learner needs to see when something is off.
+
+It tests behaviour, not version numbers: a tiny kernel runs in Triton's interpreter (in a fresh
+process with ``TRITON_INTERPRET=1``, so a GPU machine is checked too: the traffic tracer uses the
+interpreter there) and its result is compared; JupyterLab is asked whether the widget extension
+is enabled. Versions are listed, and ones outside the tested set (``constraints.txt``) get a
+warning, never a failure: the course may well work there, it is only not what CI ran.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
+import pathlib
 import platform
 import re
 import shutil
@@ -10,6 +19,40 @@ import subprocess
 import sys
 
 from . import mode
+
+OK, WARN, BAD = "ok", "warn", "BAD"
+
+#: Distributions whose versions the report lists (and compares with constraints.txt).
+DISTS = ("torch", "triton", "numpy", "matplotlib", "ipywidgets", "jupyterlab", "jupyterlab_widgets")
+
+CONSTRAINTS = pathlib.Path(__file__).resolve().parent.parent / "constraints.txt"
+
+#: What the GPU pass (tools/gpu_pass.sh on the H200) runs, release prefixes; README, "Versions".
+GPU_TESTED = {"torch": "2.11", "triton": "3.6"}
+
+# The probe: a masked load/add/store over several programs, with a loop whose bound is a tensor
+# (``range(tl.cdiv(...))`` turns a tensor into a Python int: the step that breaks triton 3.6's
+# interpreter on NumPy >= 2.4 unless tkcourse.mode patches it). It imports tkcourse first, as a
+# notebook does, so it runs what the course runs.
+_PROBE = r"""
+import tkcourse, torch, triton, triton.language as tl
+
+@triton.jit
+def _probe(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for _ in range(0, tl.cdiv(n, n)):
+        acc += tl.load(x_ptr + offs, mask=mask, other=0.0) * 2.0
+    tl.store(out_ptr + offs, acc + 1.0, mask=mask)
+
+x = torch.arange(37, dtype=torch.float32)
+out = torch.full((40,), -7.0)
+_probe[(triton.cdiv(37, 16),)](x, out, 37, BLOCK=16)
+want = torch.cat([x * 2 + 1, torch.full((3,), -7.0)])
+bad = (out != want).nonzero().flatten().tolist()
+print("PROBE-OK" if not bad else f"PROBE-WRONG at {bad[:5]}: got {out[bad[:5]].tolist()}, want {want[bad[:5]].tolist()}")
+"""
 
 
 def _version(dist: str) -> str:
@@ -19,11 +62,41 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def _older(version: str, than: tuple[int, int]) -> bool:
+def tested_versions(path: pathlib.Path = CONSTRAINTS) -> dict[str, str]:
+    """``{dist: version}`` pinned in constraints.txt (empty when the file is not there)."""
+    if not path.is_file():
+        return {}
+    pins = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"\s*([A-Za-z0-9_.-]+)\s*==\s*([^\s;#]+)", line)
+        if m:
+            pins[re.sub(r"[-_.]+", "_", m.group(1).lower())] = m.group(2)
+    return pins
+
+
+def _same_release(installed: str, pinned: str) -> bool:
+    """``2.13.0+cpu`` is the CPU build of ``2.13.0``; a pin like ``3.6`` matches every 3.6.x."""
+    release = installed.split("+")[0]
+    return release == pinned or release.startswith(pinned + ".")
+
+
+def interpreter_probe(timeout: float = 120.0) -> tuple[str, str]:
+    """Run a tiny kernel in Triton's interpreter in a fresh process; (status, message)."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    root = str(CONSTRAINTS.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
-        return tuple(int(p) for p in version.split(".")[:2]) < than
-    except ValueError:
-        return False
+        out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=timeout,
+                             env=env, cwd=root)
+    except subprocess.TimeoutExpired:
+        return BAD, f"a tiny kernel did not finish in Triton's interpreter within {timeout:.0f} s"
+    text = out.stdout + out.stderr
+    if "PROBE-OK" in out.stdout:
+        return OK, "a tiny kernel runs in Triton's interpreter and gives the right numbers"
+    if "PROBE-WRONG" in out.stdout:
+        return BAD, "a tiny kernel gives wrong numbers in Triton's interpreter: " + out.stdout.strip().splitlines()[-1]
+    last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), f"exit status {out.returncode}")
+    return BAD, f"a tiny kernel fails in Triton's interpreter: {last[:300]}"
 
 
 def widget_extension() -> tuple[bool, str]:
@@ -42,33 +115,47 @@ def widget_extension() -> tuple[bool, str]:
                      + (f" (jupyter says: {line.strip()})" if line else ""))
 
 
-def report() -> list[tuple[str, str, bool]]:
-    """(what, value, ok) rows."""
-    rows = [("python", platform.python_version(), sys.version_info >= (3, 10))]
-    for dist in ("torch", "triton", "numpy", "matplotlib", "ipywidgets", "jupyterlab", "jupyterlab_widgets"):
+def report(probe=interpreter_probe, widgets=widget_extension) -> list[tuple[str, str, str]]:
+    """(what, value, status) rows; status is ``OK``, ``WARN`` or ``BAD``."""
+    py_ok = sys.version_info >= (3, 11)
+    rows = [("python", platform.python_version() + ("" if py_ok else ": the course needs Python 3.11 or newer"),
+             OK if py_ok else BAD)]
+    pins = tested_versions()
+    if not mode.INTERPRET:  # a GPU machine is tested with the H200's set where it differs
+        pins.update(GPU_TESTED)
+    for dist in DISTS:
         v = _version(dist)
-        rows.append((dist, v, v != "not installed"))
+        pin = pins.get(dist)
+        if v == "not installed":
+            rows.append((dist, "not installed: `pip install -c constraints.txt -e '.[dev]'`", BAD))
+        elif pin and not _same_release(v, pin):
+            rows.append((dist, f"{v} (tested: {pin}; it may well work, but it is not what the course's tests ran)",
+                         WARN))
+        else:
+            rows.append((dist, v, OK))
     info = mode.describe()
-    tv, nv = _version("triton"), _version("numpy")
-    if mode.INTERPRET and _older(tv, (3, 9)) and not _older(nv, (2, 4)):
-        rows.append(("interpreter", f"triton {tv}'s interpreter fails with numpy {nv}: pip install 'numpy<2.4' "
-                                    "or 'triton>=3.9'", False))
-    rows.append(("mode", info["mode"] + (" (TRITON_INTERPRET set by you)" if info["interpret_set_by_user"] else ""), True))
+    rows.append(("mode", info["mode"] + (" (TRITON_INTERPRET set by you)" if info["interpret_set_by_user"] else ""), OK))
     if mode.INTERPRET:
         rows.append(("gpu", "none: kernels run in Triton's interpreter on the CPU; timings there say nothing "
-                            "about GPU speed (the notebooks show recorded H200 figures instead)", True))
+                            "about GPU speed (the notebooks show recorded H200 figures instead)", OK))
     else:
-        rows.append(("gpu", f"{info['gpu']}, {info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability']}", True))
-    ok, msg = widget_extension()
-    rows.append(("widgets", msg, ok))
-    rows.append(("jupyter", shutil.which("jupyter") or f"{sys.executable} -m jupyter", True))
+        rows.append(("gpu", f"{info['gpu']}, {info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability']}", OK))
+    status, msg = probe()
+    rows.append(("interpreter", msg, status))
+    ok, msg = widgets()
+    rows.append(("widgets", msg, OK if ok else BAD))
+    rows.append(("jupyter", shutil.which("jupyter") or f"{sys.executable} -m jupyter", OK))
     return rows
 
 
 def main() -> int:
-    bad = 0
-    for what, value, ok in report():
-        print(f"{'ok ' if ok else 'BAD'}  {what:<20} {value}")
-        bad += not ok
-    print("\nall good" if not bad else f"\n{bad} problem(s) above")
+    rows = report()
+    for what, value, status in rows:
+        print(f"{status:<4} {what:<20} {value}")
+    bad = sum(status == BAD for *_, status in rows)
+    warn = sum(status == WARN for *_, status in rows)
+    if bad:
+        print(f"\n{bad} problem(s) above")
+    else:
+        print("\nall good" + (f" ({warn} warning(s) above)" if warn else ""))
     return 1 if bad else 0

@@ -49,15 +49,15 @@ if "triton" in sys.modules and INTERPRET and not _USER_SET:
 # tensor into a Python int with ``int(handle.data)``, and that data is a 1-element array, not a
 # 0-d one: NumPy deprecated such conversions in 1.25 and NumPy 2.4 refuses them with
 # ``TypeError: only 0-dimensional arrays can be converted to Python scalars``. It happens whenever a
-# kernel uses a tensor as a Python int, as ``for k in range(tl.cdiv(K, BLOCK_K))`` does. Triton 3.9
-# squeezes the array first (``int(handle.data.squeeze())``); ``patch_interpreter`` backports that
+# kernel uses a tensor as a Python int, as ``for k in range(tl.cdiv(K, BLOCK_K))`` does. Triton 3.7
+# and later squeeze the array first (``int(handle.data.squeeze())``); ``patch_interpreter`` backports that
 # one change to older interpreters instead of asking learners for an old NumPy.
 # It lives here, in the leaf, because every mode that runs the interpreter passes through here
 # first: importing ``tkcourse`` with ``TRITON_INTERPRET=1``, and the traffic tracer on a GPU.
 # --------------------------------------------------------------------------------------------
 
 #: The first triton whose interpreter needs no patch (it squeezes before ``int()``).
-INTERPRETER_FIXED_IN = (3, 9)
+INTERPRETER_FIXED_IN = (3, 7)
 
 
 def _triton_version() -> tuple[int, int]:

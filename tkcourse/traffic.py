@@ -497,7 +497,7 @@ def minimum_bytes(inputs=(), outputs=()) -> int:
 def _interp():
     import triton.runtime.interpreter as interp
 
-    mode.patch_interpreter()  # triton < 3.9 on NumPy >= 2.4: the tracer runs the interpreter on a GPU too
+    mode.patch_interpreter()  # triton < 3.7 on NumPy >= 2.4: the tracer runs the interpreter on a GPU too
     return interp
 
 

@@ -1,0 +1,132 @@
+"""The command line: lessons named as the notebooks name them, one line for a user's mistake."""
+
+import pathlib
+import types
+
+import pytest
+
+from tkcourse import check, cli, course, stubs
+from tkcourse.errors import UserError
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_course_order_is_the_notebooks():
+    notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert [f"{n}_{name}" for n, name in course.LESSONS] == notebooks
+
+
+def test_every_grader_and_exercise_is_a_lesson():
+    names = [name for _, name in course.LESSONS]
+    assert set(check.lessons()) <= set(names) and set(stubs.lessons()) <= set(names)
+
+
+@pytest.mark.parametrize("text", ["03", "3", "03_matmul", "matmul", "MATMUL", "notebooks/03_matmul.ipynb",
+                                  "exercises/matmul.py"])
+def test_a_lesson_by_any_of_its_names(text):
+    assert course.resolve(text) == "matmul"
+
+
+@pytest.mark.parametrize("text", ["nosuch", "99", "03_softmax", "", "matmul2"])
+def test_an_unknown_name_lists_the_lessons_in_course_order(text):
+    with pytest.raises(UserError) as e:
+        course.resolve(text, check.lessons(), what="grader")
+    msg = str(e.value)
+    assert "\n" not in msg and repr(text) in msg
+    listed = msg.split(": ", 1)[1].split(", ")
+    assert listed == [course.notebook(n) for n in course.in_order(check.lessons())]
+    assert listed[0] == "01_vector_add" and listed.index("03_matmul") < listed.index("04_autotune")
+
+
+def test_a_lesson_without_a_grader_says_so():
+    with pytest.raises(UserError, match="00_welcome has no grader"):
+        course.resolve("00", check.lessons(), what="grader")
+
+
+@pytest.fixture
+def graded(monkeypatch):
+    """check.run replaced by a recorder: the CLI's choice of lessons, without grading."""
+    seen = []
+
+    def run(name, quiet=False):
+        seen.append(name)
+        return types.SimpleNamespace(passed=True, __str__=None)
+
+    monkeypatch.setattr(check, "run", run)
+    return seen
+
+
+@pytest.mark.parametrize("argv", [["01"], ["01_vector_add"], ["vector_add"], ["1", "vector_add"]])
+def test_check_takes_notebook_names(graded, argv, capsys):
+    assert cli.main(["check", *argv]) == 0
+    assert graded == ["vector_add"]
+
+
+def test_check_with_no_name_runs_the_course_in_order(graded, capsys):
+    assert cli.main(["check"]) == 0
+    assert graded == course.in_order(check.lessons())
+    assert graded[0] == "vector_add" and graded.index("matmul") < graded.index("autotune") and "welcome" not in graded
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "nosuch"], ["check", "00"], ["exercises", "nosuch"], ["bench", "nosuch"],
+    ["bench", "--rep", "x"], ["bench", "--warmup", "-1"], ["lab", "--port", "99999"], ["lab", "--port", "x"],
+    ["lab", "--notebook-dir", "no/such/folder"], ["check", "--bogus"], ["nosuch"], [],
+])
+def test_a_mistake_is_one_line_and_status_2(argv, capsys):
+    try:
+        rc = cli.main(argv)
+    except SystemExit as e:  # argparse's own errors
+        rc = e.code
+    out = capsys.readouterr()
+    assert rc == 2
+    assert out.out == "" and len(out.err.strip().splitlines()) == 1 and "Traceback" not in out.err, out.err
+    assert out.err.startswith("tkcourse")
+
+
+def test_debug_shows_the_traceback():
+    with pytest.raises(UserError, match="nosuch"):
+        cli.main(["check", "nosuch", "--debug"])
+    with pytest.raises(UserError, match="nosuch"):
+        cli.main(["--debug", "exercises", "nosuch"])
+
+
+def test_exercises_get_resolved_names(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(stubs, "generate", lambda names=None, force=False: seen.update(names=names, force=force))
+    assert cli.main(["exercises", "03", "01_vector_add", "--force"]) == 0
+    assert seen == {"names": ["matmul", "vector_add"], "force": True}
+    assert cli.main(["exercises"]) == 0 and seen["names"] == course.in_order(stubs.lessons())
+
+
+def test_lab_passes_its_options_on(monkeypatch):
+    from tkcourse import lab
+
+    seen = []
+    monkeypatch.setattr(lab, "main", lambda argv: seen.append(argv) or 0)
+    assert cli.main(["lab", "--port", "8899", "--no-browser", "--solutions"]) == 0
+    assert seen == [["--notebook-dir", "notebooks", "--port", "8899", "--no-browser", "--solutions"]]
+
+
+def test_the_cli_knows_every_option_of_lab():
+    """The CLI parses lab's options itself (so a mistake is one line): none may be missing."""
+    import argparse
+
+    from tkcourse import lab
+
+    captured = []
+
+    def grab(self, args=None, namespace=None):
+        captured.extend(self._actions)
+        raise SystemExit(0)
+
+    real = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = grab
+    try:
+        with pytest.raises(SystemExit):
+            lab.main([])
+    finally:
+        argparse.ArgumentParser.parse_args = real
+    lab_options = {o for a in captured for o in a.option_strings} - {"-h", "--help"}
+    lab_cli = cli.parser()._subparsers._group_actions[0].choices["lab"]
+    assert lab_options and lab_options <= {o for a in lab_cli._actions for o in a.option_strings}
