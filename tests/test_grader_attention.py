@@ -35,7 +35,7 @@ def _copied(result, bug):
     "store far" (every store 100000 elements past the end) or "load past" (the last block's load unmasked)."""
     src = result.contiguous()
     out = torch.zeros_like(src)  # zero-filled: the canary after torch.empty* does not guard it
-    n, block = src.numel(), 128
+    n, block = src.numel(), 512  # graded sizes are rarely multiples of 512: the last block is partial
     shift = 100_000 if bug == "store far" else 0
     _copy[(triton.cdiv(n, block),)](src, out, n, SHIFT=shift, MASK_LOAD=bug != "load past", BLOCK=block)
     return out
@@ -133,6 +133,8 @@ def _attention_module(bug=None):
         diagonal = {"diagonal excluded": 0, "one future key": 2}.get(bug, 1)
         if bug == "exp2 without log2(e)":
             scale *= math.log(2)
+        if bug == "first 64 keys" and not causal:  # the K/V loop bound hard-coded
+            k, v = k[..., :64, :], v[..., :64, :]
         if bug == "batch 0 for all":
             q, k, v = (t[:1].expand_as(t) for t in (q, k, v))
         if bug == "keys past N unmasked" and not causal and q.shape[-2] % 16:
@@ -152,7 +154,7 @@ def _attention_module(bug=None):
             return q.copy_(o)
         if bug == "tuple":
             return o, o.sum(-1)
-        if bug == "store far":
+        if bug in ("store far", "load past"):
             return _copied(o, bug)
         return o
     return types.SimpleNamespace(attention=attention, __name__="planted")
@@ -170,7 +172,9 @@ def _attention_module(bug=None):
     ("q scaled in place", "changed its input q"),
     ("written over q", "returned q itself"),
     ("tuple", "attention returns o alone"),
+    ("first 64 keys", "only the first 64 keys count"),
     ("store far", "far past the end of dst"),
+    ("load past", "loads past the end of src"),
 ])
 def test_attention_grader_catches(bug, hint):
     assert_grader_catches("flash_attention", _attention_module(bug), bug, hint)
@@ -190,7 +194,7 @@ def _backward_module(bug=None):
             raise RuntimeError("the launcher is broken")
         if bug == "strides ignored":
             q, k, v, do = (torch.as_strided(t, t.shape, torch.empty(t.shape).stride()) for t in (q, k, v, do))
-        kw = {"lse in base 2": dict(lse_base2=True)}.get(bug, {})
+        kw = {"lse in base 2": dict(lse_base2=True), "causal off by one": dict(diagonal=0)}.get(bug, {})
         dq, dk, dv = (g.to(q.dtype) for g in model_backward(q, k, v, do, causal, sm_scale, **kw))
         if bug == "dk without the scale":
             dk = dk / sm_scale
@@ -204,7 +208,7 @@ def _backward_module(bug=None):
             dq = q.copy_(dq)
         if bug == "two":
             return dq, dk
-        if bug == "store far":
+        if bug in ("store far", "load past"):
             dq = _copied(dq, bug)
         return dq, dk, dv
     return types.SimpleNamespace(attention_backward=attention_backward, __name__="planted")
@@ -220,7 +224,9 @@ def _backward_module(bug=None):
     ("strides ignored", "a strided input"),
     ("two", "the three gradients"),
     ("raises", "your code raised"),
+    ("causal off by one", "causal mask is off by one"),
     ("store far", "far past the end of dst"),
+    ("load past", "loads past the end of src"),
 ])
 def test_backward_grader_catches(bug, hint):
     _assert_caught("flash_attention_backward", _backward_module(bug), bug, hint)

@@ -48,6 +48,16 @@ def _unnormalized(q, k, v, causal, scale):
     return torch.exp(s - s.amax(-1, keepdim=True)) @ v
 
 
+def _first_keys(q, k, v, scale, keys):
+    """Causal attention that sees only the first ``keys`` keys (a loop bound hard-coded)."""
+    q, k, v = q.double(), k.double(), v.double()
+    n = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * scale
+    masked = torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1)
+    masked[:, keys:] = True
+    return torch.softmax(s.masked_fill(masked, float("-inf")), dim=-1) @ v
+
+
 def _unmasked_tail(q, k, v, scale, block):
     """The classic mistake: keys past N (loaded as 0 in the last, partial block) get score 0, not -inf."""
     n = q.shape[-2]
@@ -108,6 +118,11 @@ def _diagnose(q, k, v, causal, note=""):
                     "by log2(e) = 1.4427 (fold it into sm_scale), or use tl.exp")
         if close(_unnormalized(qc, kc, vc, causal, scale)):
             return "the output is never divided by l: o = acc / l_i[:, None] once the loop is done"
+        for keys in (32, 64, 128, 256):
+            if keys < q.shape[-2] and close(reference(qc, kc[..., :keys, :], vc[..., :keys, :], False, scale)
+                                            if not causal else _first_keys(qc, kc, vc, scale, keys)):
+                return (f"only the first {keys} keys count: the K/V loop must run over the whole sequence, "
+                        "range(0, hi, BLOCK_N) with hi = N (or the causal bound), not a fixed number of steps")
         if not causal and any(close(_unmasked_tail(qc, kc, vc, scale, b)) for b in (16, 32, 64, 128)):
             return ("keys past N count with score 0: in the last, partial K/V block set their scores to -inf "
                     "(tl.where(offs_n[None, :] < N, s, float('-inf'))), masking the loads is not enough")

@@ -38,9 +38,10 @@ LAYOUTS = [(2, 2, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 24, 16, False
 NAMES = ("dq", "dk", "dv")
 
 
-def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False):
+def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False, diagonal=1):
     """dq, dk, dv in float64 by the lesson's formulas, with switches that reproduce the classic mistakes
-    (``lse_base2``: P recomputed as exp2(s·log2(e) − lse), with the natural-log lse taken for a base-2 one)."""
+    (``lse_base2``: P recomputed as exp2(s·log2(e) − lse), with the natural-log lse taken for a base-2 one;
+    ``diagonal``: P zeroed from this diagonal on, 1 by the definition, 0 or 2 a causal mask off by one)."""
     q, k, v, do = (t.double().cpu() for t in (q, k, v, do))
     n = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
@@ -48,7 +49,7 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
     lse = torch.logsumexp(s.masked_fill(causal_mask, float("-inf")) if causal else s, dim=-1)
     p = torch.exp(s - lse[..., None] * (math.log(2) if lse_base2 else 1.0))
     if causal and mask:
-        p = p.masked_fill(causal_mask, 0.0)
+        p = p.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(diagonal), 0.0)
     o = p @ v
     dv = p.transpose(-1, -2) @ do
     dp = do @ v.transpose(-1, -2)
@@ -92,6 +93,9 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
         if close(lse_base2=True):
             return ("P is recomputed with the wrong lse: lse is a natural log, so P = exp(scale·qkᵀ − lse); with "
                     "tl.exp2 both terms need log2(e): exp2(scale·qkᵀ·log2(e) − lse·log2(e))")
+        if causal and (close(diagonal=0) or close(diagonal=2)):
+            return ("the causal mask is off by one: query i sees keys j <= i, key i itself included. Mask P "
+                    "where key > query (tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)), as in the forward")
         if causal and close(mask=False):
             return ("the causal mask is forgotten in the backward: recompute P with keys j > i masked "
                     "(P = 0 there), as in the forward")
