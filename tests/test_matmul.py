@@ -132,27 +132,36 @@ def _grader_planted(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
     rk = tl.arange(0, BK)
     if BUG == "contiguous":  # assumes a row-major layout instead of using the strides
         sam, sak, sbk, sbn = K, 1, N, 1
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    steps = K // BK if BUG == "kfloor" else tl.cdiv(K, BK)
+    if BUG == "f16acc":
+        acc = tl.zeros((BM, BN), dtype=tl.float16)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+    steps = K // BK if BUG == "kfloor" else 20 if BUG == "hardk" else tl.cdiv(K, BK)
     for k in range(0, steps):
         ks = k * BK + rk
-        a = tl.load(a_ptr + rm[:, None] * sam + ks[None, :] * sak, mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
-        b = tl.load(b_ptr + ks[:, None] * sbk + rn[None, :] * sbn, mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
+        k_ok = (ks < K) if BUG != "kunmasked" else (ks >= 0)
+        a = tl.load(a_ptr + rm[:, None] * sam + ks[None, :] * sak, mask=(rm[:, None] < M) & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptr + ks[:, None] * sbk + rn[None, :] * sbn, mask=k_ok[:, None] & (rn[None, :] < N), other=0.0)
         if BUG == "noacc":
             acc = tl.dot(a, b, input_precision="ieee")
+        elif BUG == "f16acc":
+            acc += tl.dot(a, b, out_dtype=tl.float16)
         else:
             acc += tl.dot(a, b, input_precision="ieee")
-    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
-             mask=(rm[:, None] < M) & (rn[None, :] < N))
+    if BUG == "storeunmasked":
+        tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty))
+    else:
+        tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def _matmul_module(bug, grid_m=None):
+def _matmul_module(bug, grid_m=None, alloc=None):
     def matmul(a, b):
         if a.shape[1] != b.shape[0] or a.dtype != b.dtype:
             raise ValueError("shapes or dtypes")
         M, K = a.shape
         N = b.shape[1]
-        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        c = (alloc or torch.empty)((M, N), dtype=a.dtype, device=a.device)
         BM, BN, BK = 32, 32, 16
         grid = ((grid_m or triton.cdiv)(M, BM), triton.cdiv(N, BN))
         _grader_planted[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
@@ -166,6 +175,12 @@ def _matmul_module(bug, grid_m=None):
     ("strides ignored", _matmul_module("contiguous"), "index with both strides"),
     ("edge tiles not launched", _matmul_module("none", grid_m=lambda m, b: max(1, m // b)), "were never written"),
     ("no accumulation", _matmul_module("noacc"), "accumulate"),
+    # classes the fixed shapes and torch.empty canaries alone let through (issue 17)
+    ("K loop hard-coded to 20 steps", _matmul_module("hardk"), "the K loop stops early"),
+    ("K loads unmasked", _matmul_module("kunmasked"), "the ragged last K block"),
+    ("edge tile stored unmasked into a zero-filled c", _matmul_module("storeunmasked", alloc=torch.zeros),
+     "mask the store with both edges"),
+    ("fp16 accumulator", _matmul_module("f16acc"), "accumulate in fp32"),
 ])
 def test_grader_catches_planted_mistake(name, module, hint):
     assert_grader_catches("matmul", module, name, hint)

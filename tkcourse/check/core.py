@@ -411,6 +411,9 @@ class Snapshot:
         """(name, how many elements changed, their count) for every input the call changed."""
         out = []
         for k, t in self.inputs.items():
+            if t.shape != self.before[k].shape or t.dtype != self.before[k].dtype:
+                out.append((k, t.numel(), t.numel()))
+                continue
             diff = ~_same(t.detach(), self.before[k])
             if diff.any():
                 out.append((k, int(diff.sum()), diff.numel()))
@@ -491,12 +494,13 @@ def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=()
     return Case(label, "fail", detail, hint)
 
 
-def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, **compare_kwargs) -> Case:
+def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
     for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
     the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
 
-    ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say).
+    ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say). ``oob_hint(bad, hint)``
+    may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``).
     """
     inputs = input_names(fn, args)
     fn_name = getattr(fn, "__name__", "function")
@@ -507,7 +511,10 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, **com
         else:
             out, allocs = call(fn, *args, **(kwargs or {}))
     except traffic.OutOfBoundsError as exc:
-        return oob_case(label, exc)
+        case = oob_case(label, exc)
+        if oob_hint is not None:
+            case.hint = oob_hint(exc.out_of_bounds, case.hint) or case.hint
+        return case
     except Exception as exc:
         return error_case(label, exc)
     if isinstance(out, tuple) and not hasattr(out, "_fields"):
@@ -517,7 +524,7 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, **com
     if bad is not None:
         return bad
     case = compare(label, out, expected, allocs=allocs, **compare_kwargs)
-    if case.status != "pass":
+    if case.status == "todo":
         return case
     return snap.case(label, fn_name) or case
 

@@ -1,4 +1,11 @@
-"""Grader for lesson 03: ``matmul(a, b)``, a tiled matmul of any sizes and strides."""
+"""Grader for lesson 03: ``matmul(a, b)``, a tiled matmul of any sizes and strides.
+
+Fixed shapes (primes, size 1, K not a multiple of any BLOCK_K), strided layouts the API reads in place
+(transposed, a slice of a wider tensor, every other row), random shapes with K up to 1500 (a K loop
+bound hard-coded to fit the fixed shapes fails there), and one fp16 case whose dot products are long
+sums of positive values, where an fp16 accumulator loses digits that an fp32 one keeps. Every launch
+is traced; aliasing and modified inputs fail (``core.attempt``).
+"""
 
 from __future__ import annotations
 
@@ -7,18 +14,27 @@ import math
 import torch
 
 from .. import mode
-from .core import attempt, padded, refuses
+from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows
 
 # (M, N, K, layout): primes, size 1, K not a multiple of any BLOCK_K, transposed inputs
 SHAPES = [(67, 45, 29, ""), (128, 128, 64, ""), (1, 1, 1, ""), (1, 37, 300, ""), (131, 1, 17, ""),
-          (97, 113, 257, ""), (64, 48, 80, "a transposed"), (50, 70, 33, "b transposed"), (33, 29, 65, "both transposed")]
+          (97, 113, 257, ""), (64, 48, 80, "a transposed"), (50, 70, 33, "b transposed"), (33, 29, 65, "both transposed"),
+          (40, 36, 70, "a row-padded"), (45, 20, 50, "b every other row")]
+N_RANDOM_K = (2, 1, 1500)  # random K (the first in the top quarter), between these bounds
+N_RANDOM_MN = (2, 1, 96)  # random M and N
+ACC_SHAPE = (32, 32, 2048)  # the fp16 accumulation case: long sums of positive values
 
 
 def _inputs(M, N, K, layout, dtype, gen):
     a = (torch.randn(M, K, generator=gen, dtype=torch.float64) / math.sqrt(K)).to(dtype)
     b = torch.randn(K, N, generator=gen, dtype=torch.float64).to(dtype)
-    a = a.t().contiguous().to(mode.DEVICE).t() if "a " in layout or "both" in layout else padded(a.to(mode.DEVICE))
-    b = b.t().contiguous().to(mode.DEVICE).t() if "b " in layout or "both" in layout else padded(b.to(mode.DEVICE))
+    a, b = a.to(mode.DEVICE), b.to(mode.DEVICE)
+    if layout == "a row-padded":  # a_big[:, :K]: row stride K + 7
+        return row_padded(a), padded(b)
+    if layout == "b every other row":  # b_big[::2]: row stride 2N
+        return padded(a), sliced_rows(b)
+    a = a.t().contiguous().t() if "a " in layout or "both" in layout else padded(a)
+    b = b.t().contiguous().t() if "b " in layout or "both" in layout else padded(b)
     return a, b
 
 
@@ -49,9 +65,15 @@ def _diagnose(a, b, layout):
             if K > bk and K % bk and torch.allclose(o, ad[:, : K - K % bk] @ bd[: K - K % bk], atol=1e-2, rtol=1e-2):
                 return (f"the last, partial K block is missing: loop over cdiv(K, BLOCK_K) blocks and mask the loads "
                         f"with k < K (other=0.0), so the {K % bk} leftover columns count")
+        if K > 16:  # the K loop stops early: a hard-coded trip count, or a bound computed from something else
+            for k0 in range(16, K, 16):
+                if torch.allclose(o, ad[:, :k0] @ bd[:k0], atol=1e-2, rtol=1e-2):
+                    return (f"only the first {k0} of K={K} columns count: the K loop stops early (a hard-coded "
+                            "trip count?). Loop over tl.cdiv(K, BLOCK_K) blocks and mask the last one")
         if layout:
-            return ("a transposed input is wrong while contiguous ones pass: index with both strides, "
-                    "a_ptr + rows * stride_am + ks * stride_ak (a transposed tensor has stride_am == 1)")
+            return ("a strided input (transposed, or a slice of a wider tensor) is wrong while contiguous ones pass: "
+                    "index with both strides, a_ptr + rows * stride_am + ks * stride_ak, passing a.stride(0) and "
+                    "a.stride(1) (a transposed tensor has stride_am == 1; a slice has stride_am > K)")
         for bk in (16, 32, 64, 128):
             last = (K - 1) // bk * bk
             if K > bk and torch.allclose(o, ad[:, last:] @ bd[last:], atol=1e-2, rtol=1e-2):
@@ -62,16 +84,66 @@ def _diagnose(a, b, layout):
     return hint
 
 
+def _oob_hint(bad, hint):
+    first = next((o for o in bad if o.kind == "store"), bad[0])
+    if first.kind == "store" and first.derived:
+        return (f"your kernel stores past the end of {first.tensor} on an edge tile: mask the store with both "
+                "edges, (offs_m[:, None] < M) & (offs_n[None, :] < N)")
+    if first.kind == "load" and first.derived and first.tensor in ("a", "b"):
+        return (f"your kernel loads past the end of {first.tensor}: mask every load on both of its edges, "
+                "rows past M (or columns past N) and the ragged last K block (k < K), with other=0.0 "
+                "so the masked lanes add nothing to the dot product")
+    return ""
+
+
+def _acc_case(mod, gen):
+    """fp16 inputs, positive values, K=2048: each result is a sum of thousands of terms near 512, where
+    fp16 steps by 0.5; an fp32 accumulator is off by at most one rounding of the output."""
+    M, N, K = ACC_SHAPE
+    a = padded(torch.rand(M, K, generator=gen, dtype=torch.float64).to(torch.float16).to(mode.DEVICE))
+    b = padded(torch.rand(K, N, generator=gen, dtype=torch.float64).to(torch.float16).to(mode.DEVICE))
+
+    def hint(o, e, wrong):
+        return ("digits lost in a long sum: accumulate in fp32 (acc = tl.zeros((BLOCK_M, BLOCK_N), "
+                "dtype=tl.float32); acc += tl.dot(a, b), whose default out_dtype is fp32) and convert to fp16 "
+                "only at the store; an fp16 accumulator (or out_dtype=tl.float16) rounds every partial sum")
+    return attempt(f"M={M} N={N} K={K} float16 (positive values: fp16 accumulation loses digits)", mod.matmul,
+                   (a, b), a.double() @ b.double(), dtype=torch.float16, atol=0.0, rtol=1.2e-3, diagnose=hint,
+                   oob_hint=_oob_hint)
+
+
+def _fixed(mod, dtype, gen, shapes):
+    for M, N, K, layout in shapes:
+        label = f"M={M} N={N} K={K} {str(dtype)[6:]}" + (f" ({layout})" if layout else "")
+        a, b = _inputs(M, N, K, layout, dtype, gen)
+        atol, rtol = _tolerance(dtype)
+        yield attempt(label, mod.matmul, (a, b), a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
+                      diagnose=_diagnose(a, b, layout), oob_hint=_oob_hint)
+
+
+def _random(mod, dtype, gen):
+    seed, ks = random_sizes(*N_RANDOM_K)
+    _, ms = random_sizes(*N_RANDOM_MN, seed=seed + 1)
+    _, ns = random_sizes(*N_RANDOM_MN, seed=seed + 2)
+    atol, rtol = _tolerance(dtype)
+    for M, N, K in zip(ms, ns, ks):
+        a, b = _inputs(M, N, K, "", dtype, gen)
+        yield attempt(seeded(f"M={M} N={N} K={K} {str(dtype)[6:]}", seed), mod.matmul, (a, b),
+                      a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
+                      diagnose=_diagnose(a, b, ""), oob_hint=_oob_hint)
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
-    for dtype in mode.float_dtypes():
-        for M, N, K, layout in SHAPES:
-            label = f"M={M} N={N} K={K} {str(dtype)[6:]}" + (f" ({layout})" if layout else "")
-            a, b = _inputs(M, N, K, layout, dtype, gen)
-            expected = a.double() @ b.double()
-            atol, rtol = _tolerance(dtype)
-            yield attempt(label, mod.matmul, (a, b), expected, dtype=dtype, atol=atol, rtol=rtol,
-                          diagnose=_diagnose(a, b, layout))
+    first, *others = mode.float_dtypes()
+    # one plain shape, then the random ones (a hard-coded bound fails early), then the awkward ones
+    yield from _fixed(mod, first, gen, SHAPES[:1])
+    yield from _random(mod, first, gen)
+    yield from _fixed(mod, first, gen, SHAPES[1:])
+    for dtype in others:
+        if dtype == torch.float16:
+            yield _acc_case(mod, gen)
+        yield from _fixed(mod, dtype, gen, SHAPES)
     d = mode.DEVICE
     hint = "check shapes and dtypes before launching, and raise ValueError saying what to fix"
     yield refuses("mismatched inner dimensions raise ValueError", mod.matmul, torch.ones(3, 4, device=d),
