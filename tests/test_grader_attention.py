@@ -185,6 +185,37 @@ def test_attention_grader_passes_the_correct_plant():
     assert rep.passed, rep
 
 
+def _forward_module(bug):
+    """attention and attention_forward, correct but for the lse of attention_forward."""
+    mod = _attention_module()
+
+    def attention_forward(q, k, v, causal=False, sm_scale=None):
+        o = mod.attention(q, k, v, causal, sm_scale)
+        s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), -math.inf)
+        lse = torch.logsumexp(s, -1)
+        lse = {"lse in base 2": lse / math.log(2), "lse is m": s.amax(-1), "lse in fp16": lse.half()}.get(bug, lse)
+        return o if bug == "o only" else (o, lse.float() if bug != "lse in fp16" else lse)
+    mod.attention_forward = attention_forward
+    return mod
+
+
+@pytest.mark.parametrize("bug, hint", [
+    ("lse in base 2", "lse is in base 2"),
+    ("lse is m", "only the running max"),
+    ("lse in fp16", "lse is fp32"),
+    ("o only", "returns the pair (o, lse)"),
+])
+def test_attention_forward_lse_graded(bug, hint):
+    assert_grader_catches("flash_attention", _forward_module(bug), bug, hint)
+
+
+def test_attention_forward_lse_passes_when_right():
+    rep = check.run("flash_attention", module=_forward_module(None), quiet=True)
+    assert rep.passed and any("lse" in c.label for c in rep.cases), rep
+
+
 # ----- lesson 07: attention backward -----------------------------------------------------------
 
 

@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from .. import mode
-from .core import attempt, random_sizes, refuses, seeded
+from .. import mode, traffic
+from .core import Case, alias_case, attempt, compare, error_case, oob_case, random_sizes, refuses, seeded, traced_call
 
 # (B, H, N, D, causal): N in {1, 17, 64, 100, 257}, D in {16, 32, 64}; B, H > 1 to catch batch/head offsets
 SHAPES = [(2, 2, 100, 16, False), (2, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 2, 17, 64, True),
@@ -161,6 +161,64 @@ def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
     return case
 
 
+def _lse_diagnose(q, k, v, causal):
+    def hint(o, e, wrong):
+        try:
+            ln2 = math.log(2)
+            if torch.allclose(o, e / ln2, atol=1e-3, rtol=1e-3):
+                return ("lse is in base 2 (log2-sum-exp2): the backward needs the natural log. Store "
+                        "m_i + tl.log(l_i), or with exp2 scores convert back: (m_i + tl.log2(l_i)) * ln(2)")
+            s = (q.double() @ k.double().transpose(-1, -2)).cpu() / math.sqrt(q.shape[-1])
+            if causal:
+                n = q.shape[-2]
+                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            if torch.allclose(o, s.amax(-1), atol=1e-3, rtol=1e-3):
+                return "lse is only the running max m_i: add the log of the sum, lse = m_i + tl.log(l_i)"
+            if torch.allclose(o, e - s.amax(-1), atol=1e-3, rtol=1e-3):
+                return "lse is only log(l_i): add the running max, lse = m_i + tl.log(l_i)"
+            if torch.isnan(o).any():
+                return "parts of lse were never written: store m_i + tl.log(l_i) for every row < N (mask offs_m < N)"
+        except Exception:  # noqa: BLE001  (a diagnosis never crashes the grader)
+            return ""
+        return ("lse is wrong: it is the natural-log log-sum-exp of each row's scaled, masked scores, "
+                "m_i + tl.log(l_i), fp32, one value per query row at LSE + bh * N + row")
+    return hint
+
+
+def _graded_forward(label, mod, q, k, v, causal):
+    """``attention_forward(q, k, v, causal)`` returns ``(o, lse)``; lesson 07's backward needs that lse."""
+    expected_o = reference(q, k, v, causal)
+    s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    expected_lse = torch.logsumexp(s, dim=-1)
+    try:
+        got, allocs, _ = traced_call(mod.attention_forward, q, k, v, causal=causal)
+    except traffic.OutOfBoundsError as exc:
+        return oob_case(label, exc)
+    except Exception as exc:
+        return error_case(label, exc)
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        return Case(label, "fail", f"attention_forward returned a {type(got).__name__}, not (o, lse)",
+                    "attention_forward returns the pair (o, lse): return o, lse")
+    o, lse = got
+    for what in (o, lse):
+        bad = alias_case(label, what, dict(q=q, k=k, v=v), "attention_forward")
+        if bad is not None:
+            return bad
+    tol = 2e-5 if mode.INTERPRET else 1e-2
+    case = compare(label + ": o", o, expected_o, dtype=q.dtype, atol=tol, rtol=tol * 5, allocs=allocs,
+                   diagnose=_diagnose(q, k, v, causal))
+    if case.status != "pass":
+        return case
+    case = compare(label + ": lse", lse, expected_lse, dtype=torch.float32, atol=tol * 10, rtol=tol * 5,
+                   allocs=allocs, diagnose=_lse_diagnose(q, k, v, causal))
+    if case.detail.startswith("output dtype"):
+        case.hint = "lse is fp32 whatever q's dtype: torch.empty((B, H, N), dtype=torch.float32, device=q.device)"
+    return case
+
+
 def _layout(B, H, N, D, layout, gen):
     """q, k, v in one of the layouts of LAYOUTS, on the mode's device."""
     make = lambda *shape: torch.randn(*shape, generator=gen).to(mode.DEVICE)
@@ -182,6 +240,11 @@ def grade(mod):
             q, k, v = (torch.randn(B, H, N, D, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
                        for _ in range(3))
             yield _graded(label, mod, q, k, v, causal, dtype)
+    if hasattr(mod, "attention_forward"):  # the lse that lesson 07 reads
+        for B, H, N, D, causal in ((2, 2, 100, 16, False), (1, 2, 45, 32, True)):
+            q, k, v = (torch.randn(B, H, N, D, generator=gen).to(mode.DEVICE) for _ in range(3))
+            label = f"attention_forward B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32"
+            yield _graded_forward(label, mod, q, k, v, causal)
     for B, H, N, D, causal, layout in LAYOUTS:
         q, k, v = _layout(B, H, N, D, layout, gen)
         label = f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32, {layout}"
