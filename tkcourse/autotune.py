@@ -20,6 +20,7 @@ sweeps the course's matmul (see ``main``).
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import json
 import math
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import mode
+from .errors import UserError
+from .mode import UnsupportedInInterpreter
 
 SCHEMA = "tkcourse.sweep/1"
 SWEEPS = Path(__file__).resolve().parent / "data" / "sweeps"
@@ -44,8 +47,12 @@ _FATAL = ("illegal memory access", "unspecified launch failure", "misaligned add
           "illegal instruction")
 
 
-class SweepFormatError(ValueError):
-    """A sweep file that is not valid JSON, not a sweep, or of another schema version."""
+class SweepFormatError(UserError):
+    """A sweep file that is not valid JSON, not a sweep, or of another schema version; names the file and place."""
+
+
+class SweepNotFound(UserError, FileNotFoundError):
+    """No sweep file (or folder) at the path given (a ``FileNotFoundError`` too, for code that catches that)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -59,12 +66,12 @@ def config_space(**axes: Iterable[Any]) -> list[dict]:
     ``config_space(BLOCK_M=[64, 128], num_warps=[4, 8])`` -> 4 configs. A scalar is one value.
     """
     if not axes:
-        raise ValueError("config_space needs at least one axis, e.g. config_space(BLOCK_M=[64, 128])")
+        raise UserError("config_space needs at least one axis, e.g. config_space(BLOCK_M=[64, 128])")
     values = []
     for name, vals in axes.items():
         vals = [vals] if isinstance(vals, (int, float, str, bool)) else list(vals)
         if not vals:
-            raise ValueError(f"axis {name!r} has no values")
+            raise UserError(f"axis {name!r} has no values")
         values.append(vals)
     return [dict(zip(axes, combo)) for combo in itertools.product(*values)]
 
@@ -301,33 +308,121 @@ class Sweep:
 # the schema
 # ------------------------------------------------------------------------------------------
 
-_REQUIRED = {
-    "kernel": str, "shape": str, "dtype": str, "metric": str, "flops": (int, type(None)),
-    "bytes": (int, type(None)), "timings_meaningful": bool, "gpu": str, "sms": (int, type(None)),
-    "triton": str, "torch": str, "date": str, "command": str, "results": list,
+_POSITIVE = {"type": "number", "exclusiveMinimum": 0}
+_TEXT = {"type": "string"}
+
+#: Schema ``SCHEMA`` of a sweep file, as JSON Schema (draft 2020-12), checked with ``jsonschema``.
+#: What JSON Schema cannot say (the metric that flops and bytes imply, p20 <= ms <= p80, one set of
+#: config keys, no config twice) ``validate_sweep`` checks after it.
+JSON_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": SCHEMA,
+    "type": "object",
+    "required": ["schema", "kernel", "shape", "dtype", "metric", "flops", "bytes", "timings_meaningful", "gpu",
+                 "sms", "triton", "torch", "date", "command", "results"],
+    "properties": {
+        "schema": {"const": SCHEMA},
+        "kernel": _TEXT, "dtype": _TEXT, "gpu": _TEXT, "triton": _TEXT, "torch": _TEXT, "date": _TEXT,
+        "command": _TEXT,
+        "shape": {"type": "string", "pattern": r"^\d+(x\d+)*$"},
+        "metric": {"enum": list(METRICS)},
+        "flops": {"type": ["integer", "null"], "exclusiveMinimum": 0},
+        "bytes": {"type": ["integer", "null"], "exclusiveMinimum": 0},
+        "sms": {"type": ["integer", "null"], "minimum": 0},
+        "timings_meaningful": {"type": "boolean"},
+        "warmup": {"type": ["number", "null"], "minimum": 0},
+        "rep": {"type": ["number", "null"], "minimum": 0},
+        "notes": {"type": "array", "items": _TEXT},
+        "baseline": {"type": ["object", "null"], "required": ["ms", "p20", "p80"],
+                     "properties": {"ms": _POSITIVE, "p20": _POSITIVE, "p80": _POSITIVE}},
+        "results": {"type": "array", "minItems": 1, "items": {
+            "type": "object",
+            "required": ["config", "status"],
+            "properties": {
+                "config": {"type": "object", "minProperties": 1,
+                           "additionalProperties": {"type": ["number", "string", "boolean"]}},
+                "status": {"enum": ["ok", "failed"]},
+                "compile_s": {"type": ["number", "null"], "minimum": 0},
+            },
+            "allOf": [
+                {"if": {"properties": {"status": {"const": "ok"}}},
+                 "then": {"required": ["ms", "p20", "p80"], "properties": {"ms": _POSITIVE, "p20": _POSITIVE,
+                                                                          "p80": _POSITIVE}}},
+                {"if": {"properties": {"status": {"const": "failed"}}},
+                 "then": {"required": ["reason", "error"], "properties": {"reason": {"type": "string", "minLength": 1},
+                                                                          "error": {"type": "string", "minLength": 1}}}},
+            ],
+        }},
+    },
 }
-_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "an object",
-               type(None): "null"}
+
+#: The largest sweep file read: the recorded ones are tens of KiB.
+MAX_SWEEP_BYTES = 16 << 20
+
+_TYPE_WORDS = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
+               "array": "a list", "object": "an object", "null": "null"}
 
 
-def _words(types) -> str:
-    types = types if isinstance(types, tuple) else (types,)
-    return " or ".join(_TYPE_WORDS.get(t, t.__name__) for t in types)
+@functools.lru_cache(maxsize=1)
+def _validator():
+    """The jsonschema validator of ``JSON_SCHEMA``, built once (imported on first use: import stays cheap)."""
+    import jsonschema
+
+    cls = jsonschema.Draft202012Validator
+    cls.check_schema(JSON_SCHEMA)
+    return cls(JSON_SCHEMA)
 
 
-def _is(value, types) -> bool:
-    types = types if isinstance(types, tuple) else (types,)
-    if isinstance(value, bool) and bool not in types:
-        return False  # JSON true is not an integer here
-    return isinstance(value, types)
+def _at(path) -> str:
+    """``results[2].config`` for the path ``["results", 2, "config"]``; "" for the top."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def _schema_message(err) -> str:
+    """One line, in the course's words, for a ``jsonschema.ValidationError``."""
+    path = list(err.absolute_path)
+    v, value, got = err.validator, err.validator_value, json.dumps(err.instance)[:60]
+    if v == "required":
+        key = next((k for k in value if k not in err.instance), value[0])
+        at = _at(path)
+        if not at:
+            return f"missing key {key!r}"
+        if key == "config":
+            return f"{at} has no 'config' object"
+        status = err.instance.get("status") if isinstance(err.instance, dict) else None
+        return f"{at} ({config_label(err.instance.get('config') or {}) or 'no config'}): " + (
+            f"status {status!r} needs {key!r}" if status else f"missing key {key!r}")
+    key = path[-1] if path else None
+    where = _at(path[:-1])
+    name = f"{where}: {key!r}" if where else repr(key) if key is not None else "the top"
+    if isinstance(key, int):
+        name = _at(path)
+    if v == "type":
+        if not path:
+            return f"expected a JSON object at the top, got {_TYPE_WORDS.get(type(err.instance).__name__, got)}"
+        types = value if isinstance(value, list) else [value]
+        return f"{name} must be {' or '.join(_TYPE_WORDS.get(t, t) for t in types)}, got {got}"
+    if v == "enum":
+        return f"{name} must be one of {', '.join(json.dumps(x) for x in value)}, got {got}"
+    if v in ("exclusiveMinimum", "minimum"):
+        return f"{name} must be {'>' if v == 'exclusiveMinimum' else '>='} {value}, got {got}"
+    if v == "minItems" and key == "results":
+        return "'results' is empty: a sweep has at least one config"
+    if v == "minProperties" and key == "config":
+        return f"{where} has no 'config' object (got {{}})"
+    if v == "minLength":
+        return f"{name} must be a non-empty string"
+    if v == "pattern" and key == "shape":
+        return f"'shape' must look like '4096x4096x4096', got {got}"
+    return f"{name}: {err.message}"
 
 
 def validate_sweep(d, where: str = "sweep") -> None:
     """Raise ``SweepFormatError`` saying which key or entry of ``d`` breaks schema ``SCHEMA``."""
+    import jsonschema
 
     def bad(msg):
         raise SweepFormatError(f"{where}: {msg}")
@@ -337,90 +432,77 @@ def validate_sweep(d, where: str = "sweep") -> None:
     if "schema" not in d:
         bad(f"no 'schema' key: not a tkcourse sweep file (expected \"schema\": \"{SCHEMA}\")")
     if d["schema"] != SCHEMA:
-        bad(f"schema is {d['schema']!r}, but this tkcourse reads {SCHEMA!r}; re-run the sweep "
+        bad(f"schema is {json.dumps(d['schema'])[:60]}, but this tkcourse reads {SCHEMA!r}; re-run the sweep "
             "(python -m tkcourse.autotune ...) or update tkcourse")
-    for key, types in _REQUIRED.items():
-        if key not in d:
-            bad(f"missing key {key!r}")
-        if not _is(d[key], types):
-            bad(f"{key!r} must be {_words(types)}, got {json.dumps(d[key])[:60]}")
-    if not re.fullmatch(r"\d+(x\d+)*", d["shape"]):
-        bad(f"'shape' must look like '4096x4096x4096', got {d['shape']!r}")
-    for key in ("flops", "bytes"):
-        if d[key] is not None and d[key] <= 0:
-            bad(f"{key!r} must be positive or null, got {d[key]}")
-    if d["metric"] not in METRICS:
-        bad(f"'metric' must be one of {list(METRICS)}, got {d['metric']!r}")
+    err = jsonschema.exceptions.best_match(_validator().iter_errors(d))
+    if err is not None:
+        bad(_schema_message(err))
     expected = "TFLOP/s" if d["flops"] else "GB/s" if d["bytes"] else "ms"
     if d["metric"] != expected:
         bad(f"'metric' is {d['metric']!r} but flops={d['flops']} and bytes={d['bytes']} make it {expected!r}")
-    for key in ("warmup", "rep"):
-        if d.get(key) is not None and not _number(d[key]):
-            bad(f"{key!r} must be a number or null, got {json.dumps(d[key])[:60]}")
-    if "notes" in d and not (isinstance(d["notes"], list) and all(isinstance(n, str) for n in d["notes"])):
-        bad("'notes' must be a list of strings")
-    if d.get("baseline") is not None:
-        b = d["baseline"]
-        if not isinstance(b, dict) or not all(_number(b.get(k)) and b[k] > 0 for k in ("ms", "p20", "p80")):
-            bad("'baseline' must be an object with positive numbers 'ms', 'p20' and 'p80'")
-    if not d["results"]:
-        bad("'results' is empty: a sweep has at least one config")
-    keys0, seen = None, {}
+    keys0, seen = set(d["results"][0]["config"]), {}
     for i, e in enumerate(d["results"]):
-        at = f"results[{i}]"
-        if not isinstance(e, dict):
-            bad(f"{at} must be an object, got {json.dumps(e)[:60]}")
-        cfg = e.get("config")
-        if not isinstance(cfg, dict) or not cfg:
-            bad(f"{at} has no 'config' object (got {json.dumps(cfg)[:60]})")
-        for k, v in cfg.items():
-            if not isinstance(v, (int, float, str, bool)):
-                bad(f"{at}: config value {k!r} must be a number, string or bool, got {json.dumps(v)[:60]}")
-        if keys0 is None:
-            keys0 = set(cfg)
-        elif set(cfg) != keys0:
+        at, cfg = f"results[{i}]", e["config"]
+        if set(cfg) != keys0:
             bad(f"{at}: config keys {sorted(cfg)} differ from results[0]'s {sorted(keys0)}")
         k = _key(cfg)
         if k in seen:
             bad(f"{at}: config {cfg} appears twice (also results[{seen[k]}])")
         seen[k] = i
-        status = e.get("status")
-        if status == "ok":
-            for key in ("ms", "p20", "p80"):
-                if not _number(e.get(key)) or e[key] <= 0:
-                    bad(f"{at} ({config_label(cfg)}): status 'ok' needs a positive number {key!r}, "
-                        f"got {json.dumps(e.get(key))}")
-            if not e["p20"] <= e["ms"] <= e["p80"]:
-                bad(f"{at} ({config_label(cfg)}): times must satisfy p20 <= ms <= p80, got "
-                    f"{e['p20']} / {e['ms']} / {e['p80']}")
-        elif status == "failed":
-            for key in ("reason", "error"):
-                if not isinstance(e.get(key), str) or not e[key]:
-                    bad(f"{at} ({config_label(cfg)}): status 'failed' needs a non-empty string {key!r}")
-        else:
-            bad(f"{at}: 'status' must be 'ok' or 'failed', got {json.dumps(status)}")
-        if "compile_s" in e and e["compile_s"] is not None and not _number(e["compile_s"]):
-            bad(f"{at}: 'compile_s' must be a number")
+        if e["status"] == "ok" and not e["p20"] <= e["ms"] <= e["p80"]:
+            bad(f"{at} ({config_label(cfg)}): times must satisfy p20 <= ms <= p80, got "
+                f"{e['p20']} / {e['ms']} / {e['p80']}")
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number (write null for a missing value)")
 
 
 def load_sweep(path) -> Sweep:
-    """Read one sweep file; ``SweepFormatError`` says what is wrong with a malformed one."""
+    """Read one sweep file; ``SweepFormatError`` (a UserError) names the file and what is wrong with it."""
     path = Path(path)
+    if not path.exists():
+        raise SweepNotFound(f"no sweep file {path}")
+    if path.is_dir():
+        raise SweepFormatError(f"{path} is a folder, not a sweep file; load_sweeps({str(path)!r}) reads every "
+                               "sweep in a folder")
+    size = path.stat().st_size
+    if size > MAX_SWEEP_BYTES:
+        raise SweepFormatError(f"{path}: {size} bytes, more than a sweep holds (at most {MAX_SWEEP_BYTES})")
+    data = path.read_bytes()
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no sweep file {path}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SweepFormatError(f"{path}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); "
+                               "not a sweep file") from None
     try:
-        d = json.loads(text)
+        d = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as e:
         raise SweepFormatError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise SweepFormatError(f"{path}: JSON nested too deep to be a sweep file") from None
+    except ValueError as e:  # NaN or Infinity
+        raise SweepFormatError(f"{path}: not valid JSON ({e})") from None
     return Sweep.from_dict(d, where=str(path))
 
 
 def load_sweeps(path=None, kernel: str | None = None, dtype: str | None = None) -> list[Sweep]:
-    """Every sweep in a folder (default: the recorded ones in ``tkcourse/data/sweeps``), sorted."""
+    """Every sweep in a folder (default: the recorded ones in ``tkcourse/data/sweeps``), sorted.
+
+    One malformed file stops the load with a ``SweepFormatError`` that names it."""
     folder = Path(path) if path is not None else SWEEPS
-    sweeps = [load_sweep(p) for p in sorted(folder.glob("*.json"))]
+    if not folder.exists():
+        raise SweepNotFound(f"no folder {folder}")
+    if not folder.is_dir():
+        raise SweepFormatError(f"{folder} is a file, not a folder of sweeps; load_sweep({str(folder)!r}) reads one")
+    files = sorted(folder.glob("*.json"))
+    sweeps = []
+    for p in files:
+        try:
+            sweeps.append(load_sweep(p))
+        except SweepFormatError as e:
+            raise SweepFormatError(f"{folder}: {p.name} (one of its {len(files)} sweep files) is not a valid sweep; "
+                                   f"fix it or move it away: {e}") from None
     sweeps = [s for s in sweeps if (kernel is None or s.kernel == kernel) and (dtype is None or s.dtype == dtype)]
     return sorted(sweeps, key=lambda s: (s.kernel, s.dtype, math.prod(s.dims), s.dims))
 
@@ -574,11 +656,11 @@ def sweep(make_fn: Callable[[dict], Callable[[], object]], configs: Iterable[dic
     """
     configs = [dict(c) for c in configs]
     if not configs:
-        raise ValueError("no configs to sweep")
+        raise UserError("no configs to sweep")
     seen: dict[tuple, int] = {}
     for i, c in enumerate(configs):
         if _key(c) in seen:
-            raise ValueError(f"config {c} appears twice (positions {seen[_key(c)]} and {i})")
+            raise UserError(f"config {c} appears twice (positions {seen[_key(c)]} and {i})")
         seen[_key(c)] = i
     shape = shape if isinstance(shape, str) else "x".join(str(int(d)) for d in shape)
     dtype = str(dtype).replace("torch.", "")
@@ -645,7 +727,7 @@ ATTENTION_AXES = {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128], "num_warps": [
 def _parse_shape(text: str, ndim: int, example: str) -> tuple[int, ...]:
     parts = text.strip().lower().split("x")
     if len(parts) != ndim or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise SystemExit(f"shape {text!r}: expected {ndim} positive integers like {example}")
+        raise UserError(f"shape {text!r}: expected {ndim} positive integers like {example}")
     return tuple(int(p) for p in parts)
 
 
@@ -654,10 +736,13 @@ def _parse_axes(text: str | None, base: dict[str, list]) -> dict[str, list]:
     for part in filter(None, (text or "").replace(";", " ").split()):
         name, _, vals = part.partition("=")
         if not vals:
-            raise SystemExit(f"--axes {part!r}: expected NAME=v1,v2 (e.g. GROUP_M=1,8)")
+            raise UserError(f"--axes {part!r}: expected NAME=v1,v2 (e.g. GROUP_M=1,8)")
         if name not in axes:
-            raise SystemExit(f"--axes: unknown axis {name!r}; known: {', '.join(axes)}")
-        axes[name] = [int(v) for v in vals.split(",")]
+            raise UserError(f"--axes: unknown axis {name!r}; known: {', '.join(axes)}")
+        try:
+            axes[name] = [int(v) for v in vals.split(",")]
+        except ValueError:
+            raise UserError(f"--axes {part!r}: the values of {name} must be integers, e.g. {name}=1,8") from None
     return axes
 
 
@@ -737,6 +822,20 @@ _DEFAULT_SHAPES = {"matmul": "512x512x512,1024x1024x1024,2048x2048x2048,4096x409
 
 
 def main(argv=None) -> int:
+    """The command line. A user's mistake (a bad shape or axis, an unreadable --out, bf16 in the
+    interpreter, a config the kernel refuses) prints one line and exits with status 2, as argparse
+    does for a bad option; ``--debug`` shows the traceback instead."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except (UserError, UnsupportedInInterpreter) as e:
+        if "--debug" in argv:
+            raise
+        print(f"python -m tkcourse.autotune: error: {e} (--debug shows the traceback)", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main(argv: list[str]) -> int:
     import argparse
 
     import torch
@@ -758,6 +857,7 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="list the configs and exit")
     p.add_argument("--allow-interpreter", action="store_true",
                    help="run in Triton's interpreter (tiny shapes only; timings are meaningless)")
+    p.add_argument("--debug", action="store_true", help="on an error, show the traceback")
     args = p.parse_args(argv)
     configs_for, job, ndim, example = _KERNELS[args.kernel]
     shapes = [_parse_shape(s, ndim, example) for s in (args.shapes or _DEFAULT_SHAPES[args.kernel]).split(",")]
@@ -767,7 +867,7 @@ def main(argv=None) -> int:
         return 1
     dtype = getattr(torch, args.dtype)
     mode.check_dtype(torch.empty(0, dtype=dtype))
-    command = " ".join(["python -m tkcourse.autotune"] + list(argv if argv is not None else sys.argv[1:]))
+    command = " ".join(["python -m tkcourse.autotune"] + argv)
     rows = []
     for dims in shapes:
         shape = "x".join(map(str, dims))
@@ -784,7 +884,10 @@ def main(argv=None) -> int:
                   flops=spec["flops"], bytes=spec["bytes"], warmup=args.warmup, rep=args.rep,
                   check=None if args.no_check else spec["check"],
                   baseline=None if args.no_baseline else spec["baseline"], command=command)
-        path = s.save(args.out)
+        try:
+            path = s.save(args.out)
+        except OSError as e:
+            raise UserError(f"--out {args.out}: cannot write the sweep there ({e.strerror or e})") from None
         rows.append((s, path, time.perf_counter() - t0))
         for note in s.notes:
             print("note:", note)
