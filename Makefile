@@ -8,10 +8,11 @@ STAMP  := $(VENV)/.tkcourse-installed
 
 setup: $(STAMP)  ## create .venv and install the course with its dev tools
 
-$(STAMP): pyproject.toml
+# constraints.txt is the one tested set of versions (CI tests exactly it): a change to it re-installs.
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $@
 
 lab: setup  ## open JupyterLab on notebooks/
@@ -35,7 +36,7 @@ exercises: setup  ## (re)generate exercises/ from solutions/; never overwrites y
 bench: setup  ## on a GPU: every solution against its peer -> artifacts/bench.csv
 	$(BIN)/tkcourse bench --out artifacts/bench.csv
 
-doctor: setup  ## versions, GPU or interpreter, widget extension
+doctor: setup  ## runs a tiny kernel; GPU or interpreter; versions against the tested set; widget extension
 	$(BIN)/tkcourse doctor
 
 lint: setup

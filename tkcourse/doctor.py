@@ -115,8 +115,12 @@ def widget_extension() -> tuple[bool, str]:
                      + (f" (jupyter says: {line.strip()})" if line else ""))
 
 
-def report(probe=interpreter_probe, widgets=widget_extension) -> list[tuple[str, str, str]]:
-    """(what, value, status) rows; status is ``OK``, ``WARN`` or ``BAD``."""
+def report(probe=None, widgets=None) -> list[tuple[str, str, str]]:
+    """(what, value, status) rows; status is ``OK``, ``WARN`` or ``BAD``.
+
+    ``probe`` and ``widgets`` default to ``interpreter_probe`` and ``widget_extension``.
+    """
+    probe, widgets = probe or interpreter_probe, widgets or widget_extension
     py_ok = sys.version_info >= (3, 11)
     rows = [("python", platform.python_version() + ("" if py_ok else ": the course needs Python 3.11 or newer"),
              OK if py_ok else BAD)]

@@ -1,0 +1,70 @@
+"""`tkcourse doctor` tests behaviour (a kernel in the interpreter, the widget extension), not versions."""
+
+import pytest
+
+from tkcourse import doctor
+
+OK_PROBE = lambda: (doctor.OK, "probe ran")  # noqa: E731
+OK_WIDGETS = lambda: (True, "enabled")  # noqa: E731
+
+
+def test_the_probe_runs_a_kernel_here():
+    status, msg = doctor.interpreter_probe()
+    assert status == doctor.OK, msg
+
+
+@pytest.mark.parametrize("code, expect", [
+    ("raise SystemExit('InterpreterError: boom')", "boom"),
+    ("print('PROBE-WRONG at [3]: got [1.0], want [7.0]')", "wrong numbers"),
+    ("import sys; sys.exit(3)", "exit status 3"),
+])
+def test_a_failing_probe_is_bad_and_says_why(monkeypatch, code, expect):
+    monkeypatch.setattr(doctor, "_PROBE", code)
+    status, msg = doctor.interpreter_probe()
+    assert status == doctor.BAD and expect in msg
+
+
+def test_a_hanging_probe_times_out(monkeypatch):
+    monkeypatch.setattr(doctor, "_PROBE", "import time; time.sleep(30)")
+    status, msg = doctor.interpreter_probe(timeout=1)
+    assert status == doctor.BAD and "did not finish" in msg
+
+
+def test_versions_outside_the_tested_set_warn_but_never_fail(monkeypatch, capsys):
+    """The old rule (triton < 3.9 with numpy >= 2.4 is BAD) cried wolf: a version is never a failure."""
+    fake = {"triton": "3.6.0", "numpy": "2.5.2", "torch": "2.14.1"}
+    real = doctor._version
+    monkeypatch.setattr(doctor, "_version", lambda d: fake.get(d) or real(d))
+    monkeypatch.setattr(doctor, "interpreter_probe", OK_PROBE)
+    monkeypatch.setattr(doctor, "widget_extension", OK_WIDGETS)
+    rows = {what: (value, status) for what, value, status in doctor.report(OK_PROBE, OK_WIDGETS)}
+    pins = doctor.tested_versions()
+    for dist, v in fake.items():
+        if pins.get(dist) and not doctor._same_release(v, pins[dist]):
+            assert rows[dist][1] == doctor.WARN and f"tested: {pins[dist]}" in rows[dist][0]
+    assert all(status != doctor.BAD for _, status in rows.values())
+    assert doctor.main() == 0 and "BAD" not in capsys.readouterr().out
+
+
+def test_the_pinned_versions_are_ok(monkeypatch):
+    pins = doctor.tested_versions()
+    assert {"torch", "triton", "numpy", "jupyterlab_widgets"} <= set(pins)
+    monkeypatch.setattr(doctor, "_version", lambda d: pins.get(d, "1.0") + ("+cpu" if d == "torch" else ""))
+    monkeypatch.setattr(doctor.mode, "INTERPRET", True)
+    rows = doctor.report(OK_PROBE, OK_WIDGETS)
+    assert all(status == doctor.OK for *_, status in rows), rows
+
+
+def test_a_missing_package_or_widget_extension_is_bad():
+    rows = {w: s for w, _, s in doctor.report(OK_PROBE, lambda: (False, "missing"))}
+    assert rows["widgets"] == doctor.BAD
+    rows = {w: s for w, _, s in doctor.report(lambda: (doctor.BAD, "fails"), OK_WIDGETS)}
+    assert rows["interpreter"] == doctor.BAD
+
+
+def test_doctor_reports_nothing_false_here(capsys):
+    """On the installed environment (CI installs the pinned set) every row is ok or a warning."""
+    rc = doctor.main()
+    out = capsys.readouterr().out
+    assert rc == 0 and "BAD" not in out, out
+    assert "a tiny kernel runs in Triton's interpreter" in out
