@@ -116,6 +116,33 @@ def test_online_softmax_grader_passes_the_correct_plant():
     assert rep.passed, rep
 
 
+@pytest.mark.parametrize("broken", [False, True])
+def test_online_softmax_grader_on_a_gpu_grades_the_two_functions(monkeypatch, broken):
+    """On a GPU the grader turns ONE_READ off for the traced cases (the one-read kernel's programs wait
+    for each other, which a replay in the interpreter would turn into minutes of polling), grades the
+    one-read plan untraced after them, and leaves ONE_READ as it found it, even when it stops early."""
+    from tkcourse import mode
+
+    monkeypatch.setattr(mode, "INTERPRET", False)  # the grader's view of a GPU; torch runs on the CPU
+    seen = []
+    mod = _softmax_module("masked lanes as 0" if broken else None)
+    plain = mod.softmax
+
+    def softmax(x):
+        seen.append(mod.ONE_READ)
+        return plain(x)
+    mod.softmax, mod.ONE_READ = softmax, True
+    rep = check.run("online_softmax", module=mod, quiet=True)
+    assert mod.ONE_READ is True
+    if broken:
+        assert rep.status == "fail" and seen == [False], rep
+        return
+    assert rep.passed, rep
+    one_read = [c for c in rep.cases if "one-read" in c.label]
+    assert len(one_read) == 3 and rep.cases[-1] is one_read[-1]
+    assert seen[-3:] == [True] * 3 and not any(seen[:-3])
+
+
 # ----- lesson 06: attention forward ------------------------------------------------------------
 
 
