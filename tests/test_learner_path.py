@@ -45,32 +45,38 @@ ALLOWED = [re.compile(p, re.IGNORECASE) for p in (
     r"\b(?:once|after|when|until|before) you (?:\w+ )?(?:edit|fill in|write|complete|finish)\w* your\b",
     r"\byour turn\b",
     r"\byour (?:device|gpu|machine|laptop)\b",          # the learner's hardware is theirs
+    r"\bTODO: your code here\b",                        # the stub's fixed phrase, shown in place of a solution
 )]
 YOUR = re.compile(r"\byour\b", re.IGNORECASE)
 
 FIGURE_MARK = "[tkcourse figure text]"
-_FIGURE_TEXT_HOOK = f'''
-def _tkcourse_figure_text(result=None):
+_FIGURE_TEXT_HOOK = r"""
+def _tkcourse_figure_lines(fig):  # every word-bearing text of a figure (titles, legends, labels), tick numbers left out
+    import re
+    from matplotlib.text import Text
+    return ["MARK " + line.strip() for t in fig.findobj(Text) for line in t.get_text().splitlines()
+            if re.search(r"[A-Za-z]{2}", line)]
+
+
+def _tkcourse_figure_repr(fig, p, cycle):  # text/plain of a displayed Figure: its repr, then its text
+    p.text("\n".join([repr(fig)] + _tkcourse_figure_lines(fig)))
+
+
+def _tkcourse_open_figures(result=None):  # figures left open in pyplot when a cell ends
     import sys
     if "matplotlib.pyplot" not in sys.modules:
         return
     import matplotlib.pyplot as plt
-    from matplotlib.figure import Figure
-    from matplotlib.text import Text
-    figs = [plt.figure(n) for n in plt.get_fignums()]
-    value = getattr(result, "result", None)
-    if isinstance(value, Figure) and value not in figs:
-        figs.append(value)
-    for fig in figs:
-        for t in fig.findobj(Text):
-            s = t.get_text().strip()
-            if s:
-                for line in s.splitlines():
-                    print({FIGURE_MARK!r}, line)
+    for n in plt.get_fignums():
+        print("\n".join(_tkcourse_figure_lines(plt.figure(n))))
     plt.close("all")
 
-get_ipython().events.register("post_run_cell", _tkcourse_figure_text)
-'''
+
+from matplotlib.figure import Figure as _tkcourse_Figure
+
+get_ipython().display_formatter.formatters["text/plain"].for_type(_tkcourse_Figure, _tkcourse_figure_repr)
+get_ipython().events.register("post_run_cell", _tkcourse_open_figures)
+""".replace("MARK", FIGURE_MARK)
 
 
 def _lessons_used(nb) -> list[str]:
@@ -111,18 +117,15 @@ def _run(path: Path):
     env["MPLBACKEND"] = "Agg"
     client = nbclient.NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT / "notebooks")}})
-    saved = os.environ.copy()
-    os.environ.clear()
-    os.environ.update(env)  # the kernel inherits this process's environment
-    try:
-        with client.setup_kernel(env=env):
-            hook = nbformat.v4.new_code_cell(_FIGURE_TEXT_HOOK)
-            client.execute_cell(hook, -1)
-            for index, cell in enumerate(nb.cells):
-                client.execute_cell(cell, index)  # raises CellExecutionError on the first error
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with client.setup_kernel(env=env):  # the kernel's whole environment: this one, less TKCOURSE_SOLUTIONS
+        hook = nbformat.v4.new_code_cell(_FIGURE_TEXT_HOOK)
+        nb.cells.append(hook)  # executed at an index of its own, then taken out again
+        try:
+            client.execute_cell(hook, len(nb.cells) - 1)
+        finally:
+            nb.cells.pop()
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)  # raises CellExecutionError on the first error
     return nb
 
 
@@ -135,7 +138,13 @@ def test_notebook_as_a_learner(path):
                     + ", ".join(f"exercises/{n}.py" for n in edited))
 
     nb = _run(path)
+    problems = _problems(nb)
+    assert not problems, (f"{path.name}, run with untouched exercises (the reference solution standing in):\n  "
+                          + "\n  ".join(problems))
 
+
+def _problems(nb) -> list[str]:
+    """What is wrong in the outputs of an executed notebook: solution markers, and 'your' claims."""
     problems = []
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
@@ -149,8 +158,34 @@ def test_notebook_as_a_learner(path):
                     where = "figure" if line.startswith(FIGURE_MARK) else "output"
                     text = line.replace(FIGURE_MARK, "").strip()
                     problems.append(f"cell {index}: the reference ran, but its {where} says 'your': {text!r}")
-    assert not problems, (f"{path.name}, run with untouched exercises (the reference solution standing in):\n  "
-                          + "\n  ".join(problems))
+    return problems
+
+
+def test_the_check_catches_false_labels(tmp_path):
+    """A notebook that claims the learner's work in a print, a figure title and a legend, and shows a
+    solution marker, fails with each offending line and cell named; instructions pass."""
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in (
+        'print("fill in your kernel in exercises/vector_add.py")',
+        'print("your kernel, fp32: max error 0")',
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2], label='your prune')\n"
+        "ax.legend()\nax.set_title('bandwidth (your kernel, measured now)')",
+        "from matplotlib.figure import Figure\nf = Figure()\nf.suptitle('your result')\nf",
+        'print("### BEGIN SOLUTION")',
+        'import os, matplotlib\nprint(os.environ.get("TKCOURSE_SOLUTIONS"), matplotlib.get_backend())',
+    )]
+    path = tmp_path / "planted.ipynb"
+    nbformat.write(nb, path)
+    nb_out = _run(path)
+    problems = _problems(nb_out)
+    assert not any(p.startswith("cell 0:") for p in problems)
+    assert "cell 1: the reference ran, but its output says 'your': 'your kernel, fp32: max error 0'" in problems
+    assert "cell 2: the reference ran, but its figure says 'your': 'your prune'" in problems
+    assert "cell 2: the reference ran, but its figure says 'your': 'bandwidth (your kernel, measured now)'" in problems
+    assert "cell 3: the reference ran, but its figure says 'your': 'your result'" in problems
+    assert any(p.startswith("cell 4: a solution marker (### BEGIN SOLUTION)") for p in problems), problems
+    assert nb_out.cells[5].outputs[0].text.lower().split() == ["none", "agg"]  # as a learner: no TKCOURSE_SOLUTIONS
 
 
 @pytest.mark.parametrize("line, false", [
