@@ -1,6 +1,12 @@
 """The device's two ceilings: copy bandwidth and dense fp16 matmul rate.
 
-Measured now on a GPU; read from the recorded H200 table without one.
+Measured now on a GPU; read from the recorded H200 table without one. One definition, used by every
+lesson: the **copy bandwidth** is bytes read plus bytes written per second by one large (1 GiB)
+device-to-device copy; a memory-bound kernel's "% of copy" is its minimum traffic per second over it.
+The **matmul rate** is cuBLAS fp16 at 4096 x 4096 x 4096. Both are practical ceilings, not the hardware's:
+a kernel that reads more than it writes (vector add: two reads a write) can pass a copy by a few percent,
+since DRAM loses time turning the bus around between reads and writes; a larger matmul can pass cuBLAS
+at 4096. Over 100% means "faster than that copy (or that matmul)", never faster than the hardware.
 """
 
 from __future__ import annotations
@@ -55,6 +61,6 @@ def report() -> None:
         print(f"(no ceilings available: {e})")
         return
     mm = p["matmul_TFLOPs"]
-    print(f"copy bandwidth      {p['copy_GBps'] / 1000:6.2f} TB/s\n"
-          f"fp16 matmul (cuBLAS) {mm:6.0f} TFLOP/s\n"
+    print(f"copy bandwidth      {p['copy_GBps'] / 1000:6.2f} TB/s   (one 1 GiB device-to-device copy)\n"
+          f"fp16 matmul (cuBLAS) {mm:6.0f} TFLOP/s (torch.matmul at 4096 x 4096 x 4096)\n"
           f"ridge point          {mm * 1e12 / (p['copy_GBps'] * 1e9):6.0f} FLOP per byte\n({p['source']})")
