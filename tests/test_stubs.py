@@ -5,6 +5,7 @@ import os
 import pytest
 
 from tkcourse import stubs
+from tkcourse.errors import UserError
 
 SOLUTION = '''def f(x):
     y = 1
@@ -93,3 +94,85 @@ def test_untouched_file_from_an_older_solution_is_refreshed(tmp_path, monkeypatc
     (sol / "demo.py").write_text(SOLUTION.replace("y = 1", "y = 2"))  # outside the regions
     assert stubs.status("demo").state == "untouched"  # matches the manifest's older hash
     assert stubs.generate(log=lambda s: None) == {"demo": "written"}
+
+
+# ----- issue 19: regenerating never loses an edit, and a damaged manifest says how to recover -------
+
+
+def _demo(tmp_path, monkeypatch):
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    (sol / "demo.py").write_text(SOLUTION)
+    for attr, val in (("SOLUTIONS", sol), ("EXERCISES", ex), ("MANIFEST", ex / "MANIFEST.json")):
+        monkeypatch.setattr(stubs, attr, val)
+    stubs.generate(log=lambda s: None)
+    return sol, ex
+
+
+def test_two_forced_regenerations_in_one_second_keep_both_edits(tmp_path, monkeypatch):
+    _, ex = _demo(tmp_path, monkeypatch)
+    monkeypatch.setattr(stubs.time, "strftime", lambda fmt: "20260101-120000")  # one second for both runs
+    for edit in ("# first edit", "# second edit"):
+        (ex / "demo.py").write_text((ex / "demo.py").read_text() + edit + "\n")
+        assert stubs.generate(force=True, log=lambda s: None)["demo"].startswith("rewritten")
+    backups = sorted(ex.glob("demo.py.bak-*"))
+    assert [p.name for p in backups] == ["demo.py.bak-20260101-120000", "demo.py.bak-20260101-120000-1"]
+    assert "# first edit" in backups[0].read_text() and "# second edit" in backups[1].read_text()
+
+
+def test_an_edited_init_is_kept_and_backed_up_before_a_rewrite(tmp_path, monkeypatch):
+    _, ex = _demo(tmp_path, monkeypatch)
+    init = ex / "__init__.py"
+    assert init.read_text() == stubs.INIT_TEXT
+    init.write_text(stubs.INIT_TEXT + "MINE = 1\n")
+    log = []
+    stubs.generate(log=log.append)
+    assert "MINE = 1" in init.read_text() and any("__init__.py: kept" in line for line in log)
+    stubs.generate(force=True, log=log.append)
+    assert init.read_text() == stubs.INIT_TEXT
+    (backup,) = ex.glob("__init__.py.bak-*")
+    assert "MINE = 1" in backup.read_text()
+
+
+def test_helpers_are_copied_and_imported_from_the_exercise_package(tmp_path, monkeypatch):
+    sol, ex = _demo(tmp_path, monkeypatch)
+    (sol / "_help.py").write_text("def one():\n    return 1\n")
+    (sol / "demo.py").write_text("from ._help import one\n" + SOLUTION)
+    stubs.generate(log=lambda s: None)
+    assert (ex / "_help.py").read_text().endswith("def one():\n    return 1\n")
+    assert (ex / "demo.py").read_text().count("from exercises._help import one\n") == 1
+    assert stubs.helpers() == ["_help"] and stubs.lessons() == ["demo"]
+    assert stubs.status("_help").state == "untouched"
+
+
+def test_the_real_exercises_never_import_solutions():
+    for path in stubs.EXERCISES.glob("*.py"):
+        assert "solutions" not in "".join(line for line in path.read_text().splitlines(True)
+                                          if line.lstrip().startswith(("import ", "from "))), path
+
+
+@pytest.mark.parametrize("content, words", [
+    ("[]", "holds list"),
+    ("null", "holds null"),
+    ('"demo"', "holds str"),
+    ('{"demo": 3}', "the entry for 'demo' is not a sha256 hash"),
+    ("{ not json", "is not valid JSON"),
+])
+def test_a_damaged_manifest_says_how_to_recover(tmp_path, monkeypatch, content, words):
+    _, ex = _demo(tmp_path, monkeypatch)
+    (ex / "MANIFEST.json").write_text(content)
+    with pytest.raises(UserError) as e:
+        stubs.generate(log=lambda s: None)
+    assert words in str(e.value) and "git checkout" in str(e.value) and "delete it" in str(e.value)
+    (ex / "MANIFEST.json").unlink()  # the way out the message gives: nothing of the learner's is lost
+    (ex / "demo.py").write_text((ex / "demo.py").read_text() + "# mine\n")
+    assert stubs.generate(log=lambda s: None) == {"demo": "kept (you edited it)"}
+
+
+def test_an_unknown_lesson_lists_the_lessons(tmp_path, monkeypatch):
+    _, ex = _demo(tmp_path, monkeypatch)
+    with pytest.raises(UserError, match="no lesson named 'nosuch'; lessons: demo"):
+        stubs.generate(["nosuch"], log=lambda s: None)
+    with pytest.raises(UserError, match="lessons: .*vector_add"):
+        monkeypatch.undo()
+        stubs.generate(["nosuch"], log=lambda s: None)

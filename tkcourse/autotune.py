@@ -392,9 +392,11 @@ def _schema_message(err) -> str:
             return f"missing key {key!r}"
         if key == "config":
             return f"{at} has no 'config' object"
-        status = err.instance.get("status") if isinstance(err.instance, dict) else None
-        return f"{at} ({config_label(err.instance.get('config') or {}) or 'no config'}): " + (
-            f"status {status!r} needs {key!r}" if status else f"missing key {key!r}")
+        if len(path) == 2 and path[0] == "results":  # an entry: say which config, and why the key is needed
+            cfg = err.instance.get("config")
+            label = f" ({config_label(cfg)})" if isinstance(cfg, dict) and cfg else ""
+            return f"{at}{label}: status {err.instance.get('status')!r} needs {key!r}"
+        return f"{at}: missing key {key!r}"
     key = path[-1] if path else None
     where = _at(path[:-1])
     name = f"{where}: {key!r}" if where else repr(key) if key is not None else "the top"
