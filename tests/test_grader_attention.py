@@ -89,6 +89,8 @@ def _softmax_module(bug=None):
             x.sub_(x.amax(1, keepdim=True))  # the row max subtracted in place: the caller's x changes
         if bug == "tuple":
             return out, out.amax(1)
+        if bug == "fp32 output":
+            return out.float()
         if bug in ("store far", "load past"):
             return _copied(out, bug)
         return out
@@ -103,6 +105,7 @@ def _softmax_module(bug=None):
     ("in place", "returned x itself"),
     ("input changed", "changed its input x"),
     ("tuple", "returns the output tensor alone"),
+    ("fp32 output", "in the input's dtype"),
     ("raises", "your code raised"),
     ("store far", "far past the end of dst"),
     ("load past", "loads past the end"),
@@ -113,6 +116,58 @@ def test_online_softmax_grader_catches(bug, hint):
 
 def test_online_softmax_grader_passes_the_correct_plant():
     rep = check.run("online_softmax", module=_softmax_module(), quiet=True)
+    assert rep.passed, rep
+
+
+@triton.jit
+def _online_softmax(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, MASK_STORE: tl.constexpr,
+                    RESCALE: tl.constexpr, BLOCK: tl.constexpr):
+    """The lesson's two passes as a learner writes them, with two switches for the mistakes."""
+    row = tl.program_id(0).to(tl.int64)
+    x_row, out_row = x_ptr + row * x_row_stride, out_ptr + row * out_row_stride
+    m = tl.full((), float("-inf"), tl.float32)
+    l = tl.zeros((), tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        l = (l * tl.exp(m - shift) if RESCALE else l) + tl.sum(tl.exp(x - shift), axis=0)
+        m = m_new
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        y = (tl.exp(x - m) / l).to(out_row.dtype.element_ty)
+        if MASK_STORE:
+            tl.store(out_row + cols, y, mask=cols < n_cols)
+        else:
+            tl.store(out_row + cols, y)  # the last row's last block runs past the end of out
+
+
+def _triton_softmax_module(bug=None):
+    def softmax(x):
+        if x.dim() != 2 or x.numel() == 0:
+            raise ValueError("x must be a non-empty 2-D tensor")
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        out = torch.zeros(x.shape, dtype=x.dtype, device=x.device)  # zero-filled: no canary after it
+        _online_softmax[(x.shape[0],)](x, out, x.stride(0), out.stride(0), x.shape[1], MASK_STORE=bug != "store",
+                                       RESCALE=bug != "rescale", BLOCK=1024)
+        return out
+    return types.SimpleNamespace(softmax=softmax, __name__="planted")
+
+
+@pytest.mark.parametrize("bug, hint", [
+    ("store", "stores past the end of out"),  # once a crash of the whole grader (free(): invalid pointer)
+    ("rescale", "missing rescale"),
+])
+def test_online_softmax_grader_catches_a_triton_kernel(bug, hint):
+    assert_grader_catches("online_softmax", _triton_softmax_module(bug), bug, hint)
+
+
+def test_online_softmax_grader_passes_a_correct_triton_kernel():
+    """Every case, traced: strided layouts, random sizes, a zero-filled output and no false alarm."""
+    rep = check.run("online_softmax", module=_triton_softmax_module(), quiet=True)
     assert rep.passed, rep
 
 
