@@ -461,6 +461,7 @@ def test_cli_tiny_run_with_the_course_matmul(tmp_path, capsys):
 
 # ----- the grader: passes the reference, names each planted mistake ---------------------------
 
+import functools  # noqa: E402
 import types  # noqa: E402
 
 from tkcourse import check  # noqa: E402
@@ -487,7 +488,8 @@ def _planted(prune=None, config_space=None):
                                  __name__="planted")
 
 
-def _best_est():
+@functools.lru_cache(maxsize=1)
+def _best_est():  # loading the sweep files takes a second: once, not once per config
     return _est(grader.recorded_best()[0], 2)
 
 
@@ -514,7 +516,26 @@ PLANTED_PRUNES = [
      _prune_by(lambda c, M, N, K, db, L: _est(c, db) <= L and _fits(c, N, M, K)), "its own dimension"),
     ("order lost",
      lambda configs, *a, **k: sorted(sol.prune(configs, *a, **k), key=lambda c: _est(c, 2)), "original order"),
+    # classes that only a check of the input catches (issue 17)
+    ("pruned in place and returned", lambda configs, *a, **k: _in_place(configs, *a, **k), "returned its input list"),
+    ("removed from the caller's list, a copy returned",
+     lambda configs, *a, **k: list(_in_place(configs, *a, **k)), "changed the list it was given"),
+    ("num_stages clamped in the caller's dicts", lambda configs, *a, **k: _clamping(configs, *a, **k),
+     "changed a config dict"),
 ]
+
+
+def _in_place(configs, M, N, K, dtype_bytes=2, smem_limit=228 * 1024):
+    keep = sol.prune(list(configs), M, N, K, dtype_bytes, smem_limit)
+    configs[:] = keep
+    return configs
+
+
+def _clamping(configs, M, N, K, dtype_bytes=2, smem_limit=228 * 1024):
+    for c in configs:  # "fix" the configs that do not fit by dropping stages: changes the caller's dicts
+        while c["num_stages"] > 1 and _est(c, dtype_bytes) > smem_limit:
+            c["num_stages"] -= 1
+    return sol.prune([dict(c) for c in configs], M, N, K, dtype_bytes, smem_limit)
 
 
 def test_grader_passes_the_solution():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 
 from .. import autotune as at
-from .core import Case, error_case
+from .core import Case, error_case, random_sizes, seeded
 
 KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages")
 MIN_CONFIGS = 60
@@ -144,14 +144,42 @@ def _keeps_everything(prune, space) -> bool:
         return False
 
 
+def _changed_input(given: list, before: list, kept) -> Case | None:
+    """prune must not change the list it is given nor the dicts in it (the caller's space)."""
+    if kept is given:
+        return Case("", "fail", "prune returned the very list it was given",
+                    "prune returned its input list, pruned in place: the caller's list of configs changed "
+                    "under it. Build and return a new list (kept = [c for c in configs if ...])")
+    if len(given) != len(before) or any(a is not b for a, b in zip(given, before)):
+        return Case("", "fail", f"the configs list had {len(before)} entries before the call and {len(given)} after",
+                    "prune changed the list it was given (configs.remove / pop / del / sort): removing from a "
+                    "list while looping over it also skips the entry after each removal. Build a new list "
+                    "instead: kept = [c for c in configs if ...]")
+    return None
+
+
 def _check_prune(prune, label, space, M, N, K, db, limit, must_keep=None, must_keep_why=""):
-    """One case: prune(space, ...) against the rules."""
+    """One case: prune(space, ...) against the rules; it must also leave its input as it was."""
+    given = [dict(c) for c in space]
+    before, snaps = list(given), [dict(c) for c in given]
     try:
-        kept = prune([dict(c) for c in space], M, N, K, dtype_bytes=db, smem_limit=limit)
+        kept = prune(given, M, N, K, dtype_bytes=db, smem_limit=limit)
     except Exception as exc:
         return error_case(label, exc)
     if kept is None:
         return Case(label, "todo", "prune returned None", "return the list of configs you keep")
+    bad = _changed_input(given, before, kept)
+    if bad is None:
+        changed = next(((i, c, s) for i, (c, s) in enumerate(zip(before, snaps)) if c != s), None)
+        if changed is not None:
+            i, c, s = changed
+            keys = sorted(k for k in set(c) | set(s) if c.get(k, "-") != s.get(k, "-"))
+            bad = Case("", "fail", f"config {i} was {_label(s)} before the call; after it, {', '.join(keys)} changed",
+                       "prune changed a config dict it was given (c[key] = ... or c.pop(key)): return the kept "
+                       "dicts unchanged, and copy one (dict(c)) if you need a changed version")
+    if bad is not None:
+        bad.label = label
+        return bad
     try:
         kept = list(kept)
     except TypeError:
@@ -357,3 +385,11 @@ def grade(mod):
     ]
     for label, (M, N, K, db, lim) in cases:
         yield _check_prune(mod.prune, label, SPACE, M, N, K, db, lim)
+    # random problems and limits (seeded, the seed in the label): a rule hard-coded to the cases above fails
+    seed, dims = random_sizes(6, 1, 20_000)
+    _, limits = random_sizes(2, 16 * 1024, H200_SMEM, seed=seed + 1)
+    for i, lim in enumerate(limits):
+        M, N, K = dims[3 * i: 3 * i + 3]
+        db = (2, 4)[i % 2]
+        yield _check_prune(mod.prune, seeded(f"prune for M={M} N={N} K={K}, dtype_bytes={db}, smem_limit={lim}", seed),
+                           SPACE, M, N, K, db, lim)
