@@ -108,7 +108,8 @@ def heatmap(sweep: Sweep, *, metric: str | None = None, x: str = "BLOCK_N", y: s
                         ax.text(xi, yi, _fmt(v), ha="center", va="center", fontsize=7,
                                 color="black" if light else "white")
                     if status[yi, xi] == "ok" and n_failed[yi, xi]:  # some of the cell's configs failed
-                        ax.text(xi - 0.46, yi - 0.44, f"×{n_failed[yi, xi]}", ha="left", va="bottom", fontsize=6,
+                        # top left, inside the cell: the star sits top right, the number in the middle
+                        ax.text(xi - 0.44, yi + 0.42, f"×{n_failed[yi, xi]}", ha="left", va="top", fontsize=6,
                                 color="crimson", gid="partly-failed",
                                 bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none"))
             if best is not None and all(best.config.get(k) == v for k, v in where.items()):
