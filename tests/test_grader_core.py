@@ -1,0 +1,142 @@
+"""The graders' shared machinery (tkcourse.check.core): inputs, aliasing, changed inputs, traced launches,
+seeded sizes and the runner that never dies. The lesson files plant whole mistakes; this checks the parts."""
+
+import types
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from tkcourse import check, traffic
+from tkcourse.check import core
+
+
+def test_strided_makers_keep_values_and_put_the_pad_in_the_gaps():
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    for make, stride in ((core.row_padded, (11, 1)), (core.sliced_rows, (8, 1)), (core.transposed, (1, 3))):
+        v = make(x)
+        assert torch.equal(v, x) and v.stride() == stride, make.__name__
+        if make is not core.transposed:  # the storage between the rows is the loud pad value
+            flat = torch.empty(0).set_(v.untyped_storage())
+            assert (flat == core.INPUT_PAD).sum() >= v.stride(0) - 4
+    s = core.strided(torch.arange(5.0), 3)
+    assert s.stride() == (3,) and torch.equal(s, torch.arange(5.0))
+    assert torch.empty(0).set_(s.untyped_storage())[1] == core.INPUT_PAD  # what a contiguous read sees
+
+
+def test_random_sizes_reproduce_span_the_range_and_put_one_in_the_top_quarter():
+    for seed in range(20):
+        s, sizes = core.random_sizes(3, 2, 400_000, seed=seed)
+        assert s == seed and sizes == core.random_sizes(3, 2, 400_000, seed=seed)[1]
+        assert sizes[0] >= 100_000 and all(2 <= n <= 400_000 for n in sizes)
+        assert not any(n > 2 and n & (n - 1) == 0 for n in sizes)
+    assert len({tuple(core.random_sizes(3, 2, 400_000, seed=k)[1]) for k in range(5)}) == 5
+
+
+def test_the_seed_comes_from_the_environment_and_is_in_the_label(monkeypatch):
+    monkeypatch.setenv("TKCOURSE_CHECK_SEED", "123")
+    assert core.random_sizes(2, 1, 100)[0] == 123
+    assert "TKCOURSE_CHECK_SEED=123" in core.seeded("n=5", 123)
+    monkeypatch.setenv("TKCOURSE_CHECK_SEED", "not a number")
+    assert core.grading_seed() == 17
+
+
+def test_storage_overlap_and_alias_case():
+    big = torch.zeros(100)
+    assert core.storage_overlap(big[:50], big[40:60]) and not core.storage_overlap(big[:50], big[50:])
+    assert not core.storage_overlap(big, torch.zeros(100))
+    x = torch.ones(10)
+    assert "returned x itself" in core.alias_case("c", x, {"x": x}, "add").hint
+    assert "a view of x" in core.alias_case("c", x.view(2, 5), {"x": x}, "add").hint
+    assert core.alias_case("c", x.clone(), {"x": x}) is None
+
+
+def test_snapshot_sees_values_nans_and_shape_changes():
+    x, y = torch.tensor([1.0, float("nan"), 3.0]), torch.ones(2, 3)
+    snap = core.Snapshot({"x": x, "y": y, "n": 3})
+    assert snap.case("c") is None  # NaN == NaN here: an untouched NaN input is no change
+    x[2] = 4.0
+    assert snap.changed() == [("x", 1, 3)] and "changed its input x" in snap.case("c", "f").hint
+    y.t_()  # same values, another shape: still a changed input
+    assert "y" in [c[0] for c in snap.changed()]
+
+
+def test_zero_size_allocations_are_not_poisoned():
+    with core.poisoned_allocations() as allocs:
+        e = torch.empty(0, dtype=torch.uint8)
+        e.set_(torch.zeros(8, dtype=torch.uint8).untyped_storage())  # what the tracer does
+        full = torch.empty(3)
+    assert e.numel() == 8 and len(allocs) == 1 and torch.isnan(full).all()
+
+
+@triton.jit
+def _copy(x_ptr, out_ptr, n, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs + SHIFT, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def _copier(shift, alloc=torch.zeros_like):
+    def copy(x):
+        out = alloc(x)
+        _copy[(1,)](x, out, x.numel(), SHIFT=shift, BLOCK=triton.next_power_of_2(x.numel()))
+        return out
+    return copy
+
+
+@pytest.mark.parametrize("shift, where", [(1, "one element past the end of out"), (-1, "before the start of out"),
+                                          (1 << 20, "far past the end of out")])
+def test_attempt_reports_an_out_of_bounds_store_into_a_zero_filled_output(shift, where):
+    x = torch.randn(37)
+    guard = torch.zeros(4096)  # a neighbour on the heap: the stray store must not reach anything
+    case = core.attempt("c", _copier(shift), (x,), x)
+    assert case.status == "fail" and where in case.hint and "tracer" in case.detail, case
+    assert not guard.any()
+
+
+def test_attempt_passes_a_correct_copy_and_a_full_allocation():
+    x = torch.randn(37)
+    assert core.attempt("c", _copier(0, alloc=lambda t: torch.full_like(t, 7.0)), (x,), x).status == "pass"
+
+
+@pytest.mark.parametrize("fn, status, hint", [
+    (lambda x: (x.clone(), 1), "fail", "returns a tuple"),
+    (lambda x: x, "fail", "returned x itself"),
+    (lambda x: x.mul_(2).clone(), "fail", "changed its input x"),
+    (lambda x: 1 / 0, "error", "your code raised"),
+    (lambda x: None, "todo", "return the output tensor"),
+])
+def test_attempt_classifies_what_a_launcher_returns(fn, status, hint):
+    x = torch.randn(8)
+    case = core.attempt("c", fn, (x,), x.clone())
+    assert case.status == status and hint in case.hint, case
+
+
+def test_guarded_turns_a_grader_crash_into_one_error_case():
+    def grader():
+        yield core.Case("first", "pass")
+        raise AttributeError("'module' object has no attribute 'add'")
+    cases = list(core.guarded(grader()))
+    assert [c.status for c in cases] == ["pass", "error"] and "lacks a name" in cases[1].hint
+    cases = list(core.guarded(iter([core.Case("a", "pass")])))
+    assert len(cases) == 1
+
+    def exits():
+        raise SystemExit(3)
+        yield
+    (case,) = core.guarded(exits())
+    assert "sys.exit" in case.hint
+
+
+def test_run_prints_a_report_for_a_module_that_breaks_the_grader(capsys):
+    rep = check.run("softmax", module=types.SimpleNamespace(softmax=lambda x: "not a tensor"))
+    out = capsys.readouterr().out
+    assert rep.status == "fail" and "softmax" in out and "Traceback" not in out
+
+
+def test_oob_case_for_a_raw_address_says_it_lies_in_no_argument():
+    oob = traffic.OutOfBounds("load", (0, 0, 0), "out", np.array([-10**9]), 16, "k", derived=False)
+    trace = traffic.Trace("k", [], [], [oob], [traffic.Launch("k", (1, 1, 1))])
+    case = core.oob_case("c", traffic.OutOfBoundsError(trace))
+    assert "lies in no tensor argument" in case.hint and "past the end" not in case.hint
