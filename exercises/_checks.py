@@ -11,8 +11,10 @@ Wrong type -> ``TypeError``, right type but out of range -> ``ValueError``. The 
 comparisons (a config that passed once is remembered), because launchers run on every call and
 launch overhead matters on a GPU.
 
-This module imports only the standard library: ``tkcourse stubs`` copies it verbatim into
-``exercises/_checks.py``, so an exercise gets the same checks without importing ``solutions/``.
+This module imports only the standard library: ``make exercises`` (``tkcourse.stubs``) copies it
+verbatim into ``exercises/_checks.py``, so an exercise gets the same checks without importing
+``solutions/``. It lives here rather than in ``tkcourse.mode`` because it is part of the kernel
+library that someone may vendor: the launchers and their checks travel together.
 """
 
 from __future__ import annotations

@@ -236,10 +236,10 @@ def attention_configs(draw, name="config"):
 
 @_settings(40)
 @given(B=st.integers(1, 2), H=st.integers(1, 2), N=st.integers(1, 40), D=arg(valid(16, 32), invalid(24)),
-       dtype=DTYPES, seed=st.integers(0, 9), causal=CAUSAL, sm_scale=SCALES, cfg=attention_configs(),
-       impl=arg(valid("simple", "tuned", "auto"), invalid("fast")))
-def test_attention_forward(B, H, N, D, dtype, seed, causal, sm_scale, cfg, impl):
-    q, k, v = (tensor((B, H, N, D[0]), dtype, seed + i) for i in range(3))
+       dtype=DTYPES, seed=st.integers(0, 9), strided=st.booleans(), causal=CAUSAL, sm_scale=SCALES,
+       cfg=attention_configs(), impl=arg(valid("simple", "tuned", "auto"), invalid("fast")))
+def test_attention_forward(B, H, N, D, dtype, seed, strided, causal, sm_scale, cfg, impl):
+    q, k, v = (tensor((B, H, N, D[0]), dtype, seed + i, strided and i != 1) for i in range(3))
     config, bad = cfg
     args = {"head dimension": D, "causal": causal, "sm_scale": sm_scale, "impl": impl}
     bad = bad + [n for n, (_, ok) in args.items() if not ok]
