@@ -140,3 +140,26 @@ def test_oob_case_for_a_raw_address_says_it_lies_in_no_argument():
     trace = traffic.Trace("k", [], [], [oob], [traffic.Launch("k", (1, 1, 1))])
     case = core.oob_case("c", traffic.OutOfBoundsError(trace))
     assert "lies in no tensor argument" in case.hint and "past the end" not in case.hint
+
+
+def test_isolated_grading_returns_the_childs_report(monkeypatch):
+    monkeypatch.setenv("TKCOURSE_SOLUTIONS", "1")
+    rep = check.run("autotune", quiet=True, isolate=True)
+    assert rep.passed and rep.cases and rep.source.endswith("autotune.py"), rep
+
+
+@pytest.mark.parametrize("code, words", [
+    ("import os; os.abort()", "killed by SIGABRT"),
+    ("raise SystemExit(134)", "exit status 134"),
+])
+def test_a_child_that_dies_is_a_report_with_a_hint(code, words):
+    rep = check._run_in_child("vector_add", code=code)
+    assert rep.status == "error" and words in rep.first_problem().detail
+    assert "TRITON_INTERPRET=1 python -m tkcourse check vector_add" in rep.first_problem().hint
+    assert "Traceback" not in str(rep).split("First problem")[0]
+
+
+def test_a_child_that_hangs_is_stopped(monkeypatch):
+    monkeypatch.setenv("TKCOURSE_CHECK_TIMEOUT", "1")
+    rep = check._run_in_child("vector_add", code="import time; time.sleep(30)")
+    assert rep.status == "error" and "more than 1 s" in rep.first_problem().hint
