@@ -13,9 +13,11 @@ and fails on
   table, a figure's title or legend) is false. Phrases addressed to the learner ("your file
   exercises/x.py", "fill in your ...") are fine: ``ALLOWED`` lists them, and only them.
 
-Figure text is not in a PNG, so a hook run after each cell (``_FIGURE_TEXT_HOOK``) prints the titles,
-legends, labels and texts of the figures the cell made, behind ``FIGURE_MARK``; those lines are
-checked like any other output.
+Figure text is not in a PNG, so the kernel gets a formatter (``_FIGURE_TEXT_HOOK``): a displayed figure
+is rendered to PNG, as the inline backend does (a figure that cannot be drawn fails here), and its
+text/plain carries its titles, legends and labels behind ``FIGURE_MARK``; figures left open in pyplot
+are read the same way when a cell ends. Those lines are checked like any other output. A traceback
+shown without the cell raising (a formatter's error, say) fails as well.
 
 This is what proves every notebook runs (``make test``); ``pytest --durations=0`` shows each one's time.
 """
@@ -62,6 +64,11 @@ def _tkcourse_figure_repr(fig, p, cycle):  # text/plain of a displayed Figure: i
     p.text("\n".join([repr(fig)] + _tkcourse_figure_lines(fig)))
 
 
+def _tkcourse_figure_png(fig):  # image/png, drawn as the inline backend would
+    from IPython.core.pylabtools import print_figure
+    return print_figure(fig, "png")
+
+
 def _tkcourse_open_figures(result=None):  # figures left open in pyplot when a cell ends
     import sys
     if "matplotlib.pyplot" not in sys.modules:
@@ -75,14 +82,16 @@ def _tkcourse_open_figures(result=None):  # figures left open in pyplot when a c
 from matplotlib.figure import Figure as _tkcourse_Figure
 
 get_ipython().display_formatter.formatters["text/plain"].for_type(_tkcourse_Figure, _tkcourse_figure_repr)
+get_ipython().display_formatter.formatters["image/png"].for_type(_tkcourse_Figure, _tkcourse_figure_png)
 get_ipython().events.register("post_run_cell", _tkcourse_open_figures)
 """.replace("MARK", FIGURE_MARK)
 
 
-def _lessons_used(nb) -> list[str]:
+def _lessons_used(nb, path: Path) -> list[str]:
     """The exercises a notebook runs: its own lesson, and any ``tkcourse.exercise("x")`` it calls."""
     text = "\n".join("".join(c.source) for c in nb.cells if c.cell_type == "code")
     used = set(re.findall(r"""(?:exercise|check\.run)\(\s*["'](\w+)["']""", text))
+    used.add(path.stem.partition("_")[2])  # 01_vector_add -> vector_add
     return sorted(used & set(stubs.lessons()))
 
 
@@ -132,7 +141,8 @@ def _run(path: Path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_as_a_learner(path):
     nbformat = pytest.importorskip("nbformat")
-    edited = [n for n in _lessons_used(nbformat.read(path, as_version=4)) if stubs.status(n).state == "edited"]
+    used = _lessons_used(nbformat.read(path, as_version=4), path)
+    edited = [n for n in used if stubs.status(n).state == "edited"]
     if edited:
         pytest.skip(f"{path.name} runs as a learner only with untouched exercises; edited here: "
                     + ", ".join(f"exercises/{n}.py" for n in edited))
@@ -150,6 +160,9 @@ def _problems(nb) -> list[str]:
         if cell.cell_type != "code":
             continue
         for output in cell.get("outputs", []):
+            if output.output_type == "error":  # shown, though the cell itself did not raise
+                problems.append(f"cell {index}: a traceback in an output: {output.ename}: {output.evalue}")
+                continue
             for line in _output_lines(output):
                 marker = next((m for m in MARKERS if m in line), None)
                 if marker:
@@ -201,3 +214,12 @@ def test_the_check_catches_false_labels(tmp_path):
 def test_label_rule(line, false):
     """The allowlist lets instructions through and nothing that credits the learner with a result."""
     assert _false_your(line) is false
+
+
+def test_an_edited_exercise_skips_its_notebook(monkeypatch):
+    """A developer who has edited exercises/vector_add.py gets a skip that names it, not a false failure."""
+    real = stubs.status
+    monkeypatch.setattr(stubs, "status", lambda name: stubs.Status(name, "edited", real(name).path)
+                        if name == "vector_add" else real(name))
+    with pytest.raises(pytest.skip.Exception, match=r"edited here: exercises/vector_add\.py"):
+        test_notebook_as_a_learner(ROOT / "notebooks" / "01_vector_add.ipynb")
