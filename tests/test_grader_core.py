@@ -163,3 +163,12 @@ def test_a_child_that_hangs_is_stopped(monkeypatch):
     monkeypatch.setenv("TKCOURSE_CHECK_TIMEOUT", "1")
     rep = check._run_in_child("vector_add", code="import time; time.sleep(30)")
     assert rep.status == "error" and "more than 1 s" in rep.first_problem().hint
+
+
+def test_on_a_gpu_bf16_and_big_calls_run_untraced(monkeypatch):
+    """The trace re-runs a GPU launch in the interpreter: no bfloat16 there, and big tensors are slow."""
+    from tkcourse import mode
+    monkeypatch.setattr(mode, "INTERPRET", False)
+    assert core.traceable([torch.ones(8), 3])
+    assert not core.traceable([torch.ones(8, dtype=torch.bfloat16)])
+    assert not core.traceable([torch.empty(core.TRACE_MAX_BYTES // 4 + 1)])

@@ -309,6 +309,25 @@ def traced_call(fn, *args, **kwargs):
     return out, allocs, traces
 
 
+TRACE_MAX_BYTES = 64 << 20  # on a GPU, larger graded calls run untraced (the trace re-runs them on the CPU)
+
+
+def traceable(args) -> bool:
+    """Whether a graded call with these arguments can run under the tracer.
+
+    In the interpreter always (the traced run is the launch). On a GPU the tracer re-runs each launch
+    in the interpreter on CPU copies, which has no bfloat16 and is slow on big tensors: such calls run
+    untraced (the poison and canaries still see a stray store into a ``torch.empty`` output, and a
+    child process keeps a dead CUDA context from taking the notebook with it).
+    """
+    if mode.INTERPRET:
+        return True
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if any(t.dtype == torch.bfloat16 for t in tensors):
+        return False
+    return sum(t.untyped_storage().nbytes() for t in tensors) <= TRACE_MAX_BYTES
+
+
 def oob_case(label: str, exc: "traffic.OutOfBoundsError") -> Case:
     """An out-of-bounds access found by the tracer, as a failing case whose hint says what to mask."""
     bad = exc.out_of_bounds
@@ -506,7 +525,7 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     fn_name = getattr(fn, "__name__", "function")
     snap = Snapshot(inputs)
     try:
-        if trace:
+        if trace and traceable(list(args) + list((kwargs or {}).values())):
             out, allocs, _ = traced_call(fn, *args, **(kwargs or {}))
         else:
             out, allocs = call(fn, *args, **(kwargs or {}))
@@ -560,7 +579,7 @@ def refuses(label, fn, *args, hint: str, message_hint: tuple | None = None) -> C
     ``message_hint``: (predicate on the message, hint when it fails), for errors that must say something.
     """
     try:
-        traced_call(fn, *args)  # a launch that should never have happened still runs under the tracer
+        (traced_call if traceable(args) else call)(fn, *args)  # a launch that should not happen: traced too
     except traffic.OutOfBoundsError as exc:
         case = oob_case(label, exc)
         case.hint = f"{hint}; and your kernel went out of bounds on this input: {case.hint}"
