@@ -315,3 +315,15 @@ def test_autotune_main_mistakes_exit_2(capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert err.startswith("python -m tkcourse.autotune: error:") and err.count("\n") == 1
+
+
+def test_oversized_files_are_refused(tmp_path, monkeypatch):
+    path, _ = _table(tmp_path)
+    monkeypatch.setattr(bench.core, "MAX_RECORDS_BYTES", 100)
+    with pytest.raises(bench.RecordsFormatError, match="more than a results table holds"):
+        bench.load_records(path)
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(_sweep_dict()))
+    monkeypatch.setattr(at, "MAX_SWEEP_BYTES", 100)
+    with pytest.raises(at.SweepFormatError, match="more than a sweep holds"):
+        at.load_sweep(p)
