@@ -82,7 +82,8 @@ def boolean(name: str, value) -> bool:
     """``value`` as a bool: True, False, 0 or 1 (a string such as "no" would be truthy: refused)."""
     if value is True or value is False:
         return value
-    if _type_name(value) == "bool_" or (isinstance(value, numbers.Integral) and value in (0, 1)):
+    numpy_bool = type(value).__module__ == "numpy" and _type_name(value) in ("bool", "bool_")
+    if numpy_bool or (isinstance(value, numbers.Integral) and value in (0, 1)):
         return bool(value)
     raise TypeError(f"{name} must be True or False, got {_type_name(value)} {value!r}")
 

@@ -81,6 +81,14 @@ def test_a_checked_config_is_remembered_by_type_too():
         mm.matmul(a, b, config={**GOOD_MATMUL, "BLOCK_M": 16.0})
 
 
+def test_attention_takes_numpy_scalars():
+    import numpy as np
+
+    q, k, v = (randn(1, 1, 20, 16, seed=s) for s in range(3))
+    o = fa.attention(q, k, v, causal=np.True_, sm_scale=np.float32(0.3), config={"BLOCK_M": np.int64(16), "BLOCK_N": 16})
+    torch.testing.assert_close(o, fa.reference(q, k, v, True, 0.3), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("impl", ["simple", "tuned"])
 @pytest.mark.parametrize("config, error, words", [
     ({"BLOCK_M": 24, "BLOCK_N": 16}, ValueError, "config['BLOCK_M'] must be a power of two from 16 to 256, got 24"),
