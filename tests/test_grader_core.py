@@ -172,3 +172,16 @@ def test_on_a_gpu_bf16_and_big_calls_run_untraced(monkeypatch):
     assert core.traceable([torch.ones(8), 3])
     assert not core.traceable([torch.ones(8, dtype=torch.bfloat16)])
     assert not core.traceable([torch.empty(core.TRACE_MAX_BYTES // 4 + 1)])
+
+
+def test_a_zero_filled_output_does_not_hide_elements_never_written():
+    """torch.zeros defeats the NaN poison; the tracer still knows which elements no store reached."""
+    from solutions import vector_add as sol
+
+    def add(x, y, BLOCK=1024):
+        out = torch.zeros_like(x)
+        sol._add_kernel[(x.numel() // BLOCK,)](x, y, out, x.numel(), BLOCK=BLOCK)  # the grid rounds down
+        return out
+    rep = check.run("vector_add", module=types.SimpleNamespace(add=add), quiet=True)
+    bad = rep.first_problem()
+    assert rep.status == "fail" and "never wrote" in bad.detail and "triton.cdiv" in bad.hint, rep

@@ -524,9 +524,10 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     inputs = input_names(fn, args)
     fn_name = getattr(fn, "__name__", "function")
     snap = Snapshot(inputs)
+    traces = []
     try:
         if trace and traceable(list(args) + list((kwargs or {}).values())):
-            out, allocs, _ = traced_call(fn, *args, **(kwargs or {}))
+            out, allocs, traces = traced_call(fn, *args, **(kwargs or {}))
         else:
             out, allocs = call(fn, *args, **(kwargs or {}))
     except traffic.OutOfBoundsError as exc:
@@ -545,7 +546,45 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     case = compare(label, out, expected, allocs=allocs, **compare_kwargs)
     if case.status == "todo":
         return case
-    return snap.case(label, fn_name) or case
+    changed = snap.case(label, fn_name)
+    if changed is not None:
+        return changed
+    if case.status == "fail" and traces:
+        case = _unwritten_case(label, out, expected, traces, allocs, compare_kwargs) or case
+    return case
+
+
+def _never_stored(out: torch.Tensor, traces) -> torch.Tensor | None:
+    """Elements of ``out`` that no traced launch stored to (None when no launch took ``out`` as it is)."""
+    written, found = None, False
+    for tr in traces:
+        for i, t in enumerate(tr.tensors):
+            ptr, shape, stride, _ = t.key
+            if ptr == out.data_ptr() and tuple(shape) == tuple(out.shape) and tuple(stride) == tuple(out.stride()):
+                counts = torch.from_numpy(tr.read_counts(i, kind="store").reshape(tuple(out.shape))) > 0
+                written = counts if written is None else written | counts
+                found = True
+    return None if not found else ~written
+
+
+def _unwritten_case(label, out, expected, traces, allocs, compare_kwargs) -> Case | None:
+    """A filled output (torch.zeros, torch.full, a clone) hides the elements a kernel never wrote from the
+    NaN poison; the tracer knows them: grade again with NaN there, so the hint can name the grid or mask."""
+    if not isinstance(out, torch.Tensor) or any(out.data_ptr() == a.buf.data_ptr() for a in allocs):
+        return None  # a poisoned torch.empty output: NaN already marks what was never written
+    never = _never_stored(out, traces)
+    if never is None or not never.any():
+        return None
+    shown = out.detach().clone()
+    shown[never.to(shown.device)] = float("nan") if shown.dtype.is_floating_point else 0
+    case = compare(label, shown, expected, allocs=allocs, **compare_kwargs)
+    if case.status != "fail":
+        return None
+    n, total = int(never.sum()), never.numel()
+    case.detail = (f"your kernel never wrote {n} of the {total} output elements (the output was filled before the "
+                   "launch, so they kept that value; the tracer saw no store there, and they show as NaN "
+                   "below)\n" + case.detail)
+    return case
 
 
 def guarded(cases, label: str = "grading"):
