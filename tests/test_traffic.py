@@ -276,6 +276,22 @@ def test_raw_address_is_reported_in_no_argument():
             _raw_address_load[(1,)](elsewhere.data_ptr(), out, BLOCK=16)
 
 
+@triton.jit
+def _raw_only(addr, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    raw = addr.to(tl.pointer_type(tl.float32))
+    tl.store(raw + offsets, tl.full((BLOCK,), 1.0, tl.float32))
+
+
+@pytest.mark.skipif(not traffic.mode.INTERPRET, reason="an integer address is a CPU address only in the interpreter")
+def test_raw_store_with_no_tensor_argument_is_reported_and_not_performed():
+    victim = torch.zeros(16)
+    t = traffic.trace(_raw_only, (1,), victim.data_ptr(), BLOCK=16)
+    (o,) = t.out_of_bounds
+    assert o.kind == "store" and not o.derived and "no tensor argument at all" in str(o)
+    assert not victim.any()
+
+
 def test_capture_stop_on_oob_raises_before_the_next_launch():
     n = 100
     x, y, out = torch.randn(n), torch.randn(n), torch.zeros(n)

@@ -236,9 +236,10 @@ class OutOfBounds:
         rng = f"offset {lo}" if n == 1 else f"offsets {lo}..{hi}"
         pid = ", ".join(map(str, self.program))
         if not self.derived:
+            near = (f"the nearest, {self.tensor}, is {rng} away from its first element" if self.tensor
+                    else "the launch has no tensor argument at all")
             return (f"{self.kernel or 'kernel'}: program ({pid}) {self.kind}s {n} element{'s' * (n != 1)} at "
-                    f"addresses that lie in no tensor argument (the nearest, {self.tensor}, is {rng} away from its "
-                    f"first element). That pointer was not computed from a pointer argument: build every "
+                    f"addresses that lie in no tensor argument ({near}). That pointer was not computed from a pointer argument: build every "
                     f"address as a pointer argument plus offsets (x_ptr + offsets), never from an integer.")
         return (f"{self.kernel or 'kernel'}: program ({pid}) {self.kind}s {n} element{'s' * (n != 1)} {where} of "
                 f"{self.tensor} ({rng}; it has {self.numel} elements, valid offsets 0..{self.numel - 1}). "
@@ -559,7 +560,9 @@ class _Recorder:
         return int(np.bincount(owner).argmax()) if owner.size else None
 
     def _report(self, kind, program, addrs, origin=None):
-        if not self.tensors:
+        kind = "load" if kind == "load" else "store" if kind == "store" else "atomic"
+        if not self.tensors:  # a kernel with no tensor argument at all: every address is a raw one
+            self.oob.append(OutOfBounds(kind, program, "", addrs.astype(np.int64), 0, self.kernel, derived=False))
             return
         derived = origin is not None
         if origin is not None:  # the pointer was computed from this tensor's base: report against it
@@ -573,8 +576,7 @@ class _Recorder:
             t = self.tensors[i]
             sel = addrs[nearest == i]
             offs = (sel.astype(np.int64) - np.int64(self.starts[i])) // t.itemsize
-            self.oob.append(OutOfBounds("load" if kind == "load" else "store" if kind == "store" else "atomic",
-                                        program, t.name, offs, t.numel, self.kernel, derived=derived))
+            self.oob.append(OutOfBounds(kind, program, t.name, offs, t.numel, self.kernel, derived=derived))
 
 
 _state = threading.local()
