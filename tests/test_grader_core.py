@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse import check, traffic
+from tkcourse import check, mode, traffic
 from tkcourse.check import core
 
 
@@ -88,15 +88,15 @@ def _copier(shift, alloc=torch.zeros_like):
 @pytest.mark.parametrize("shift, where", [(1, "one element past the end of out"), (-1, "before the start of out"),
                                           (1 << 20, "far past the end of out")])
 def test_attempt_reports_an_out_of_bounds_store_into_a_zero_filled_output(shift, where):
-    x = torch.randn(37)
-    guard = torch.zeros(4096)  # a neighbour on the heap: the stray store must not reach anything
+    x = torch.randn(37, device=mode.DEVICE)
+    guard = torch.zeros(4096, device=mode.DEVICE)  # a neighbour in memory: the stray store must not reach it
     case = core.attempt("c", _copier(shift), (x,), x)
     assert case.status == "fail" and where in case.hint and "tracer" in case.detail, case
     assert not guard.any()
 
 
 def test_attempt_passes_a_correct_copy_and_a_full_allocation():
-    x = torch.randn(37)
+    x = torch.randn(37, device=mode.DEVICE)
     assert core.attempt("c", _copier(0, alloc=lambda t: torch.full_like(t, 7.0)), (x,), x).status == "pass"
 
 
