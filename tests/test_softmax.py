@@ -134,7 +134,7 @@ def _grader_planted(x_ptr, out_ptr, x_stride, out_stride, n_cols, BLOCK: tl.cons
     else:
         x = tl.load(x_ptr + row * stride + cols, mask=mask, other=other).to(tl.float32)
     z = x if BUG == "nomax" else x - tl.max(x, axis=0)
-    num = tl.exp(z)
+    num = tl.exp2(z) if BUG == "exp2" else tl.exp(z)  # exp2 without the log2(e) factor: 2**z
     y = num / tl.sum(num, axis=0)
     store_mask = cols <= n_cols if BUG == "store_le" else mask
     out_row = row * out_stride * 1000 if BUG == "far" else row * out_stride
@@ -172,6 +172,7 @@ def _softmax_module(bug, block=None, rows=None, contiguous=True, alloc=None, int
     ("store one past the end of a zero-filled output", _softmax_module("store_le", alloc=torch.zeros_like),
      "stores one element past the end of out"),
     ("loads past the end under a masked store", _softmax_module("loadnomask"), "loads past the end of x"),
+    ("tl.exp2 without log2(e)", _softmax_module("exp2"), "tl.exp2(x) needs x * log2(e)"),
 ])
 def test_grader_catches_planted_mistake(name, module, hint):
     assert_grader_catches("softmax", module, name, hint)

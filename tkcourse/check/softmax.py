@@ -8,6 +8,8 @@ shapes fails there). Every launch is traced; aliasing and modified inputs fail (
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import mode
@@ -41,8 +43,16 @@ def _input(rows, cols, note, dtype, gen):
     return padded(x)
 
 
-def _diagnose(note, n_cols):
+def _diagnose(note, n_cols, x=None):
     def hint(o, e, wrong):
+        if x is not None and not torch.isnan(o).any():
+            xd = x.detach().double().cpu()
+            for scale, what in ((math.log(2), "2**x, not e**x: tl.exp2(x) needs x * log2(e) (1.4427...) first, "
+                                              "or use tl.exp"),
+                                (1 / math.log(2), "e**(x * log2(e)): multiply by log2(e) only for tl.exp2, "
+                                                  "tl.exp takes x as it is")):
+                if torch.allclose(o, torch.softmax(xd * scale, dim=-1), atol=1e-3, rtol=1e-2):
+                    return f"your kernel computes {what}"
         if note == "large values" and (torch.isnan(o) | torch.isinf(o)).any():
             return ("overflow: exp of a large value is inf, and inf/inf is NaN. Subtract the row max "
                     "before tl.exp: softmax(x) = softmax(x - max(x))")
@@ -80,13 +90,13 @@ def grade(mod):
             expected = torch.softmax(x.double(), dim=-1)
             f16 = dtype == torch.float16
             yield attempt(label, mod.softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-5,
-                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols))
+                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols, x))
     seed, lengths = random_sizes(*N_RANDOM)
     for cols in lengths:
         rows = max(1, min(300, MAX_RANDOM_ELEMENTS // cols))
         x = padded(torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(torch.float32).to(mode.DEVICE))
         yield attempt(seeded(f"{rows}x{cols} float32", seed), mod.softmax, (x,), torch.softmax(x.double(), dim=-1),
-                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols))
+                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x))
     yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
                   torch.zeros(1, 1 << 20, device=mode.DEVICE),
                   hint="a whole row must fit in one block: refuse longer rows with a ValueError that points to lesson 05",
