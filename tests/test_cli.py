@@ -130,3 +130,18 @@ def test_the_cli_knows_every_option_of_lab():
     lab_options = {o for a in captured for o in a.option_strings} - {"-h", "--help"}
     lab_cli = cli.parser()._subparsers._group_actions[0].choices["lab"]
     assert lab_options and lab_options <= {o for a in lab_cli._actions for o in a.option_strings}
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`tkcourse check | head -1`: the pipe closes under the report; the command ends quietly."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TKCOURSE_SOLUTIONS": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "tkcourse", "check", "vector_add", "vector_add"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p.stdout.close()  # the reader leaves before the report is written, as `head` may
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err

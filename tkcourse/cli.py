@@ -149,7 +149,9 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     debug = getattr(args, "debug", False)
     try:
-        return int(args.fn(args) or 0)
+        status = int(args.fn(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
+        return status
     except UserError as e:
         if debug:
             raise
@@ -160,6 +162,11 @@ def main(argv=None) -> int:
             raise
         print(f"tkcourse {args.cmd}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tkcourse check | head`: the reader left; say nothing more
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit flush cannot fail
+        return 141
 
 
 if __name__ == "__main__":
