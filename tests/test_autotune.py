@@ -640,3 +640,23 @@ def test_grader_rules_match_the_brief():
     assert len(fits) <= len(grader.SPACE) // 2
     assert any(grader.smem(c, 2) == grader.TIGHT for c in fits), "a config exactly at the limit must be kept"
     assert all(c["BLOCK_M"] == 16 for c in grader.expected_prune(grader.SPACE, 16, 4096, 4096, 2, grader.H200_SMEM))
+
+
+def test_heatmap_rate_scale_starts_at_zero():
+    s = synthetic()
+    fig = hm.heatmap(s)  # the default metric is a rate: its colours read from zero, not from the worst config
+    norms = [ax.images[0].norm for ax in fig.axes if ax.images]
+    assert norms and all(n.vmin == 0 for n in norms) and all(n.vmax > 0 for n in norms)
+
+
+def test_show_explorer_shows_a_still_picture_beside_the_widget(tmp_path, monkeypatch):
+    pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    synthetic("64x64x64").save(tmp_path)
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **_: shown.extend(objs))
+    box = hm.show_explorer(tmp_path)
+    at = next(i for i, o in enumerate(shown) if o is box)  # the live widget, then a caption and the still figure
+    assert any("still picture" in str(getattr(o, "data", "")) for o in shown[at:])
+    assert shown[-1] is box.figure and at < len(shown) - 1 and "64x64x64" in box.figure._suptitle.get_text()
