@@ -185,3 +185,13 @@ def test_a_zero_filled_output_does_not_hide_elements_never_written():
     rep = check.run("vector_add", module=types.SimpleNamespace(add=add), quiet=True)
     bad = rep.first_problem()
     assert rep.status == "fail" and "never wrote" in bad.detail and "triton.cdiv" in bad.hint, rep
+
+
+def test_a_diagnosis_that_raises_gives_a_plain_failure():
+    """A lesson's hint function meets whatever the learner returned; if it raises, the case still fails cleanly."""
+    def broken(o, e, wrong):
+        raise IndexError("a diagnosis that did not expect this output")
+
+    case = core.compare("case", torch.zeros(4), torch.ones(4, dtype=torch.float64), dtype=torch.float32,
+                        diagnose=broken)
+    assert case.status == "fail" and "4 of 4 values wrong" in case.detail and case.hint

@@ -7,9 +7,9 @@ every plot reads. Recorded H200 results ship in ``tkcourse/data/h200/bench.csv``
 
 from .core import (  # noqa: F401
     COLUMNS,
+    METRICS,
     RECORDED,
     Case,
-    METRICS,
     RecordsFormatError,
     RecordsNotFound,
     attention_flops,

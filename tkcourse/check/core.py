@@ -507,10 +507,21 @@ def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=()
     if n_nan:
         detail += f"; {n_nan} of them NaN, i.e. never written by your kernel"
     detail += "\n" + table(idx, o[wrong], e[wrong])
-    hint = (diagnose(o, e, wrong) if diagnose else "") or (
+    hint = _diagnosis(diagnose, o, e, wrong) or (
         "some positions were never written (NaN is the grader's poison): check the grid and the offsets"
         if n_nan else "compare your formula with the reference, and check offsets and strides")
     return Case(label, "fail", detail, hint)
+
+
+def _diagnosis(diagnose, o, e, wrong) -> str:
+    """A lesson's hint for a wrong output; a diagnosis that raises on a strange output gives no hint,
+    never a crashed grader."""
+    if diagnose is None:
+        return ""
+    try:
+        return diagnose(o, e, wrong) or ""
+    except Exception:  # noqa: BLE001  (whatever the learner's output holds)
+        return ""
 
 
 def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, **compare_kwargs) -> Case:

@@ -103,12 +103,7 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
             return ("a strided input is wrong while contiguous ones pass: the kernels index with q's strides, "
                     "so make do, q, k, v, o contiguous first (t.contiguous()) or pass each tensor's strides")
         return f"{which} is wrong: recompute P = exp(scale·QKᵀ − lse) exactly as the forward, then follow the formulas"
-    def safe(o, e, wrong):  # a diagnosis never crashes the grader, whatever the output holds
-        try:
-            return hint(o, e, wrong)
-        except Exception:  # noqa: BLE001
-            return ""
-    return safe
+    return hint  # core's compare turns a diagnosis that raises into no hint
 
 
 def _graded(label, mod, q, k, v, do, causal, dtype, note=""):

@@ -116,12 +116,7 @@ def _diagnose(note, x):
             return "some blocks were never written: the second pass must loop over the whole row too"
         return ""
 
-    def safe(o, e, wrong):  # a diagnosis never crashes the grader, whatever the output holds
-        try:
-            return hint(o, e, wrong)
-        except Exception:  # noqa: BLE001
-            return ""
-    return safe
+    return hint  # core's compare turns a diagnosis that raises into no hint
 
 
 def _graded(label, mod, x, note, dtype=torch.float32, trace=True):
