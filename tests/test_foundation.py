@@ -140,7 +140,7 @@ def test_launch_timers_refuse_in_interpreter(timer):
 
 def test_softmax_shape_cases_measure_the_given_kernel_and_its_peers():
     from solutions.softmax import softmax
-    from tkcourse.bench.softmax import shape_cases
+    from benchmarks.softmax import shape_cases
 
     x = torch.randn(4, 10, device=mode.DEVICE)
     cases = shape_cases("softmax", softmax, x)
@@ -153,7 +153,7 @@ def test_softmax_shape_cases_measure_the_given_kernel_and_its_peers():
 
 def test_attention_backward_case_runs_the_given_function():
     from solutions.flash_attention_backward import reference
-    from tkcourse.bench.flash_attention import backward_case
+    from benchmarks.flash_attention import backward_case
 
     calls = []
 
@@ -170,7 +170,7 @@ def test_attention_backward_case_runs_the_given_function():
 
 @pytest.mark.skipif(mode.INTERPRET, reason="times kernels on a GPU")
 def test_launch_timers_and_peak_memory_on_a_gpu():
-    from tkcourse.bench.flash_attention import peak_memory_gb, providers
+    from benchmarks.flash_attention import peak_memory_gb, providers
 
     x = torch.randn(1 << 20, device="cuda")
     assert bench.host_us(lambda: x.mul(2)) > 0 and bench.graph_ms(lambda: x.mul(2)) > 0

@@ -28,6 +28,18 @@ LESSONS: tuple[tuple[str, str], ...] = (
     ("07", "flash_attention_backward"),
 )
 
+#: Which module holds each benchmark's cases (``cases()``, optionally ``extra_rows(provenance)``) and,
+#: for the lessons that sweep, its autotune targets. They live in the top-level ``benchmarks`` package,
+#: above both ``solutions`` and ``tkcourse``, so that ``tkcourse`` finds kernels by name here and never
+#: imports ``solutions`` itself (the layers in pyproject.toml's import-linter contracts). One module may
+#: serve two lessons: softmax measures lessons 02 and 05, flash_attention lessons 06 and 07.
+BENCHMARKS: dict[str, str] = {
+    "vector_add": "benchmarks.vector_add",
+    "softmax": "benchmarks.softmax",
+    "matmul": "benchmarks.matmul",
+    "flash_attention": "benchmarks.flash_attention",
+}
+
 _BY_NUMBER = {number: name for number, name in LESSONS}
 _NAMES = [name for _, name in LESSONS]
 

@@ -1,7 +1,7 @@
 """Benchmarks: every solution against its peer, in one run, into one long-format table.
 
-``tkcourse/bench/<lesson>.py`` lists a lesson's cases (``cases() -> list[Case]``); ``core``
-measures them (``triton.testing.do_bench`` medians on a GPU) and writes rows of the table that
+``core`` measures what the top-level ``benchmarks/<lesson>.py`` lists (``cases() -> list[Case]``,
+found by name through ``tkcourse.course.BENCHMARKS``, so that this package never imports ``solutions``) (``triton.testing.do_bench`` medians on a GPU) and writes rows of the table that
 every plot reads. Recorded H200 results ship in ``tkcourse/data/h200/bench.csv``.
 """
 

@@ -14,7 +14,6 @@ import datetime
 import importlib
 import io
 import math
-import pkgutil
 import platform
 import sys
 from dataclasses import dataclass
@@ -314,11 +313,15 @@ def select(rows, **where) -> list[dict]:
 
 
 def lessons() -> list[str]:
-    """Lessons with benchmark cases (modules beside this one)."""
-    here = Path(__file__).parent
-    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if m.name not in ("core", "peaks", "summary"))
+    """Benchmarks with cases, in course order: the names in ``tkcourse.course.BENCHMARKS``."""
+    from ..course import BENCHMARKS, in_order
+
+    return in_order(BENCHMARKS)
 
 
 def module_for(name: str):
-    """A lesson's bench module: ``cases()`` and, optionally, ``extra_rows(provenance) -> rows``."""
-    return importlib.import_module(f"tkcourse.bench.{name}")
+    """A benchmark's module (``benchmarks.<name>``, found by name through ``tkcourse.course.BENCHMARKS``):
+    ``cases()`` and, optionally, ``extra_rows(provenance) -> rows``."""
+    from ..course import BENCHMARKS
+
+    return importlib.import_module(BENCHMARKS[name])

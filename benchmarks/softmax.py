@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Case, bytes_moved
+from tkcourse.bench import Case, bytes_moved
 
 FUSED = [(4096, 1024), (4096, 4096), (4096, 16384)]
 ONLINE = [(4096, 32768), (1024, 131072), (256, 262144)]

@@ -4,8 +4,8 @@ A: fused softmax grid (persistent or a program per row) x num_warps x num_stages
    the same bytes; B: the one-read online softmax's part size x num_warps, against the two-pass plan;
 C: attention forward configs (BLOCK_M, BLOCK_N, warps, stages, warp specialization) against SDPA flash.
 Run on the GPU machine from the repository root:
-    PYTHONPATH=$PWD python3 tools/tuning/sweep_h200.py AB   (or C)
-Outputs of 2026-11-29: tkcourse/data/h200/tuning/sweep_softmax_online.txt (A, B; its C stopped on a
+    PYTHONPATH=$PWD python3 research/tuning/sweep_h200.py AB   (or C)
+Outputs of 2026-11-29: research/tuning/logs/sweep_softmax_online.txt (A, B; its C stopped on a
 do_bench return-type error, since fixed) and sweep_attention.txt (C). The graph timer used then is
 now tkcourse.bench.core.graph_ms, which also replays the graph 10 times before timing.
 """

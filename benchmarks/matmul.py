@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Case, matmul_flops
+from tkcourse.bench import Case, matmul_flops
 
 SHAPES = [1024, 2048, 4096, 8192]
 

@@ -3,8 +3,8 @@
 For each reference kernel and its peer: host microseconds per call, do_bench time, and the time of a
 CUDA-graph replay (GPU work alone, L2 flushed before each replay), plus a cProfile of the softmax and
 matmul launchers. Run on the GPU machine from the repository root:
-    PYTHONPATH=$PWD python3 tools/tuning/launch_probe.py
-Its output of 2026-11-29 is tkcourse/data/h200/tuning/launch_probe.txt (made when the graph and host
+    PYTHONPATH=$PWD python3 research/tuning/launch_probe.py
+Its output of 2026-11-29 is research/tuning/logs/launch_probe.txt (made when the graph and host
 timers lived here; they moved, unchanged, to tkcourse.bench.core).
 """
 import os, sys, time, cProfile, pstats, io

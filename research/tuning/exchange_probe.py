@@ -12,7 +12,7 @@ T: the solution's kernel (parts numbered by program id, a bounded wait with a fa
    part sizes, against "packed-pid". (A variant holding parts of two rows, the second load in flight
    during the first wait, ran on 2026-11-29 and was slower everywhere; see the log. Removed since.)
 U (with T, "TU"): the solution against the same kernel without its fallback, and packed-pid.
-Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/exchange_probe.py SA (or T, TU)
+Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 research/tuning/exchange_probe.py SA (or T, TU)
 """
 import itertools
 import sys

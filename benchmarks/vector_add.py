@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Case, bytes_moved
+from tkcourse.bench import Case, bytes_moved
 
 SIZES = [1 << 20, 1 << 24, 1 << 26, 1 << 28]
 

@@ -28,7 +28,7 @@ W: the solution's kernel with a cheaper uniform wait: each thread spins on its o
    program of a row to read them (a per-row count, acq_rel) puts them back to 0 for the next launch.
 K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads the PARTS words as a tensor
    of PARTS entries, which may be held once per warp: each warp then polls and leaves the loop on its
-   own, with no barrier inside. 'bounded' adds only the bound on the polls; 'safe' (run 5 in tkcourse/data/h200/tuning/pipeline_probe.txt) then
+   own, with no barrier inside. 'bounded' adds only the bound on the polls; 'safe' (run 5 in research/tuning/logs/pipeline_probe.txt) then
    reads the words once more as the solution's SPAN-entry tensor, whose reductions go through shared
    memory, so that the choice to fall back (a branch with barriers in it) is the same for every warp.
    'uniform' makes that choice without the read: each thread puts its warp's count of missing words
@@ -61,7 +61,7 @@ X: the slow bench runs at 256x262144 (1494, 2547 and 2156 GB/s where the runs ar
 Y: or on the host: O.softmax's host time a call (tkcourse.bench.core.host_us) against its GPU time, timed as the
    bench times (measure) and from a CUDA graph, ten times over; a run where the host is slower than the GPU
    would time the host.
-Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 tools/tuning/pipeline_probe.py PEC
+Run on the GPU machine from the repository root: PYTHONPATH=$PWD python3 research/tuning/pipeline_probe.py PEC
 """
 import itertools
 import os

@@ -11,7 +11,7 @@ import gc
 
 import torch
 
-from .core import Case, attention_flops
+from tkcourse.bench import Case, attention_flops
 
 TOKENS, WIDTH = 16384, 2048
 NS = [1024, 4096, 16384]
