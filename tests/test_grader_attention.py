@@ -173,9 +173,10 @@ def test_online_softmax_grader_passes_a_correct_triton_kernel():
 
 @pytest.mark.parametrize("broken", [False, True])
 def test_online_softmax_grader_on_a_gpu_grades_the_two_functions(monkeypatch, broken):
-    """On a GPU the grader turns ONE_READ off for the traced cases (the one-read kernel's programs wait
-    for each other, which a replay in the interpreter would turn into minutes of polling), grades the
-    one-read plan untraced after them, and leaves ONE_READ as it found it, even when it stops early."""
+    """On a GPU, for a module whose softmax takes ``one_read`` (solutions.online_softmax_one_read), the grader
+    grades the two passes traced (one_read=False: the one-read kernel's programs wait for each other, which a
+    replay in the interpreter would turn into minutes of polling), the one-read plan untraced after them, and
+    leaves the module as it found it, even when it stops early."""
     from tkcourse import mode
 
     monkeypatch.setattr(mode, "INTERPRET", False)  # the grader's view of a GPU; torch runs on the CPU
@@ -183,12 +184,12 @@ def test_online_softmax_grader_on_a_gpu_grades_the_two_functions(monkeypatch, br
     mod = _softmax_module("masked lanes as 0" if broken else None)
     plain = mod.softmax
 
-    def softmax(x):
-        seen.append(mod.ONE_READ)
+    def softmax(x, one_read=True):
+        seen.append(one_read)
         return plain(x)
-    mod.softmax, mod.ONE_READ = softmax, True
+    mod.softmax = softmax
     rep = check.run("online_softmax", module=mod, quiet=True)
-    assert mod.ONE_READ is True
+    assert mod.softmax is softmax and not hasattr(mod, "ONE_READ")
     if broken:
         assert rep.status == "fail" and seen == [False], rep
         return
@@ -196,6 +197,16 @@ def test_online_softmax_grader_on_a_gpu_grades_the_two_functions(monkeypatch, br
     one_read = [c for c in rep.cases if "one-read" in c.label]
     assert len(one_read) == 3 and rep.cases[-1] is one_read[-1]
     assert seen[-3:] == [True] * 3 and not any(seen[:-3])
+
+
+def test_online_softmax_grader_on_a_gpu_grades_a_module_without_one_read_as_it_is(monkeypatch):
+    """The exercise's softmax takes no one_read: on a GPU too, every case calls it, traced, and no one-read case."""
+    from tkcourse import mode
+
+    monkeypatch.setattr(mode, "INTERPRET", False)
+    rep = check.run("online_softmax", module=_softmax_module(), quiet=True)
+    assert rep.passed, rep
+    assert not any("one-read" in c.label for c in rep.cases)
 
 
 # ----- lesson 06: attention forward ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Lesson 05: the online softmax matches torch on rows of any length, split or not."""
+"""Lesson 05: the online softmax matches torch on rows of any length, split or not (the lesson and its steps)."""
 
 import math
 
@@ -10,6 +10,8 @@ from helpers import assert_grader_catches, assert_softmax
 from helpers import randn as _randn
 
 from solutions import online_softmax as lesson
+from solutions import online_softmax_one_read as one_read
+from solutions import online_softmax_split as split
 from tkcourse import mode
 
 DEV = mode.DEVICE
@@ -31,9 +33,9 @@ def test_matches_torch(n_cols, dtype):
 def test_rows_split_over_programs(parts):
     # 1000 columns, block 128: parts of 512/256/128 columns; with 8 parts the last one is empty
     x = _randn(3, 1000, scale=4.0, seed=parts)
-    _assert_softmax(lesson.softmax(x, parts=parts, block=128), x)
+    _assert_softmax(split.softmax(x, parts=parts, block=128), x)
     xh = _randn(2, 517, dtype=torch.float16, scale=4.0, seed=parts)
-    _assert_softmax(lesson.softmax(xh, parts=parts, block=64), xh)
+    _assert_softmax(split.softmax(xh, parts=parts, block=64), xh)
 
 
 def test_rows_longer_than_lesson_02_allows():
@@ -45,7 +47,7 @@ def test_max_moves_every_block():
     # an ascending row: every block raises the max, so the running sum is rescaled every step
     x = torch.linspace(-50, 50, 3000, device=DEV).repeat(3, 1)
     _assert_softmax(lesson.softmax(x, block=256), x)
-    _assert_softmax(lesson.softmax(x, parts=4, block=256), x)
+    _assert_softmax(split.softmax(x, parts=4, block=256), x)
 
 
 def test_large_magnitudes_and_leading_minus_inf():
@@ -55,7 +57,7 @@ def test_large_magnitudes_and_leading_minus_inf():
     y = _randn(3, 2000, scale=3.0)
     y[:, :700] = float("-inf")  # whole blocks of -inf before the first finite value
     _assert_softmax(lesson.softmax(y, block=256), y)
-    _assert_softmax(lesson.softmax(y, parts=4, block=256), y)
+    _assert_softmax(split.softmax(y, parts=4, block=256), y)
 
 
 def test_strided_rows():
@@ -63,7 +65,7 @@ def test_strided_rows():
     x = base[::2, 100:1400]
     assert not x.is_contiguous() and x.stride(1) == 1
     _assert_softmax(lesson.softmax(x, block=256), x)
-    _assert_softmax(lesson.softmax(x, parts=2, block=256), x)
+    _assert_softmax(split.softmax(x, parts=2, block=256), x)
     _assert_softmax(lesson.softmax(x.t().contiguous().t()), x)  # columns strided: copied
 
 
@@ -85,7 +87,7 @@ def test_step_states():
 ])
 def test_bad_arguments_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        lesson.softmax(_randn(2, 10), **kwargs)
+        split.softmax(_randn(2, 10), **kwargs)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -186,23 +188,23 @@ def test_one_read_kernel_with_one_part(n_cols):
     """A part per row runs anywhere, the interpreter too: the row is read once, kept, written."""
     x = _randn(5, n_cols, scale=3.0)
     out = torch.empty_like(x)
-    _assert_softmax(lesson._one_read(x, out, 1, triton.next_power_of_2(n_cols), 4), x)
+    _assert_softmax(one_read._one_read(x, out, 1, triton.next_power_of_2(n_cols), 4), x)
 
 
 def test_one_read_plan_only_where_it_is_safe(monkeypatch):
     if mode.INTERPRET:  # one program at a time: a part would wait its whole bound for the next one
-        assert lesson._one_read_plan(262144, torch.device("cpu")) is None
+        assert one_read._one_read_plan(262144, torch.device("cpu")) is None
         return
     dev = torch.device("cuda", torch.cuda.current_device())
     for n_cols in (1, 1000, 32768, 131072, 262144, 1_000_000):
-        parts, part, warps = lesson._one_read_plan(n_cols, dev)
-        assert parts * part >= n_cols and part <= lesson.ONE_READ_MAX_PART, (n_cols, parts, part)
-        most = lesson.LANES_PARTS if n_cols >= lesson.LANES_MIN_COLS else lesson.ONE_READ_MAX_PARTS
+        parts, part, warps = one_read._one_read_plan(n_cols, dev)
+        assert parts * part >= n_cols and part <= one_read.ONE_READ_MAX_PART, (n_cols, parts, part)
+        most = one_read.LANES_PARTS if n_cols >= one_read.LANES_MIN_COLS else one_read.ONE_READ_MAX_PARTS
         assert parts <= min(most, torch.cuda.get_device_properties(dev).multi_processor_count)
-        assert 1 <= warps <= 32 and part <= 32 * warps * lesson.ONE_READ_MAX_VALUES_PER_THREAD
-    assert lesson._one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
+        assert 1 <= warps <= 32 and part <= 32 * warps * one_read.ONE_READ_MAX_VALUES_PER_THREAD
+    assert one_read._one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
     monkeypatch.setattr(lesson, "ONE_READ", False)
-    assert lesson._one_read_plan(262144, dev) is None
+    assert one_read._one_read_plan(262144, dev) is None
 
 
 @pytest.mark.parametrize("n_cols, plan", [(32768, (32, 1024, 1)), (131072, (64, 2048, 1)), (262144, (128, 2048, 1)),
@@ -210,16 +212,16 @@ def test_one_read_plan_only_where_it_is_safe(monkeypatch):
 def test_one_read_split_is_the_measured_plan(n_cols, plan):
     """The plans measured best on the H200 (128 parts at most there), computed anywhere: at most
     64 parts of at least 1024 values below LANES_MIN_COLS; from there 128 parts of 64 values a thread."""
-    assert lesson._one_read_split(n_cols) == plan
-    parts, part, warps = lesson._one_read_split(n_cols, sm_parts=64)  # a GPU with 64 to 127 SMs
-    assert parts <= 64 and parts * part >= n_cols and part <= 32 * warps * lesson.ONE_READ_MAX_VALUES_PER_THREAD
+    assert one_read._one_read_split(n_cols) == plan
+    parts, part, warps = one_read._one_read_split(n_cols, sm_parts=64)  # a GPU with 64 to 127 SMs
+    assert parts <= 64 and parts * part >= n_cols and part <= 32 * warps * one_read.ONE_READ_MAX_VALUES_PER_THREAD
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
 @pytest.mark.parametrize("shape", [(3, 100_000), (64, 32768), (2, 262144), (37, 262144), (5, 600_000), (300, 8193)])
 def test_one_read_plan_matches_torch_on_a_gpu(shape):
     x = _randn(*shape, dtype=torch.float16, scale=4.0)
-    assert lesson._one_read_plan(shape[1], x.device) is not None
+    assert one_read._one_read_plan(shape[1], x.device) is not None
     _assert_softmax(lesson.softmax(x), x)
     _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
 
@@ -236,9 +238,9 @@ def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
     words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
     out = torch.empty_like(x)
-    lesson._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
-                                                  lesson._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
-                                                  SPAN=lesson._span(4), num_warps=4)
+    one_read._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
+                                                  one_read._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
+                                                  SPAN=one_read._span(4), num_warps=4)
     _assert_softmax(out, x)
 
 
@@ -257,9 +259,9 @@ def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_co
     words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
     words[:, 0] = 0
     out = torch.empty_like(x)
-    lesson._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
-                                                   words.contiguous(), 0, lesson._span(4), PARTS=parts, PART=part,
-                                                   FALLBACK_BLOCK=128, SPAN=lesson._span(4), num_warps=4)
+    one_read._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+                                                   words.contiguous(), 0, one_read._span(4), PARTS=parts, PART=part,
+                                                   FALLBACK_BLOCK=128, SPAN=one_read._span(4), num_warps=4)
     _assert_softmax(out, x)
 
 
@@ -271,7 +273,7 @@ def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols, lanes):
     combines: both ways must give the same softmax."""
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
-    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
+    _assert_softmax(one_read._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
@@ -283,7 +285,7 @@ def test_one_read_falls_back_on_a_gpu(parts, part, warps, lanes):
     fallback's shared-memory reductions hang or mix values: a wrong answer or a timeout here."""
     n_cols = parts * part - 5
     x = _randn(512, n_cols, dtype=torch.float16, scale=4.0)
-    _assert_softmax(lesson._one_read(x, torch.empty_like(x), parts, part, warps, max_polls=0, lanes=lanes), x)
+    _assert_softmax(one_read._one_read(x, torch.empty_like(x), parts, part, warps, max_polls=0, lanes=lanes), x)
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="a persistent grid is sized from the GPU")
@@ -292,15 +294,42 @@ def test_lanes_fill_the_gpu_once():
     once and no more (else a lane's parts could wait on a sibling that cannot start); shorter rows
     take a program per part."""
     dev = torch.device("cuda", torch.cuda.current_device())
-    n_cols = lesson.LANES_MIN_COLS
+    n_cols = one_read.LANES_MIN_COLS
     x = _randn(256, n_cols, dtype=torch.float16)
     out = torch.empty_like(x)
-    parts, part, warps = lesson._one_read_plan(n_cols, dev)
-    lanes = lesson._lanes(x, out, parts, part, warps)
-    fit = lesson.programs_per_sm(lesson._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols,
-                                 torch.zeros(1, dtype=torch.int64, device=dev), 1, lesson._span(warps), PARTS=parts,
-                                 PART=part, FALLBACK_BLOCK=32 * warps, SPAN=lesson._span(warps), num_warps=warps,
+    parts, part, warps = one_read._one_read_plan(n_cols, dev)
+    lanes = one_read._lanes(x, out, parts, part, warps)
+    fit = one_read.programs_per_sm(one_read._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols,
+                                 torch.zeros(1, dtype=torch.int64, device=dev), 1, one_read._span(warps), PARTS=parts,
+                                 PART=part, FALLBACK_BLOCK=32 * warps, SPAN=one_read._span(warps), num_warps=warps,
                                  device_index=dev.index)
     assert lanes is not None
-    assert lanes * parts <= lesson.sm_count(dev.index) * fit < (lanes + 1) * parts
-    assert lesson._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
+    assert lanes * parts <= one_read.sm_count(dev.index) * fit < (lanes + 1) * parts
+    assert one_read._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
+
+
+# ----- the ladder: the lesson runs the learner's kernel; the steps share its API ------------------
+
+
+def test_the_lesson_imports_none_of_its_steps():
+    """The exercise is generated from the lesson file, so what a learner completes is what runs, on a
+    GPU too: the lesson must not reach for a step's kernels."""
+    source = open(lesson.__file__).read()
+    assert "online_softmax_" not in "".join(l for l in source.splitlines(True) if l.startswith(("import", "from")))
+    assert not hasattr(lesson, "ONE_READ") and not hasattr(lesson, "_one_read")
+
+
+@pytest.mark.parametrize("step", [lesson, split, one_read], ids=lambda m: m.__name__)
+def test_every_step_has_the_lesson_api(step):
+    x = _randn(3, 3000, scale=3.0)
+    _assert_softmax(step.softmax(x), x)
+    _assert_softmax(step.softmax(x, block=256), x)
+    assert step.reference is lesson.reference and step.step_states is lesson.step_states
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="the one-read plan runs on a GPU only")
+def test_grader_passes_the_one_read_step_on_a_gpu():
+    """The grader grades the step's two passes traced (one_read=False), then its one-read plan untraced."""
+    rep = check.run("online_softmax", module=one_read, quiet=True)
+    assert rep.passed, rep
+    assert sum("one-read" in c.label for c in rep.cases) == 3

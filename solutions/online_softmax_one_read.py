@@ -1,0 +1,273 @@
+"""Lesson 05, step 2 from correct to fast (GPU only): each part of a row read once, from HBM.
+
+The split step (``online_softmax_split``) reads every element twice: pass 2 comes back for it, from
+L2 at best. A part small enough for registers needs one read. Each program of
+``_one_read_softmax_kernel`` loads its part, publishes the part's ``(m, l)`` (the split step's
+exchange words), waits for the row's other parts, and writes its part from registers: the input
+crosses HBM once. For few long rows, ``_lanes_softmax_kernel`` does the same on a persistent grid
+(one wave of programs, Triton tutorial 02), loading its part of the next row while it waits.
+
+The programs of a row wait for each other, which the interpreter (one program at a time) cannot
+run; there, and for parts too long for registers, ``softmax`` takes the split step's two passes.
+This is the reference's fast path on a GPU, the one the course's benchmark measures.
+
+Same API as the lesson: ``softmax(x, parts=None, block=None, one_read=True)``; ``parts`` or
+``block``, or ``one_read=False``, ask for the two passes. ``reference`` and ``step_states`` are the
+lesson's.
+"""
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from tkcourse.mode import INTERPRET, validate
+from tkcourse.occupancy import programs_per_sm, sm_count
+
+from .online_softmax import _online_stats, reference, step_states
+from .online_softmax_split import (
+    _combine_parts,
+    _publish_part,
+    _span,
+    _two_pass,
+    checked_parts_and_block,
+)
+
+__all__ = ["softmax", "reference", "step_states"]
+
+
+@triton.jit
+def _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS: tl.constexpr,
+               SPAN: tl.constexpr, FALLBACK_BLOCK: tl.constexpr):
+    """Row ``row``'s ``(m, l)`` for a program that has published its part: combined from the parts'
+    words (``_combine_parts``) or, when a part of the row has not run within ``max_polls`` polls, read
+    from the whole row by this program itself (pass 1 of the lesson)."""
+    m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+    if not complete:  # row: a Python int in the interpreter's lanes loop, hence tl.cast
+        m, l = _online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
+    return m, l
+
+
+@triton.jit
+def _part_stats(x):
+    """A part held in registers (fp32): ``e = exp(x - shift)`` and the part's ``(m_p, l_p)``; ``shift``
+    is m_p, or 0 for a part with no column in the row (then e = 0 and l_p = 0)."""
+    m_p = tl.max(x, axis=0)
+    shift = tl.where(m_p == float("-inf"), 0.0, m_p)
+    e = tl.exp(x - shift)
+    return e, shift, m_p, tl.sum(e, axis=0)
+
+
+@triton.jit
+def _load_part(x_row, cols, mask):
+    """One read of a part into registers, and its ``_part_stats``."""
+    x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+    return _part_stats(x)
+
+
+@triton.jit
+def _one_read_softmax_kernel(
+    x_ptr,  # pointer to x[0, 0]
+    out_ptr,  # pointer to out[0, 0]
+    x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
+    out_row_stride,  # elements between the starts of two rows of out
+    n_cols,  # columns: the softmax length
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
+    max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
+    span,  # SPAN, passed at run time (see _combine_parts)
+    PARTS: tl.constexpr,  # programs a row is split over; a power of two
+    PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
+    FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
+    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
+):
+    """The GPU plan: each program reads its part of a row once and keeps it in registers.
+
+    A row too long for one program is held by PARTS programs together, numbered by program id.
+    Each computes its part's (m, l), publishes it, waits for the row's other parts, combines the
+    pairs, and writes its part from registers: the input is read from HBM once, never twice.
+    Every program of a row waits for every other, and the GPU promises no order: a part might not
+    have started while its siblings fill the GPU. So the wait is bounded: after ``max_polls`` polls
+    a program computes the row's (m, l) itself, reading the whole row (pass 1 of the lesson). Always
+    correct, never a deadlock; on an idle GPU the parts of a row run together and nobody falls back.
+    (The split kernel's ticket gives the same safety, but one counter that every program hits is a
+    point of contention that cost more than the wait saves: see ``research/``, exchange_probe.)
+    """
+    pid = tl.program_id(0)
+    row = pid // PARTS
+    part = pid % PARTS
+    x_row = x_ptr + row.to(tl.int64) * x_row_stride
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    e, shift, m_p, l_p = _load_part(x_row, cols, mask)  # e stays in registers until the row's max is known
+    scale = 1.0 / l_p
+    if PARTS > 1:
+        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
+        scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
+    y = e * scale
+    tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+             eviction_policy="evict_first")
+
+
+@triton.jit
+def _lanes_softmax_kernel(
+    x_ptr,  # pointer to x[0, 0]
+    out_ptr,  # pointer to out[0, 0]
+    x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
+    out_row_stride,  # elements between the starts of two rows of out
+    n_rows,  # rows of x
+    n_cols,  # columns: the softmax length
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
+    max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
+    span,  # SPAN, passed at run time (see _combine_parts)
+    PARTS: tl.constexpr,  # programs a row is split over; a power of two
+    PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
+    FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
+    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
+):
+    """Few long rows: the one-read kernel on a persistent grid of ``lanes * PARTS`` programs.
+
+    The PARTS programs of lane k hold the parts of rows k, k + lanes, k + 2 * lanes, ... one row at a
+    time, and the grid is one wave (as many programs as fit at once). Each program loads its part of
+    the lane's NEXT row before it waits for this row's other parts, so a load is in flight through the
+    wait, where the one-read kernel had none. Same word exchange, wait and fallback.
+    """
+    lanes = tl.num_programs(0) // PARTS
+    lane = tl.program_id(0) // PARTS
+    part = tl.program_id(0) % PARTS
+    cols = part * PART + tl.arange(0, PART)
+    mask = cols < n_cols
+    x_next = tl.load(x_ptr + lane.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(lane < n_rows, n_cols, 0),
+                     other=float("-inf"), eviction_policy="evict_first")  # no row for this lane: nothing read
+    for row in tl.range(lane, n_rows, lanes, num_stages=1):  # row: a Python int in the interpreter, hence tl.cast
+        e, shift, m_p, l_p = _part_stats(x_next.to(tl.float32))
+        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        nxt = row + lanes  # its load is in flight while this row's other parts are awaited
+        x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
+                         mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
+                         eviction_policy="evict_first")
+        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
+        y = e * (tl.exp(shift - m) / l)
+        tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
+                 eviction_policy="evict_first")
+
+
+#: GPU plan, one read (``_one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
+#: parts (fewer on a GPU with fewer SMs) of at least ONE_READ_MIN_PART values (powers of two). Parts
+#: of up to ONE_READ_SMALL_PART values get one warp; longer ones ONE_READ_WARPS warps, or more for
+#: parts of over ONE_READ_MAX_VALUES_PER_THREAD values a thread. Why: a small part on one warp lets
+#: many programs share an SM, so more loads are in flight; more parts than SMs would leave some
+#: parts of a row waiting to start while their siblings poll. The sweep behind these values (best
+#: plan per shape on an H200) is under "Constants of solutions/online_softmax_*.py" in PROVENANCE.md.
+ONE_READ_MIN_PART = 1024
+ONE_READ_MAX_PARTS = 64
+ONE_READ_SMALL_PART = 2048
+ONE_READ_WARPS = 4
+ONE_READ_MAX_VALUES_PER_THREAD = 64
+#: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead: past it a
+#: part no longer fits in one program's registers without spilling to local memory.
+ONE_READ_MAX_PART = 32768
+#: GPU plan, few long rows (``_lanes_softmax_kernel``): rows of at least LANES_MIN_COLS columns are
+#: split into LANES_PARTS parts (fewer on a GPU with fewer SMs) of ONE_READ_MAX_VALUES_PER_THREAD values
+#: a thread, on a persistent grid of as many lanes as fit at once. Why: with few rows, a program per
+#: part leaves the GPU idle while parts wait; a lane loads its next row during the wait, and a grid
+#: that just fills the GPU never has a part waiting on a sibling that cannot start. Below
+#: LANES_MIN_COLS there are rows enough to hide the wait, and the plain one-read kernel is as fast.
+#: Loading two rows ahead costs the registers that the parts need. Measurements: PROVENANCE.md.
+LANES_MIN_COLS = 262144
+LANES_PARTS = 128
+#: One read: reads of the row's words (about a microsecond each) before a program stops waiting
+#: for its row's other parts and reads the whole row itself. A few polls are the norm; the bound
+#: only matters when a part cannot start, and then correctness, not speed, is what it buys.
+MAX_POLLS = 1 << 16
+
+
+@functools.lru_cache(maxsize=None)  # once per row length: triton.cdiv and next_power_of_2 cost microseconds a call
+def _one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
+    """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values on a GPU whose
+    rows may have ``sm_parts`` parts (a power of two; 128 on an H200's 132 SMs): ONE_READ_MAX_PARTS at
+    most, LANES_PARTS for rows of the persistent grid, whose parts get ONE_READ_MAX_VALUES_PER_THREAD
+    values a thread."""
+    lanes = n_cols >= LANES_MIN_COLS
+    max_parts = min(LANES_PARTS if lanes else ONE_READ_MAX_PARTS, sm_parts)
+    part = max(ONE_READ_MIN_PART, triton.next_power_of_2(triton.cdiv(n_cols, max_parts)))
+    part = min(part, triton.next_power_of_2(n_cols))
+    parts = triton.next_power_of_2(triton.cdiv(n_cols, part))
+    part = triton.next_power_of_2(triton.cdiv(n_cols, parts))  # spread the row evenly over the parts
+    warps = max(1, part // (32 * ONE_READ_MAX_VALUES_PER_THREAD))
+    if lanes or part <= ONE_READ_SMALL_PART:
+        return parts, part, warps
+    return parts, part, max(ONE_READ_WARPS, warps)
+
+
+def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
+    """``_one_read_split``, or None where the one-read kernel does not apply: the interpreter, or a
+    part longer than ONE_READ_MAX_PART. All the parts of a row should run at once (or the waiting
+    parts end up reading the row themselves), so a row gets no more parts than the GPU has SMs."""
+    if INTERPRET:
+        return None
+    sms = sm_count(device.index)
+    parts, part, warps = _one_read_split(n_cols, 1 << (sms.bit_length() - 1))
+    if part > ONE_READ_MAX_PART:
+        return None
+    return parts, part, warps
+
+
+_LANES_FIT: dict = {}  # programs of _lanes_softmax_kernel an SM holds, per (device, dtype, PARTS, PART, warps)
+
+
+def _lanes(x, out, parts, part, num_warps) -> int | None:
+    """Lanes of the persistent grid for rows of at least LANES_MIN_COLS columns (None: shorter rows,
+    one program per part): as many as fit at once, ``lanes * parts`` programs."""
+    n_rows, n_cols = x.shape
+    if n_cols < LANES_MIN_COLS:
+        return None
+    key = (x.device.index, x.dtype, parts, part, num_warps)
+    if key not in _LANES_FIT:
+        slots = torch.zeros(1, dtype=torch.int64, device=x.device)
+        _LANES_FIT[key] = programs_per_sm(_lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+                                          slots, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
+                                          FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps,
+                                          device_index=x.device.index)
+    fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
+    return min(fit, n_rows) if fit >= 1 else None
+
+
+def _one_read(x, out, parts, part, num_warps, max_polls=None, lanes=None):
+    """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one."""
+    n_rows, n_cols = x.shape
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
+    polls = MAX_POLLS if max_polls is None else max_polls
+    common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps)
+    if lanes is None:
+        _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, polls,
+                                                    _span(num_warps), **common)
+    else:
+        _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, polls,
+                                                _span(num_warps), **common)
+    return out
+
+
+def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None,
+            one_read: bool = True) -> torch.Tensor:
+    """Softmax over the last dim of a 2-D ``x``, rows of any length; a new tensor in x's dtype.
+
+    Rows may be strided (read in place); columns must be contiguous, else x is copied first.
+    ``parts`` (a power of two) splits each row over that many programs; ``block`` (a power of two)
+    is the columns read per step; either one, or ``one_read=False``, asks for the split step's two
+    passes. Otherwise a GPU runs the one-read kernel where it applies (``_one_read_plan``; on a
+    persistent grid for rows of at least LANES_MIN_COLS, ``_lanes``), and the two-pass plan for the
+    mode where it does not.
+    """
+    validate(x, names=["x"], ndim=2)
+    n_rows, n_cols = x.shape
+    parts, block = checked_parts_and_block(parts, block)
+    if parts is None and block is None and one_read:
+        plan = _one_read_plan(n_cols, x.device)
+        if plan is not None:  # on a GPU: every element read once, held in registers across the wait
+            if x.stride(1) != 1:
+                x = x.contiguous()
+            out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+            return _one_read(x, out, *plan, lanes=_lanes(x, out, *plan))
+    return _two_pass(x, parts, block)
