@@ -25,11 +25,14 @@ def shape_cases(kernel: str, softmax, x: torch.Tensor):
 
 
 def cases(fused=None, online=None):
-    """Both kernels at their shapes, fp16; ``fused``/``online`` default to the solutions' ``softmax``."""
+    """Both kernels at their shapes, fp16; ``fused``/``online`` default to the references' fast paths:
+    lesson 02's ``softmax``, and for lesson 05 its last step, ``solutions.online_softmax_one_read``
+    (the one-read and lanes kernels that the recorded ``online_softmax`` rows measured), not the
+    lesson's one program per row."""
     if fused is None:
         from solutions.softmax import softmax as fused
     if online is None:
-        from solutions.online_softmax import softmax as online
+        from solutions.online_softmax_one_read import softmax as online
 
     for kernel, shapes, fn in (("softmax", FUSED, fused), ("online_softmax", ONLINE, online)):
         for M, N in shapes:
