@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from tkcourse.bench.core import graph_ms, measure
-import solutions.online_softmax as O
+import solutions.online_softmax_one_read as O  # the lesson's last step: the one-read and lanes kernels
+import solutions.online_softmax_split as OS  # the split step: the (m, l) exchange words, the two-pass plan
 import solutions.flash_attention as F
 
 # imported (pipeline_probe.py uses its kernels): no part runs
@@ -45,7 +46,7 @@ def _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS: tl.constexp
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
     e, shift, m_p, l_p = O._load_part(x_row, cols, mask)
-    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    OS._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
     return row, x_row, cols, mask, e, shift
 
 
@@ -61,12 +62,12 @@ def _packed_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, ticket_
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
     e, shift, m_p, l_p = O._load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
-    O._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)  # one word, its own flag
+    OS._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)  # one word, its own flag
     slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
     w = tl.load(slots, volatile=True)
     while tl.sum((w == 0).to(tl.int32), axis=0) > 0:  # unbounded: no fallback
         w = tl.load(slots, volatile=True)
-    m, l = O._combine_words(w)
+    m, l = OS._combine_words(w)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -78,7 +79,7 @@ def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_
     """The solution's kernel without its fallback: an unbounded wait, the solution's _combine_parts (uniform over
     all threads until commit a044a81, per warp since), to measure what the fallback costs."""
     row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
-    m, l, complete = O._combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
+    m, l, complete = OS._combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")

@@ -74,7 +74,8 @@ import triton
 import triton.language as tl
 
 from tkcourse.bench.core import graph_ms, measure
-import solutions.online_softmax as O
+import solutions.online_softmax_one_read as O  # the lesson's last step: the one-read and lanes kernels
+import solutions.online_softmax_split as OS  # the split step: the (m, l) exchange words, the two-pass plan
 import solutions.flash_attention as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -475,7 +476,7 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
                         FALLBACK_BLOCK: tl.constexpr, fallbacks_ptr=None, COUNT_FALLBACKS: tl.constexpr = False):
     row, x_row, cols, mask, e, shift = XP._load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     if SAFE:  # the solution's wait (_combine_parts: per warp, then agreed on), and a fallback
-        m, l, complete = O._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+        m, l, complete = OS._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:
             m, l = O._online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
             if COUNT_FALLBACKS:
@@ -487,7 +488,7 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
         while (tl.sum((w == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
             w = tl.load(slots, volatile=True)
             polls += 1
-        m, l = O._combine_words(w)
+        m, l = OS._combine_words(w)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")

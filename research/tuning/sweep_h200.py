@@ -14,7 +14,8 @@ import tkcourse
 import torch, triton
 from tkcourse.bench.core import graph_ms, measure
 import solutions.softmax as S
-import solutions.online_softmax as O
+import solutions.online_softmax_one_read as O  # the lesson's last step: the one-read and lanes kernels
+import solutions.online_softmax_split as OS  # the split step: the (m, l) exchange words, the two-pass plan
 from solutions.flash_attention import attention_forward
 what = sys.argv[1] if len(sys.argv) > 1 else "ABC"
 
@@ -60,7 +61,7 @@ if "B" in what:
                 print("fail", pb, w, str(e)[:100])
         res.sort(reverse=True)
         cur = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
-        old = b / graph_ms(lambda: O.softmax(x, *O._plan(N, 2)), rep=60) * 1e-6
+        old = b / graph_ms(lambda: OS.softmax(x, *OS._plan(N, 2)), rep=60) * 1e-6
         print(f"online {M}x{N}: two-pass {old:.0f}, current {cur:.0f}; best:", [f"{r[0]:.0f} {r[1]//1024}K w{r[2]} p{r[3]} err{r[4]:.1e}" for r in res[:5]], flush=True)
         summary.append(f"online {M}x{N} two-pass {old:.0f} cur {cur:.0f} best {res[0][0]:.0f} {res[0][1]//1024}K w{res[0][2]} err{res[0][4]:.1e}")
 if "C" in what:
