@@ -10,14 +10,12 @@ the B·H·N² scores and probabilities: the score matrix alone is N/(4·D) times
 (8x at N = 4096, D = 128).
 FLOPs: 4·B·H·N²·D (two matmuls of 2·N²·D per head), half that with ``causal=True``.
 
-Two kernels compute the same thing:
-
-* ``_attn_fwd_simple``: the readable kernel you write. A program per (query block, batch·head):
-  its Q block stays on chip while a loop over K/V blocks keeps a running max ``m``, a running sum
-  ``l`` and an accumulator (the online softmax of lesson 05).
-* ``_attn_fwd_tuned``: the fast kernel the notebook builds from it step by step: ``exp2`` with
-  log2(e) folded into the scale, causal attention split into an unmasked and a masked (diagonal)
-  stage, tensor descriptors (TMA on Hopper) and ``triton.autotune`` over ``FWD_CONFIGS``.
+``_attn_fwd_simple`` is the kernel you write: a program per (query block, batch·head) keeps its
+Q block on chip while a loop over K/V blocks keeps a running max ``m``, a running sum ``l`` and an
+accumulator (the online softmax of lesson 05). The fast version, built from it step by step in the
+notebook's *Going further* (exp2, an unmasked and a masked stage, tensor descriptors, autotuning,
+warp specialization), is ``flash_attention_tuned.py``, behind the same API. ``attention`` here is
+the forward alone; lesson 07 (``flash_attention_backward.py``) makes it a trainable layer.
 
 Saved for the backward (lesson 07): ``lse[b, h, i] = log Σ_j exp(scale · q_i·k_j)`` over the keys
 row i attends to, in NATURAL log, fp32, shape (B, H, N). Then ``P = exp(scale · Q Kᵀ − lse)``.
@@ -28,7 +26,6 @@ import math
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tkcourse.mode import INTERPRET, validate
 
@@ -69,100 +66,8 @@ def _attn_fwd_simple(
     pass
 
 
-# ----------------------------------------------------------------------------------------------
-# The tuned kernel. Each optimization is a step of the notebook:
-#   1. exp2 instead of exp, with log2(e) folded into the scale (one multiply less per score);
-#   2. causal: the key blocks left of the diagonal run without any mask, only the diagonal is masked;
-#      non-causal: only the last, partial key block is masked;
-#   3. tensor descriptors (TMA on Hopper): made on the host, one of all heads, where N is a multiple
-#      of the blocks; else made in the kernel, one per head, so partial blocks read zeros and stores
-#      stop at the head's last row;
-#   4. triton.autotune over FWD_CONFIGS (on a GPU; the interpreter uses one fixed config).
-# ----------------------------------------------------------------------------------------------
-
-def _set_descriptor_blocks(nargs):
-    """Autotune pre-hook: host-made descriptors take the block shape of the config about to run."""
-    for name, block in (("Q", "BLOCK_M"), ("K", "BLOCK_N"), ("V", "BLOCK_N"), ("O", "BLOCK_M")):
-        if isinstance(nargs[name], TensorDescriptor):
-            nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
-
-
-#: Autotune configs of the tuned forward kernel (GPU only), after Triton's fused-attention tutorial
-#: (8 warps only on 128x128 tiles), plus 128x64 tiles with 8 warps and a warp-specialized loop
-#: (tl.range(..., warp_specialize=True)), which won sweeps on an H200 (fp16, N = 1024 and 4096,
-#: D = 64 and 128, 2026-11-29; tools/tuning/pipeline_probe.py). The warp-specialized config is tried
-#: only where it applies (non-causal, N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE is set.
-#: (A warp-specialized 128x128 config with 4 warps also won with in-kernel descriptors; with
-#: host-made ones Triton 3.6 fails to compile it, so it is gone.)
-FWD_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s,
-                  pre_hook=_set_descriptor_blocks)
-    for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 128, 8)]
-    for s in (2, 3, 4)
-] + [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "WARP_SPECIALIZE": ws}, num_warps=8, num_stages=s,
-                  pre_hook=_set_descriptor_blocks)
-    for ws, s in [(False, 3), (False, 4), (True, 3)]
-]
-#: Host-made tensor descriptors (one of all heads, built by the launcher) where N is a multiple of
-#: every block (HOST_DESCRIPTOR_MULTIPLE) and at most HOST_DESCRIPTOR_MAX_N: a program then reads
-#: through them directly instead of writing four descriptors to memory and fencing them before its
-#: first load. Measured on an H200 (fp16, 2026-11-29, pipeline_probe.py part H and the 13:19 bench):
-#: 5-25% faster at N = 1024 and 4096, where programs are short; 1-8% slower at N = 16384
-#: (tuning/bench_flash_attention_runs.txt: the 13:19 run had them at every N, the 13:27 run not at 16384).
-HOST_DESCRIPTORS = True
-HOST_DESCRIPTOR_MULTIPLE = 128
-HOST_DESCRIPTOR_MAX_N = 4096
-#: Autotune the warp-specialized configs too (non-causal attention only).
-FWD_TRY_WARP_SPECIALIZE = True
-#: The one config "tuned" runs with in the interpreter (autotune cannot time kernels on the CPU).
-INTERPRET_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
-#: Below this many tokens a GPU launch takes SMALL_N_CONFIG instead of autotuning: tuning compiles
-#: every config for each (D, causal, dtype), which costs more than small problems ever run.
-AUTOTUNE_MIN_N = 512
-SMALL_N_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-
-
-def _prune_fwd_configs(configs, named_args, **kwargs):
-    args = {**named_args, **kwargs}
-    n, causal = args["N"], args["CAUSAL"]
-
-    def keep(c):
-        bm, bn, ws = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["WARP_SPECIALIZE"]
-        if bm > max(n, 64) or (causal and bm < bn):  # no 128-row blocks for tiny N; causal: BLOCK_M >= BLOCK_N
-            return False
-        # a warp-specialized loop must be the kernel's only loop: non-causal, N a multiple of BLOCK_N
-        return not ws or (FWD_TRY_WARP_SPECIALIZE and not causal and n % bn == 0)
-
-    return [c for c in configs if keep(c)] or configs[:1]
-
-
-# TODO: your code here
-# Optional: the notebook builds the tuned kernel step by step; paste it here to use it (and point
-# _attn_fwd_tuned / _attn_fwd_autotuned at it). Left as None, attention() runs _attn_fwd_simple.
-_attn_fwd_tuned = None
-_attn_fwd_autotuned = None
-
-
-def _tma_scratch(size: int, alignment: int, stream):
-    """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
-    return torch.empty(size, device="cuda", dtype=torch.int8)
-
-
-def _descriptors(q, k, v, o, block_m, block_n=None):
-    """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), with blocks of
-    block_m rows (Q, O) and block_n rows (K, V; default block_m), where N is a multiple of both (so no
-    block straddles two heads) and at most HOST_DESCRIPTOR_MAX_N; else the pointers themselves (the
-    kernel then makes a descriptor per head). Autotuning resets the blocks per config (its pre-hook)."""
-    B, H, N, D = q.shape
-    block_n = block_n or block_m
-    if not HOST_DESCRIPTORS or N % block_m or N % block_n or N > HOST_DESCRIPTOR_MAX_N:
-        return [q, k, v, o]
-    return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [block, D])
-            for t, block in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
-
-
 def _check_inputs(q, k, v, sm_scale):
+    """The softmax scale (1/sqrt(D) by default), after checking q, k, v (ValueError naming what is wrong)."""
     validate(q, k, v, names=["q", "k", "v"], ndim=4, same_shape=True)
     D = q.shape[-1]
     if D not in HEAD_DIMS:
@@ -176,25 +81,20 @@ def _check_inputs(q, k, v, sm_scale):
 
 
 def _prepare(t: torch.Tensor) -> torch.Tensor:
-    """Contiguous and 16-byte aligned (tensor descriptors need both)."""
+    """Contiguous and 16-byte aligned (one layout for Q, K, V, O; tensor descriptors need both)."""
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
-def _use_tuned(impl: str) -> bool:
-    if impl not in ("auto", "simple", "tuned"):
-        raise ValueError(f"impl must be 'auto', 'simple' or 'tuned', got {impl!r}")
-    if impl == "tuned" and _attn_fwd_tuned is None:
-        raise ValueError("impl='tuned': this module has no tuned kernel (_attn_fwd_tuned is None); use impl='simple'")
-    return impl == "tuned" or (impl == "auto" and _attn_fwd_tuned is not None and not INTERPRET)
 
 
 #: What a launch config takes: blocks of 16 to 256 rows (``tl.dot`` needs 16 a side; a power of two for
 #: ``tl.arange``), 1 to 32 warps, 1 to 8 stages. Too large a block for shared memory fails at launch.
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
-                      "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8),
-                      "WARP_SPECIALIZE": (boolean, None, None)},
+                      "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8)},
                      required=("BLOCK_M", "BLOCK_N"), defaults={"num_warps": 4, "num_stages": 2})
+#: The config without ``config=``: small blocks keep the interpreter quick (it runs every program
+#: in turn); on a GPU, 64x64 tiles with 4 warps are the middle of Triton's fused-attention configs.
+DEFAULT_CONFIG = ({"BLOCK_M": 32, "BLOCK_N": 16} if INTERPRET
+                  else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2})
 
 
 def _launch_config(config):
@@ -202,50 +102,20 @@ def _launch_config(config):
     return _CONFIG(config, "config")
 
 
-def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None):
+def attention_forward(q, k, v, causal=False, sm_scale=None, config=None):
     """``(o, lse)`` for q, k, v of shape (B, H, N, D), without autograd.
 
     ``lse`` is the natural-log log-sum-exp of each row's scaled scores, fp32 (B, H, N).
-    ``impl``: "simple" (the readable kernel), "tuned" (the fast one), "auto" (tuned on a GPU, simple
-    in the interpreter). ``config`` ({BLOCK_M, BLOCK_N, num_warps, num_stages}) launches exactly that
-    config, without autotune; Triton's own errors (e.g. out of shared memory) propagate.
+    ``config`` ({BLOCK_M, BLOCK_N, num_warps, num_stages}) launches that config instead of
+    ``DEFAULT_CONFIG``; Triton's own errors (e.g. out of shared memory) propagate.
     """
     sm_scale = _check_inputs(q, k, v, sm_scale)
-    causal = boolean("causal", causal)
-    if config is not None:
-        config = _launch_config(config)  # before any work: a bad key or value names itself
-    tuned = _use_tuned(impl)
+    causal = bool(boolean("causal", causal))
+    cfg = _launch_config(DEFAULT_CONFIG if config is None else config)  # a bad key or value names itself
     q, k, v = _prepare(q), _prepare(k), _prepare(v)
     B, H, N, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    causal = bool(causal)
-
-    if tuned:
-        if not INTERPRET:
-            triton.set_allocator(_tma_scratch)  # set here: ContextVars do not follow other threads
-        if config is None and _attn_fwd_autotuned is not None and N >= AUTOTUNE_MIN_N:
-            grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-            args = _descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE)  # every config's blocks divide it
-            _attn_fwd_autotuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
-        else:
-            cfg = _launch_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG)
-            ws = bool(cfg.pop("WARP_SPECIALIZE", False))
-            if ws and (causal or N % cfg["BLOCK_N"]):
-                raise ValueError("WARP_SPECIALIZE=True needs causal=False and N a multiple of BLOCK_N "
-                                 "(a warp-specialized loop must be the kernel's only loop)")
-            args = _descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"])
-            grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
-            _attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
-        return o, lse
-
-    if config is not None:
-        cfg = _launch_config(config)
-        cfg.pop("WARP_SPECIALIZE", None)
-    elif INTERPRET:
-        cfg = {"BLOCK_M": 32, "BLOCK_N": 16}
-    else:
-        cfg = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     # TODO: your code here
     # launch _attn_fwd_simple on a grid of (triton.cdiv(N, BLOCK_M), B * H) programs,
     # passing q, k, v, o, lse, q's strides (batch, head, token), H, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, **cfg
@@ -253,31 +123,13 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     return o, lse
 
 
-class _Attention(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, q, k, v, causal, sm_scale, impl, config):
-        o, lse = attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, impl=impl, config=config)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal = bool(causal)
-        ctx.sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-        return o
+def attention(q, k, v, causal=False, sm_scale=None, config=None):
+    """FlashAttention's forward: ``softmax(sm_scale · q kᵀ [causal mask]) v`` for q, k, v of shape (B, H, N, D).
 
-    @staticmethod
-    def backward(ctx, do):
-        from .flash_attention_backward import attention_backward  # lesson 07 (same package)
-
-        q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
-        return dq, dk, dv, None, None, None, None
-
-
-def attention(q, k, v, causal=False, sm_scale=None, config=None, impl="auto"):
-    """FlashAttention: ``softmax(sm_scale · q kᵀ [causal mask]) v`` for q, k, v of shape (B, H, N, D).
-
-    Differentiable (the backward is lesson 07). ``sm_scale`` defaults to 1/sqrt(D); D must be one of
-    16, 32, 64, 128; N is any length >= 1. See ``attention_forward`` for ``impl`` and ``config``.
+    ``sm_scale`` defaults to 1/sqrt(D); D must be one of 16, 32, 64, 128; N is any length >= 1.
+    Not differentiable: lesson 07's ``flash_attention_backward.attention`` is the trainable layer.
     """
-    return _Attention.apply(q, k, v, causal, sm_scale, impl, config)
+    return attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, config=config)[0]
 
 
 def reference(q, k, v, causal=False, sm_scale=None, return_lse=False):

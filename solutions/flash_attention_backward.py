@@ -12,6 +12,9 @@ The kernels work in base 2: exp(x) = exp2(x · log2 e), so P = exp2(scale·log2(
 Three kernels: ``_attn_bwd_preprocess`` (Δ), ``_attn_bwd_dkdv`` (a program per K/V block looping
 over the query blocks: the one you write) and ``_attn_bwd_dq`` (a program per Q block looping over
 the K/V blocks). Causal attention skips the blocks wholly above the diagonal and masks the diagonal.
+Here each kernel runs with one fixed config; ``flash_attention_backward_tuned.py`` autotunes the same
+kernels, and ``flash_attention_autograd.py`` joins lesson 06's forward and this backward into one
+trainable ``attention``.
 
 Traffic (minimum): read Q, K, V, O, dO (5·B·H·N·D elements) and lse, write dQ, dK, dV (3·B·H·N·D):
 16·B·H·N·D bytes in fp16 (+ 12·B·H·N bytes for lse and Δ). Each kernel re-reads what it loops over.
@@ -235,66 +238,6 @@ def _attn_bwd_dq(
     desc_dq.store([start_m, 0], (dq * sm_scale).to(DQ.dtype.element_ty))
 
 
-# ----------------------------------------------------------------------------------------------
-# GPU autotune configs (keyed on N, D, causal and the dtype). Compiled for sm_90 with triton 3.9,
-# every config below fits without register spills except those the prune drops: fp32 accumulators
-# of more than MAX_ACC_REGS registers per thread (e.g. dK/dV with BLOCK_N=128, D=128, 4 warps).
-# Configs that need more shared memory than the GPU has fail at launch; autotune skips them.
-# ----------------------------------------------------------------------------------------------
-#: dK/dV kernel: BLOCK_N keys per program (kept on chip), BLOCK_M queries per step.
-DKDV_CONFIGS = [
-    triton.Config({"BLOCK_N": bn, "BLOCK_M": bm}, num_warps=w, num_stages=s)
-    for bn, bm, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 32, 8), (128, 64, 8)]
-    for s in (2, 3)
-]
-#: dQ kernel: BLOCK_M queries per program (kept on chip), BLOCK_N keys per step.
-DQ_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-    for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 32, 8), (128, 64, 8), (128, 128, 8)]
-    for s in (2, 3)
-]
-#: Prune limit: fp32 accumulator registers per thread (dK and dV: 2·BLOCK_N·D, dQ: BLOCK_M·D values).
-MAX_ACC_REGS = 128
-#: Fixed configs in the interpreter (no autotune there).
-INTERPRET_DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32}
-INTERPRET_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32}
-#: Below this many tokens a GPU launch takes these fixed configs instead of autotuning (compiling
-#: every config for each (D, causal, dtype) costs more than small problems ever run).
-AUTOTUNE_MIN_N = 512
-SMALL_N_DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32, "num_warps": 4, "num_stages": 2}
-SMALL_N_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-PREPROCESS_BLOCK = 128
-
-
-def _prune(configs, named_args, kwargs, rows, cols, n_acc):
-    """Keep configs whose program tile (``rows``) fits N and whose accumulators fit in registers;
-    causal attention needs ``rows`` to be a multiple of ``cols`` (whole steps on the diagonal)."""
-    a = {**named_args, **kwargs}
-
-    def keep(c):
-        r, k = c.kwargs[rows], c.kwargs[cols]
-        return (r <= max(a["N"], 64) and (not a["CAUSAL"] or r % k == 0)
-                and n_acc * r * a["HEAD_DIM"] / (32 * c.num_warps) <= MAX_ACC_REGS)
-
-    return [c for c in configs if keep(c)] or configs[:1]
-
-
-def _prune_dkdv(configs, named_args, **kwargs):
-    return _prune(configs, named_args, kwargs, "BLOCK_N", "BLOCK_M", 2)
-
-
-def _prune_dq(configs, named_args, **kwargs):
-    return _prune(configs, named_args, kwargs, "BLOCK_M", "BLOCK_N", 1)
-
-
-_dkdv_autotuned = _dq_autotuned = None
-if not INTERPRET:  # autotune times kernels on a GPU; the interpreter cannot
-    _dkdv_autotuned = triton.autotune(DKDV_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
-                                      prune_configs_by={"early_config_prune": _prune_dkdv})(_attn_bwd_dkdv)
-    _dq_autotuned = triton.autotune(DQ_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
-                                    prune_configs_by={"early_config_prune": _prune_dq})(_attn_bwd_dq)
-
-
 def _tma_scratch(size: int, alignment: int, stream):
     """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
@@ -313,6 +256,15 @@ _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_t
                      required=("BLOCK_M", "BLOCK_N"), defaults={"num_warps": 4, "num_stages": 2})
 
 
+#: The configs without ``dkdv_config=`` / ``dq_config=``: a program keeps 64 rows on chip and steps
+#: 32 at a time (the step divides the tile, as causal attention needs), small enough for 4 warps at
+#: D = 128 without register spills, and quick in the interpreter.
+DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32}
+DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32}
+#: Rows of Δ per preprocess program (a light, memory-bound pass).
+PREPROCESS_BLOCK = 128
+
+
 def _config(config, name, causal=False, rows="BLOCK_M", cols="BLOCK_N"):
     """``config`` checked (TypeError/ValueError naming the key), with num_warps and num_stages filled in.
 
@@ -326,14 +278,9 @@ def _config(config, name, causal=False, rows="BLOCK_M", cols="BLOCK_N"):
     return cfg
 
 
-def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
-    """``(dq, dk, dv)`` of FlashAttention, given the gradient ``do`` of its output ``o``.
-
-    q, k, v, o, do: (B, H, N, D), one dtype; ``lse``: the forward's natural-log log-sum-exp, fp32
-    (B, H, N). ``sm_scale`` defaults to 1/sqrt(D). ``dkdv_config`` / ``dq_config`` ({BLOCK_M, BLOCK_N,
-    num_warps, num_stages}) launch exactly that config instead of autotuning (GPU) or the fixed
-    interpreter config.
-    """
+def _check_inputs(do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config):
+    """The arguments of ``attention_backward`` checked (an error names the argument) and prepared:
+    ``(tensors, causal, sm_scale, dkdv_config, dq_config)``, the tensors contiguous and aligned."""
     validate(do, q, k, v, o, names=["do", "q", "k", "v", "o"], ndim=4, same_shape=True)
     B, H, N, D = q.shape
     validate(lse, names=["lse"], ndim=3, dtypes=(torch.float32,))
@@ -348,32 +295,38 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
         dkdv_config = _config(dkdv_config, "dkdv_config", causal, rows="BLOCK_N", cols="BLOCK_M")
     if dq_config is not None:
         dq_config = _config(dq_config, "dq_config", causal)
-    do, q, k, v, o, lse = (_prepare(t) for t in (do, q, k, v, o, lse))
+    tensors = [_prepare(t) for t in (do, q, k, v, o, lse)]
     if not INTERPRET:
         triton.set_allocator(_tma_scratch)  # here: autograd runs the backward in its own thread
+    return tensors, causal, sm_scale, dkdv_config, dq_config
 
-    delta = torch.empty_like(lse)  # Δ = rowsum(dO ∘ O), fp32 (B, H, N)
+
+def _delta(o, do, lse):
+    """Δ = rowsum(dO ∘ O), fp32 (B, H, N): read O and dO once, write one number a row."""
+    B, H, N, D = o.shape
+    delta = torch.empty_like(lse)
     _attn_bwd_preprocess[(triton.cdiv(N, PREPROCESS_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
                                                                      BLOCK_M=PREPROCESS_BLOCK)
+    return delta
+
+
+def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
+    """``(dq, dk, dv)`` of FlashAttention, given the gradient ``do`` of its output ``o``.
+
+    q, k, v, o, do: (B, H, N, D), one dtype; ``lse``: the forward's natural-log log-sum-exp, fp32
+    (B, H, N). ``sm_scale`` defaults to 1/sqrt(D). ``dkdv_config`` / ``dq_config`` ({BLOCK_M, BLOCK_N,
+    num_warps, num_stages}) launch that config instead of ``DKDV_CONFIG`` / ``DQ_CONFIG``.
+    """
+    (do, q, k, v, o, lse), causal, sm_scale, dkdv_config, dq_config = _check_inputs(
+        do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
+    B, H, N, D = q.shape
+    delta = _delta(o, do, lse)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     args = dict(N=N, sm_scale=sm_scale, HEAD_DIM=D, CAUSAL=causal)
-
-    small = N < AUTOTUNE_MIN_N  # a fixed config: tuning small problems costs more than they run
-    if dkdv_config is None and _dkdv_autotuned is not None and not small:
-        grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)
-        _dkdv_autotuned[grid](q, k, v, do, dk, dv, lse, delta, **args)
-    else:
-        cfg = _config(dkdv_config if dkdv_config is not None else INTERPRET_DKDV_CONFIG if INTERPRET
-                      else SMALL_N_DKDV_CONFIG, "dkdv_config")
-        _attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
-
-    if dq_config is None and _dq_autotuned is not None and not small:
-        grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-        _dq_autotuned[grid](q, k, v, do, dq, lse, delta, **args)
-    else:
-        cfg = _config(dq_config if dq_config is not None else INTERPRET_DQ_CONFIG if INTERPRET
-                      else SMALL_N_DQ_CONFIG, "dq_config")
-        _attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
+    cfg = _config(DKDV_CONFIG if dkdv_config is None else dkdv_config, "dkdv_config")
+    _attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
+    cfg = _config(DQ_CONFIG if dq_config is None else dq_config, "dq_config")
+    _attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
     return dq, dk, dv
 
 

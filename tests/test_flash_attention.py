@@ -1,5 +1,6 @@
-"""Lesson 06: FlashAttention forward, the readable and the tuned kernel, against float64 torch."""
+"""Lesson 06: FlashAttention forward, the lesson's kernel and the tuned step module, against float64 torch."""
 
+import functools
 import importlib.util
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 from helpers import assert_grader_catches
 
 from solutions import flash_attention as fa
+from solutions import flash_attention_tuned as fat
 from tkcourse import mode, stubs
 
 # fp32 tl.dot is exact fp32 in the interpreter, TF32 on a GPU
@@ -18,8 +20,13 @@ def _qkv(B, H, N, D, dtype=torch.float32, seed=0):
     return [torch.randn(B, H, N, D, generator=g).to(dtype=dtype, device=mode.DEVICE) for _ in range(3)]
 
 
+def _forward(impl):
+    """The lesson's ``attention_forward`` for "simple"; the tuned step module's for "tuned" and "auto"."""
+    return fa.attention_forward if impl == "simple" else functools.partial(fat.attention_forward, impl=impl)
+
+
 def _check(q, k, v, causal, impl, config=None, sm_scale=None, atol=ATOL32):
-    o, lse = fa.attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, impl=impl, config=config)
+    o, lse = _forward(impl)(q, k, v, causal=causal, sm_scale=sm_scale, config=config)
     assert o.shape == q.shape and o.dtype == q.dtype
     assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
     ro, rlse = fa.reference(*(t.double() for t in (q, k, v)), causal=causal, sm_scale=sm_scale, return_lse=True)
@@ -65,16 +72,16 @@ def test_host_made_descriptors(N, monkeypatch):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     q, k, v = _qkv(2, 3, N, 16, seed=N)  # B·H = 6 heads: a wrong head offset shows
-    assert isinstance(fa._descriptors(q, k, v, q, fa.HOST_DESCRIPTOR_MULTIPLE)[0], TensorDescriptor)
-    assert not isinstance(fa._descriptors(q, k, v, q, 256)[0], TensorDescriptor) or N % 256 == 0
+    assert isinstance(fat._descriptors(q, k, v, q, fat.HOST_DESCRIPTOR_MULTIPLE)[0], TensorDescriptor)
+    assert not isinstance(fat._descriptors(q, k, v, q, 256)[0], TensorDescriptor) or N % 256 == 0
     host = {causal: _check(q, k, v, causal, "tuned") for causal in (False, True)}
-    monkeypatch.setattr(fa, "HOST_DESCRIPTORS", False)
-    assert isinstance(fa._descriptors(q, k, v, q, 128)[0], torch.Tensor)
+    monkeypatch.setattr(fat, "HOST_DESCRIPTORS", False)
+    assert isinstance(fat._descriptors(q, k, v, q, 128)[0], torch.Tensor)
     for causal, o in host.items():
-        torch.testing.assert_close(fa.attention_forward(q, k, v, causal=causal, impl="tuned")[0], o)
-    monkeypatch.setattr(fa, "HOST_DESCRIPTORS", True)
-    monkeypatch.setattr(fa, "HOST_DESCRIPTOR_MAX_N", N - 1)  # longer sequences: the kernel makes its own
-    assert isinstance(fa._descriptors(q, k, v, q, 128)[0], torch.Tensor)
+        torch.testing.assert_close(fat.attention_forward(q, k, v, causal=causal, impl="tuned")[0], o)
+    monkeypatch.setattr(fat, "HOST_DESCRIPTORS", True)
+    monkeypatch.setattr(fat, "HOST_DESCRIPTOR_MAX_N", N - 1)  # longer sequences: the kernel makes its own
+    assert isinstance(fat._descriptors(q, k, v, q, 128)[0], torch.Tensor)
 
 
 def test_warp_specialized_config():
@@ -83,7 +90,7 @@ def test_warp_specialized_config():
     _check(*_qkv(2, 2, 64, 16), False, "tuned", config=config)
     for N, causal in ((64, True), (50, False)):
         with pytest.raises(ValueError, match="WARP_SPECIALIZE"):
-            fa.attention_forward(*_qkv(1, 1, N, 16), causal=causal, impl="tuned", config=config)
+            fat.attention_forward(*_qkv(1, 1, N, 16), causal=causal, impl="tuned", config=config)
 
 
 def test_simple_with_explicit_config_and_scale():
@@ -91,19 +98,10 @@ def test_simple_with_explicit_config_and_scale():
     _check(*_qkv(1, 2, 50, 32), False, "tuned", sm_scale=0.3)
 
 
-def test_attention_is_differentiable_and_takes_views():
-    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for t in _qkv(2, 3, 20, 16))
-    assert not q.is_contiguous()
-    o = fa.attention(q, k, v, causal=True)
-    assert o.requires_grad
-    torch.testing.assert_close(o.double(), fa.reference(q.double(), k.double(), v.double(), causal=True),
-                               atol=ATOL32, rtol=ATOL32)
-
-
 def test_tolerance_catches_common_mistakes():
     """The checks above are tight enough to see a forgotten mask, a wrong scale or a base-2 lse."""
     q, k, v = _qkv(2, 2, 64, 16)
-    o, lse = fa.attention_forward(q, k, v, causal=False, impl="simple")
+    o, lse = fa.attention_forward(q, k, v, causal=False)
     ro, rlse = fa.reference(*(t.double() for t in (q, k, v)), causal=True, return_lse=True)
     assert (o.double() - ro).abs().max() > 100 * ATOL32  # causal mask forgotten
     wrong_scale = fa.reference(q, k, v, sm_scale=1.0)
@@ -132,7 +130,7 @@ def test_bad_inputs_raise_valueerror(args, message):
 ])
 def test_bad_options_raise_valueerror(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        fa.attention_forward(*_qkv(1, 1, 8, 16), **kwargs)
+        fat.attention_forward(*_qkv(1, 1, 8, 16), **kwargs)
 
 
 @pytest.mark.skipif(not mode.INTERPRET, reason="bf16 is fine on a GPU")
@@ -141,13 +139,15 @@ def test_bf16_refused_in_interpreter():
         fa.attention(*_qkv(1, 1, 8, 16, dtype=torch.bfloat16))
 
 
-def test_without_tuned_kernel_auto_falls_back(monkeypatch):
-    """The exercise has no tuned kernel: "auto" must use the readable one, "tuned" must say why not."""
-    monkeypatch.setattr(fa, "_attn_fwd_tuned", None)
-    monkeypatch.setattr(fa, "_attn_fwd_autotuned", None)
-    _check(*_qkv(1, 2, 20, 16), True, "auto")
-    with pytest.raises(ValueError, match="no tuned kernel"):
-        fa.attention_forward(*_qkv(1, 1, 8, 16), impl="tuned")
+def test_lesson_module_runs_only_its_kernel():
+    """The lesson's module (what the exercise is made from) has no tuned kernel to dispatch to, on a GPU
+    either, and imports no later step or lesson; the tuned module refuses an unknown ``impl``."""
+    assert not hasattr(fa, "_attn_fwd_tuned") and not hasattr(fa, "_use_tuned")
+    imports = [line for line in open(fa.__file__).read().splitlines() if line.startswith(("import ", "from "))]
+    assert not any("flash_attention_" in line for line in imports), imports
+    _check(*_qkv(1, 2, 20, 16), True, "simple")
+    with pytest.raises(ValueError, match="impl"):
+        fat.attention_forward(*_qkv(1, 1, 8, 16), impl="fast")
 
 
 def test_exercise_keeps_only_the_readable_kernel(tmp_path):
@@ -159,7 +159,7 @@ def test_exercise_keeps_only_the_readable_kernel(tmp_path):
     spec = importlib.util.spec_from_file_location("stub_flash_attention", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod._attn_fwd_tuned is None and not mod._use_tuned("auto")
+    assert not hasattr(mod, "_attn_fwd_tuned") and not hasattr(mod, "_use_tuned")  # it runs the learner's kernel
 
 
 # ----- the grader catches planted mistakes, each with the hint that names it ------------------
@@ -210,8 +210,8 @@ def test_autotuned_host_descriptors_match_torch_on_a_gpu(D, causal):
     whose block shapes the configs' pre-hook sets; a wrong shape or head offset shows here."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 1024, D, device="cuda", dtype=torch.float16) for _ in range(3))
-    assert not isinstance(fa._descriptors(q, k, v, q, fa.HOST_DESCRIPTOR_MULTIPLE)[0], torch.Tensor)
-    o, lse = fa.attention_forward(q, k, v, causal=causal)
+    assert not isinstance(fat._descriptors(q, k, v, q, fat.HOST_DESCRIPTOR_MULTIPLE)[0], torch.Tensor)
+    o, lse = fat.attention_forward(q, k, v, causal=causal)
     ro, rlse = fa.reference(q.float(), k.float(), v.float(), causal=causal, return_lse=True)
     torch.testing.assert_close(o.float(), ro, atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse, rlse, atol=2e-2, rtol=2e-2)

@@ -1,5 +1,6 @@
-"""Lesson 07: FlashAttention backward (dQ, dK, dV) against float64 torch autograd."""
+"""Lesson 07: FlashAttention backward (dQ, dK, dV), the lesson's and the tuned step, against float64 torch autograd."""
 
+import functools
 import math
 
 import pytest
@@ -7,10 +8,13 @@ import torch
 from helpers import assert_grader_catches
 
 from solutions import flash_attention as fa
+from solutions import flash_attention_autograd as fag
 from solutions import flash_attention_backward as fb
+from solutions import flash_attention_backward_tuned as fbt
 from tkcourse import mode, stubs
 
 ATOL32 = 5e-5 if mode.INTERPRET else 1e-2  # fp32 tl.dot: exact fp32 in the interpreter, TF32 on a GPU
+FWD_ATOL32 = 2e-5 if mode.INTERPRET else 5e-3  # the forward's output alone (tests/test_flash_attention.py)
 
 
 def _tensors(B, H, N, D, dtype=torch.float32, seed=0):
@@ -28,9 +32,14 @@ def _assert_grads(got, want, atol=ATOL32):
         torch.testing.assert_close(g.double(), w, atol=atol, rtol=atol, msg=lambda m, n=name: f"{n}: {m}")
 
 
+def _attention(impl):
+    """The lessons' trainable layer for "simple"; the tuned step modules' (with that ``impl``) otherwise."""
+    return fag.attention if impl == "simple" else functools.partial(fbt.attention, impl=impl)
+
+
 def _autograd(q, k, v, do, causal, impl="simple", sm_scale=None):
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
-    fa.attention(q, k, v, causal=causal, sm_scale=sm_scale, impl=impl).backward(do)
+    _attention(impl)(q, k, v, causal=causal, sm_scale=sm_scale).backward(do)
     return q.grad, k.grad, v.grad
 
 
@@ -54,6 +63,15 @@ def test_after_tuned_forward_and_with_a_scale():
     for causal in (False, True):
         _assert_grads(_autograd(q, k, v, do, causal, impl="tuned"), _reference(do, q, k, v, causal))
     _assert_grads(_autograd(q, k, v, do, True, sm_scale=0.3), _reference(do, q, k, v, True, sm_scale=0.3))
+
+
+def test_attention_is_differentiable_and_takes_views():
+    q, k, v = (t.transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for t in _tensors(2, 3, 20, 16)[:3])
+    assert not q.is_contiguous()
+    o = fag.attention(q, k, v, causal=True)  # lesson 07 makes it trainable
+    assert o.requires_grad
+    torch.testing.assert_close(o.double(), fa.reference(q.double(), k.double(), v.double(), causal=True),
+                               atol=FWD_ATOL32, rtol=FWD_ATOL32)
 
 
 def test_fp16():
@@ -84,7 +102,7 @@ def test_lse_is_natural_log_logsumexp():
 def test_expanded_gradient():
     """``o.sum().backward()`` hands the backward a stride-0 dO."""
     q, k, v, _ = (t.requires_grad_() for t in _tensors(1, 2, 24, 16, seed=4))
-    fa.attention(q, k, v, causal=True).sum().backward()
+    fag.attention(q, k, v, causal=True).sum().backward()
     want = _reference(torch.ones_like(q), q.detach(), k.detach(), v.detach(), True)
     _assert_grads((q.grad, k.grad, v.grad), want)
 
@@ -174,7 +192,7 @@ def test_gradients_match_sdpa_on_a_gpu(D, causal):
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 1000, D, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
     do = torch.randn_like(q)
-    fa.attention(q, k, v, causal=causal).backward(do)
+    fbt.attention(q, k, v, causal=causal).backward(do)  # the tuned forward and the autotuned backward
     ours = [t.grad.clone() for t in (q, k, v)]
     for t in (q, k, v):
         t.grad = None
