@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml constraints.txt
 lab: setup  ## open JupyterLab on notebooks/
 	$(BIN)/python -m tkcourse lab
 
-test: setup  ## the whole suite: unit tests, graders, every notebook as a learner runs it, the browser test
+test: setup  ## the layers (import-linter), then the whole suite: unit tests, graders, notebooks, the browser test
+	$(BIN)/lint-imports
 	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q --durations=15 tests
 
 unit: setup  ## unit tests only
@@ -39,8 +40,9 @@ bench: setup  ## on a GPU: every solution against its peer -> artifacts/bench.cs
 doctor: setup  ## runs a tiny kernel; GPU or interpreter; versions against the tested set; widget extension
 	$(BIN)/tkcourse doctor
 
-lint: setup
-	$(BIN)/ruff check tkcourse solutions tests
+lint: setup  ## style (ruff) and the layers (import-linter, pyproject.toml)
+	$(BIN)/ruff check tkcourse solutions benchmarks research tests
+	$(BIN)/lint-imports
 
 strip: setup  ## remove outputs from the notebooks before committing
 	$(BIN)/jupyter nbconvert --clear-output --inplace notebooks/*.ipynb
