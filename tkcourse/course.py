@@ -12,6 +12,8 @@ command line and the graders may both use it.
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 from typing import Iterable
 
 from .errors import UserError
@@ -39,6 +41,22 @@ BENCHMARKS: dict[str, str] = {
     "matmul": "benchmarks.matmul",
     "flash_attention": "benchmarks.flash_attention",
 }
+
+#: The checkout this package was installed from (editable), or None (an installed copy). The lesson
+#: code a learner edits (``solutions/``, ``exercises/``) and ``benchmarks/`` are folders of the
+#: checkout, not packages installed into site-packages under generic top-level names.
+CHECKOUT: Path | None = next((p for p in [Path(__file__).resolve().parents[1]]
+                              if (p / "solutions").is_dir() and (p / "pyproject.toml").is_file()), None)
+
+
+def put_checkout_on_path() -> None:
+    """Make ``solutions``, ``exercises`` and ``benchmarks`` importable from the checkout, wherever the
+    process started (a notebook in ``notebooks/``, the ``tkcourse`` command): append ``CHECKOUT`` to
+    ``sys.path`` (appended, so that nothing already on the path is shadowed). Without a checkout
+    there is nothing to add, and ``tkcourse.exercise`` says where the lessons are."""
+    if CHECKOUT is not None and str(CHECKOUT) not in sys.path:
+        sys.path.append(str(CHECKOUT))
+
 
 _BY_NUMBER = {number: name for number, name in LESSONS}
 _NAMES = [name for _, name in LESSONS]

@@ -15,14 +15,51 @@ place that decides it; notebooks ask it instead of writing "your" themselves::
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import types
 from dataclasses import dataclass
 
+from .course import CHECKOUT
 
-def _solutions_mode() -> bool:
+
+def use_solutions() -> bool:
+    """True when ``TKCOURSE_SOLUTIONS=1``: exercises resolve to the reference solutions."""
     return os.environ.get("TKCOURSE_SOLUTIONS", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def exercise(name: str, fallback: bool = True):
+    """The learner's module for lesson ``name`` (or the solution with ``TKCOURSE_SOLUTIONS=1``).
+
+    While ``exercises/<name>.py`` is still the untouched stub, a notebook's demonstrations would only
+    fail, so (with ``fallback``) the reference solution stands in, and this says so. Once you edit
+    the file, your module is returned: re-run the cell that calls this after editing.
+    """
+    package = "solutions" if use_solutions() else "exercises"
+    who = Whose(name, False, "TKCOURSE_SOLUTIONS=1") if package == "solutions" else Whose(name, True, "your exercise")
+    if package == "exercises" and fallback:
+        from . import stubs
+
+        if name in stubs.lessons() and stubs.status(name).state in ("untouched", "missing"):
+            print(f"exercises/{name}.py is not done yet: until you fill it in, the cells below use the reference "
+                  f"solution (solutions/{name}.py), and say so. Re-run this cell after editing your file.")
+            package = "solutions"
+            who = Whose(name, False, "not done yet")
+    try:
+        module = importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name in (f"{package}.{name}", package):
+            raise ModuleNotFoundError(
+                f"no {package}/{name}.py. Lessons: see solutions/. Generate missing exercises with `make exercises`."
+                + ("" if CHECKOUT else " (tkcourse is installed without its checkout: the lessons are "
+                   "folders of the course's git checkout; install it with `pip install -e .` from there)")
+            ) from e
+        raise
+    module = importlib.reload(module)
+    if package == "solutions":
+        module.__tkcourse_whose__ = who  # read by tkcourse.whose(module): every label says whose code ran
+    return module
 
 
 @dataclass(frozen=True)
@@ -74,7 +111,7 @@ def whose(module) -> Whose:
     if isinstance(module, str):  # a lesson name: what tkcourse.exercise(name) would return
         from . import stubs
 
-        if _solutions_mode():
+        if use_solutions():
             return Whose(module, False, "TKCOURSE_SOLUTIONS=1")
         if module in stubs.lessons() and stubs.status(module).state in ("untouched", "missing"):
             return Whose(module, False, "not done yet")
@@ -85,7 +122,7 @@ def whose(module) -> Whose:
     recorded = getattr(module, "__tkcourse_whose__", None)
     if isinstance(recorded, Whose) and recorded.lesson == lesson:
         return recorded
-    return Whose(lesson, False, "TKCOURSE_SOLUTIONS=1" if _solutions_mode() else "reference")
+    return Whose(lesson, False, "TKCOURSE_SOLUTIONS=1" if use_solutions() else "reference")
 
 
 def _function(obj):

@@ -100,7 +100,7 @@ def run(name: str, module=None, quiet: bool = False, isolate: bool | None = None
     Returns a ``Report`` (``.passed``, ``.status`` in pass/fail/error/todo, printable). ``isolate``:
     grade in a child process (only by name; by default on a GPU, or with ``TKCOURSE_CHECK_ISOLATE=1``).
     """
-    from .. import exercise, use_solutions
+    from ..labels import exercise, use_solutions
     from ..errors import UserError
 
     if name not in lessons():
