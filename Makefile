@@ -41,7 +41,7 @@ doctor: setup  ## runs a tiny kernel; GPU or interpreter; versions against the t
 	$(BIN)/tkcourse doctor
 
 lint: setup  ## style (ruff) and the layers (import-linter, pyproject.toml)
-	$(BIN)/ruff check tkcourse solutions benchmarks research tests
+	$(BIN)/ruff check tkcourse solutions benchmarks tests
 	$(BIN)/lint-imports
 
 strip: setup  ## remove outputs from the notebooks before committing
