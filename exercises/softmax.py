@@ -52,8 +52,8 @@ def _num_warps(BLOCK: int) -> int:
 
     Short rows get few warps, so many programs (rows) fit on one SM at once and keep enough bytes
     in flight; long rows get up to 16 warps (512 threads) so no thread holds more than 64 values.
-    Measured on an H200 (fp16, 4096 rows; tools/ sweep of warps x stages x programs, 2026-11-29):
-    4 warps were best at 1024 and 4096 columns, 16 at 16384.
+    A sweep of warps x stages x programs on an H200 agreed (``tkcourse/data/PROVENANCE.md``, "Constants
+    of solutions/softmax.py").
     """
     return min(16, max(4, BLOCK // 1024))
 
@@ -61,17 +61,18 @@ def _num_warps(BLOCK: int) -> int:
 def _num_stages(BLOCK: int, element_size: int) -> int:
     """Rows the persistent loop loads ahead: none.
 
-    Measured on an H200 (fp16, 4096 rows of 1024, 4096 and 16384; 2026-11-29): 2 or 3 stages were
-    within 1% of no prefetch at 1024 and 4096 columns, and slower at 16384 (1% on the persistent grid,
-    5% or more with a program per row): the copies into shared memory cost what they hide. The
-    parameter stays so that you can measure it yourself (sweep: tkcourse/data/h200/tuning/).
+    With many programs on each SM, other programs' loads already hide a row's latency, so a prefetch
+    into shared memory costs what it hides: on an H200 2 or 3 stages were no faster than none, and
+    slower for long rows (``tkcourse/data/PROVENANCE.md``, "Constants of solutions/softmax.py"). The
+    parameter stays so that you can measure it yourself (the sweep: ``research/tuning/``).
     """
     return 1
 
 
-#: Rows of at least this many columns get a program each instead of a persistent grid: measured on
-#: an H200 (fp16, 2026-11-29), 4096 rows of 4096 ran 4% faster and of 16384 3% faster that way; the
-#: persistent grid won at 1024 columns, where a row is too little work to pay for a program's start.
+#: Rows of at least this many columns get a program each instead of a persistent grid: a long row is
+#: work enough to pay for a program's start, and the hardware's own scheduling then balances the
+#: SMs; at 1024 columns a row is too little work, and the persistent grid won on an H200
+#: (``tkcourse/data/PROVENANCE.md``, "Constants of solutions/softmax.py").
 PERSISTENT_BELOW = 4096
 
 
