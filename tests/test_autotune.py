@@ -613,7 +613,7 @@ def test_grader_uses_the_recorded_best_config(tmp_path, monkeypatch):
                at.Result(dict(best, BLOCK_N=512), reason="out of shared memory", error="OutOfResources: x")]
     at.Sweep("matmul", "4096x4096x4096", "float16", results, flops=flops, bytes=3 * 4096**2 * 2, gpu="NVIDIA H200",
              sms=132, triton="3.6.0", torch="2.11.0", date="2026-01-01", command="test").save(tmp_path)
-    monkeypatch.setattr(at, "SWEEPS", tmp_path)
+    monkeypatch.setattr(at.format, "SWEEPS", tmp_path)
     config, why = grader.recorded_best()
     assert config == best and "recorded sweep" in why and "NVIDIA H200" in why
     rep = check.run("autotune", module=sol, quiet=True)
@@ -624,12 +624,12 @@ def test_grader_uses_the_recorded_best_config(tmp_path, monkeypatch):
 
 
 def test_grader_falls_back_without_recorded_sweeps(tmp_path, monkeypatch):
-    monkeypatch.setattr(at, "SWEEPS", tmp_path / "none")
+    monkeypatch.setattr(at.format, "SWEEPS", tmp_path / "none")
     config, why = grader.recorded_best()
     assert config == grader.FALLBACK_BEST and "known-good" in why
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "matmul_float16_4096x4096x4096.json").write_text("{ not json")
-    monkeypatch.setattr(at, "SWEEPS", tmp_path / "bad")
+    monkeypatch.setattr(at.format, "SWEEPS", tmp_path / "bad")
     config, why = grader.recorded_best()
     assert config == grader.FALLBACK_BEST and "did not load" in why
 

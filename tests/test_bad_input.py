@@ -332,6 +332,6 @@ def test_oversized_files_are_refused(tmp_path, monkeypatch):
         bench.load_records(path)
     p = tmp_path / "s.json"
     p.write_text(json.dumps(_sweep_dict()))
-    monkeypatch.setattr(at, "MAX_SWEEP_BYTES", 100)
+    monkeypatch.setattr(at.format, "MAX_SWEEP_BYTES", 100)
     with pytest.raises(at.SweepFormatError, match="more than a sweep holds"):
         at.load_sweep(p)

@@ -30,8 +30,8 @@ LESSONS: tuple[tuple[str, str], ...] = (
     ("07", "flash_attention_backward"),
 )
 
-#: Which module holds each benchmark's cases (``cases()``, optionally ``extra_rows(provenance)``) and,
-#: for the lessons that sweep, its autotune targets. They live in the top-level ``benchmarks`` package,
+#: Which module holds each benchmark's cases (``cases()``, optionally ``extra_rows(provenance)``).
+#: They live in the top-level ``benchmarks`` package,
 #: above both ``solutions`` and ``tkcourse``, so that ``tkcourse`` finds kernels by name here and never
 #: imports ``solutions`` itself (the layers in pyproject.toml's import-linter contracts). One module may
 #: serve two lessons: softmax measures lessons 02 and 05, flash_attention lessons 06 and 07.
@@ -40,6 +40,14 @@ BENCHMARKS: dict[str, str] = {
     "softmax": "benchmarks.softmax",
     "matmul": "benchmarks.matmul",
     "flash_attention": "benchmarks.flash_attention",
+}
+
+#: Which module holds each kernel ``python -m tkcourse.autotune KERNEL`` sweeps (its ``TARGETS[KERNEL]``,
+#: a ``tkcourse.autotune.Target``: the config space and how to launch one config), found by name as
+#: ``BENCHMARKS`` are.
+SWEEP_TARGETS: dict[str, str] = {
+    "matmul": "benchmarks.sweeps",
+    "attention": "benchmarks.sweeps",
 }
 
 #: The checkout this package was installed from (editable), or None (an installed copy). The lesson
