@@ -88,9 +88,12 @@ def test_lesson_order_sees_a_later_import(tmp_path):
     assert imported(tmp_path / "softmax.py", "solutions") == {"_checks"}
 
 
-def test_every_benchmark_module_exists():
-    """The registry in tkcourse.course names modules that are there: tkcourse finds kernels by name."""
-    for name, module in course.BENCHMARKS.items():
+def test_every_registered_module_exists():
+    """The registries in tkcourse.course name modules of benchmarks/ that are there: tkcourse finds
+    kernels by name (``tkcourse bench``, ``python -m tkcourse.autotune``), never by importing them."""
+    registered = {**course.BENCHMARKS, **getattr(course, "SWEEP_TARGETS", {})}
+    for name, module in registered.items():
+        assert module.startswith("benchmarks."), (name, module)
         assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), (name, module)
 
 
