@@ -203,8 +203,10 @@ def test_one_read_plan_only_where_it_is_safe(monkeypatch):
         assert parts <= min(most, torch.cuda.get_device_properties(dev).multi_processor_count)
         assert 1 <= warps <= 32 and part <= 32 * warps * one_read.ONE_READ_MAX_VALUES_PER_THREAD
     assert one_read._one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
-    monkeypatch.setattr(lesson, "ONE_READ", False)
-    assert one_read._one_read_plan(262144, dev) is None
+    # one_read=False (the explicit argument that replaced a module switch) takes the two passes
+    monkeypatch.setattr(one_read, "_one_read", lambda *a, **k: pytest.fail("one_read=False ran the one-read kernel"))
+    x = _randn(2, 262144, dtype=torch.float16)
+    _assert_softmax(one_read.softmax(x, one_read=False), x)
 
 
 @pytest.mark.parametrize("n_cols, plan", [(32768, (32, 1024, 1)), (131072, (64, 2048, 1)), (262144, (128, 2048, 1)),
