@@ -92,7 +92,8 @@ _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_t
                       "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8)},
                      required=("BLOCK_M", "BLOCK_N"), defaults={"num_warps": 4, "num_stages": 2})
 #: The config without ``config=``: small blocks keep the interpreter quick (it runs every program
-#: in turn); on a GPU, 64x64 tiles with 4 warps are the middle of Triton's fused-attention configs.
+#: in turn); on a GPU, 64x64 tiles with 4 warps, one of the configs of Triton's fused-attention
+#: tutorial, small enough for shared memory at every head dimension.
 DEFAULT_CONFIG = ({"BLOCK_M": 32, "BLOCK_N": 16} if INTERPRET
                   else {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2})
 

@@ -38,9 +38,9 @@ def _set_descriptor_blocks(nargs):
 
 #: Autotune configs of the tuned forward kernel (GPU only), after Triton's fused-attention tutorial
 #: (8 warps only on 128x128 tiles), plus 128x64 tiles with 8 warps and a warp-specialized loop
-#: (tl.range(..., warp_specialize=True)): on Hopper, warp specialization lets some warps issue the
-#: K/V loads while others do the matmuls (Triton's "warp specialization" docs and its Blackwell
-#: attention tutorial), which won the H200 sweeps at D = 64 and 128 (PROVENANCE.md, FWD_CONFIGS).
+#: (tl.range(..., warp_specialize=True)): the compiler splits the loop's loads, matmuls and vector
+#: maths into asynchronous partitions of warps (``tl.range``'s docs), so the K/V loads of the next
+#: step overlap this step's maths; it won the H200 sweeps at D = 64 and 128 (PROVENANCE.md, FWD_CONFIGS).
 #: It is tried only where it applies (non-causal, N % BLOCK_N == 0) and while FWD_TRY_WARP_SPECIALIZE
 #: is set. No warp-specialized 128x128 config with 4 warps: Triton 3.6 fails to compile it with
 #: host-made descriptors.
