@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
-from tkcourse.occupancy import programs_per_sm, sm_count
 
+from ._occupancy import programs_per_sm, sm_count
 from .online_softmax import _online_stats, reference, step_states
 from .online_softmax_split import (
     _combine_parts,

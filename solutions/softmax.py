@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
-from tkcourse.occupancy import programs_per_sm, sm_count
+
+from ._occupancy import programs_per_sm, sm_count
 
 #: Longest row ``softmax`` takes. The row lives in registers: 32768 fp32 values over 16 warps
 #: (512 threads) is 64 registers a thread; at 65536 it would be 128, plus temporaries, past what

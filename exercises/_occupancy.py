@@ -1,8 +1,16 @@
+# Generated from solutions/_occupancy.py by `make exercises`: a verbatim copy that the exercises import.
+# Nothing to fill in here.
 """How many programs of a compiled kernel one SM holds at once (GPU only): the size of a persistent grid.
 
 A persistent grid launches one wave of programs that loop over the work (lessons 02 and 05), so it
 needs the number that fit at once: by threads, by registers (handed out 8 at a time) and by shared
 memory, read from the compiled kernel. Triton's tutorial 02 computes it the same way.
+
+It lives in solutions/ beside ``_checks``, not in the ``tkcourse`` package: it is part of the kernel
+library (a launcher needs it to size its grid), so solutions import only ``tkcourse.mode`` of the
+helper package. ``make exercises`` (``tkcourse.stubs``) copies it verbatim into
+``exercises/_occupancy.py``, so lesson 02's exercise sizes its grid the same way without importing
+``solutions/``. It imports only the standard library and torch.
 """
 
 from __future__ import annotations
