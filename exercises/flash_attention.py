@@ -12,10 +12,11 @@ FLOPs: 4·B·H·N²·D (two matmuls of 2·N²·D per head), half that with ``cau
 
 ``_attn_fwd_simple`` is the kernel you write: a program per (query block, batch·head) keeps its
 Q block on chip while a loop over K/V blocks keeps a running max ``m``, a running sum ``l`` and an
-accumulator (the online softmax of lesson 05). The fast version, built from it step by step in the
-notebook's *Going further* (exp2, an unmasked and a masked stage, tensor descriptors, autotuning,
-warp specialization), is ``flash_attention_tuned.py``, behind the same API. ``attention`` here is
-the forward alone; lesson 07 (``flash_attention_backward.py``) makes it a trainable layer.
+accumulator (the online softmax of lesson 05). The fast version, built from it step by step in
+the notebook's *Going further* (exp2, an unmasked and a masked stage, tensor descriptors,
+autotuning, warp specialization), is ``solutions/flash_attention_tuned.py``, behind the same API.
+``attention`` here is the forward alone; ``solutions/flash_attention_autograd.py`` joins it with
+lesson 07's backward into a trainable layer.
 
 Saved for the backward (lesson 07): ``lse[b, h, i] = log Σ_j exp(scale · q_i·k_j)`` over the keys
 row i attends to, in NATURAL log, fp32, shape (B, H, N). Then ``P = exp(scale · Q Kᵀ − lse)``.

@@ -18,8 +18,15 @@ from tkcourse.mode import INTERPRET
 
 from . import flash_attention_tuned
 from .flash_attention_autograd import trainable
-from .flash_attention_backward import (_attn_bwd_dkdv, _attn_bwd_dq, _check_inputs, _config, _delta,  # noqa: F401
-                                       reference, reference_backward)
+from .flash_attention_backward import (  # noqa: F401
+    _attn_bwd_dkdv,
+    _attn_bwd_dq,
+    _check_inputs,
+    _config,
+    _delta,
+    reference,
+    reference_backward,
+)
 
 #: dK/dV kernel: BLOCK_N keys per program (kept on chip), BLOCK_M queries per step.
 DKDV_CONFIGS = [
