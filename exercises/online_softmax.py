@@ -89,11 +89,12 @@ def _online_softmax_kernel(
 
 #: GPU: bytes a program loads per step (4096 fp16 values: 16 a thread with 8 warps).
 BLOCK_BYTES = 8 * 1024
-#: GPU: warps a program. Each loop step is a load and two reductions; 4 warps with no prefetch beat
-#: 8 warps with prefetch on an H200 (PROVENANCE.md, "Constants of solutions/online_softmax_*.py").
+#: GPU: warps a program, and (NUM_STAGES) blocks each loop loads ahead of the one it works on
+#: (cp.async into shared memory; 1 is none). Each step is a load and two reductions, and the other
+#: programs on an SM already keep loads in flight, so a prefetch costs about what it hides: 4 warps
+#: and no prefetch beat 8 warps with prefetch on an H200 (``tkcourse/data/PROVENANCE.md``,
+#: "Constants of lessons 02 and 05").
 NUM_WARPS = 4
-#: GPU: blocks each loop loads ahead of the one it works on (cp.async into shared memory); 1 is none:
-#: a streamed row is read at full bandwidth without it, and the copies cost what they hide.
 NUM_STAGES = 1
 #: Interpreter: columns per step (each step costs the same Python time whatever its size).
 INTERPRETER_BLOCK = 1024

@@ -159,7 +159,7 @@ def _lanes_softmax_kernel(
 #: parts of over ONE_READ_MAX_VALUES_PER_THREAD values a thread. Why: a small part on one warp lets
 #: many programs share an SM, so more loads are in flight; more parts than SMs would leave some
 #: parts of a row waiting to start while their siblings poll. The sweep behind these values (best
-#: plan per shape on an H200) is under "Constants of solutions/online_softmax_*.py" in PROVENANCE.md.
+#: plan per shape on an H200) is under "Constants of lessons 02 and 05" in ``tkcourse/data/PROVENANCE.md``.
 ONE_READ_MIN_PART = 1024
 ONE_READ_MAX_PARTS = 64
 ONE_READ_SMALL_PART = 2048
@@ -174,7 +174,7 @@ ONE_READ_MAX_PART = 32768
 #: part leaves the GPU idle while parts wait; a lane loads its next row during the wait, and a grid
 #: that just fills the GPU never has a part waiting on a sibling that cannot start. Below
 #: LANES_MIN_COLS there are rows enough to hide the wait, and the plain one-read kernel is as fast.
-#: Loading two rows ahead costs the registers that the parts need. Measurements: PROVENANCE.md.
+#: Loading two rows ahead costs the registers that the parts need. Measurements: same section.
 LANES_MIN_COLS = 262144
 LANES_PARTS = 128
 #: One read: reads of the row's words (about a microsecond each) before a program stops waiting

@@ -63,7 +63,7 @@ def _num_warps(BLOCK: int) -> int:
     Short rows get few warps, so many programs (rows) fit on one SM at once and keep enough bytes
     in flight; long rows get up to 16 warps (512 threads) so no thread holds more than 64 values.
     A sweep of warps x stages x programs on an H200 agreed (``tkcourse/data/PROVENANCE.md``, "Constants
-    of solutions/softmax.py").
+    of lessons 02 and 05").
     """
     return min(16, max(4, BLOCK // 1024))
 
@@ -73,7 +73,7 @@ def _num_stages(BLOCK: int, element_size: int) -> int:
 
     With many programs on each SM, other programs' loads already hide a row's latency, so a prefetch
     into shared memory costs what it hides: on an H200 2 or 3 stages were no faster than none, and
-    slower for long rows (``tkcourse/data/PROVENANCE.md``, "Constants of solutions/softmax.py"). The
+    slower for long rows (``tkcourse/data/PROVENANCE.md``, "Constants of lessons 02 and 05"). The
     parameter stays so that you can measure it yourself (the sweep: ``research/tuning/``).
     """
     return 1
@@ -82,7 +82,7 @@ def _num_stages(BLOCK: int, element_size: int) -> int:
 #: Rows of at least this many columns get a program each instead of a persistent grid: a long row is
 #: work enough to pay for a program's start, and the hardware's own scheduling then balances the
 #: SMs; at 1024 columns a row is too little work, and the persistent grid won on an H200
-#: (``tkcourse/data/PROVENANCE.md``, "Constants of solutions/softmax.py").
+#: (``tkcourse/data/PROVENANCE.md``, "Constants of lessons 02 and 05").
 PERSISTENT_BELOW = 4096
 
 
