@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import randn
 
-from solutions import flash_attention as fa
+from solutions import flash_attention_tuned as fa  # the full API (impl=, WARP_SPECIALIZE); "simple" runs the lesson file
 from solutions import flash_attention_backward as fb
 from solutions import matmul as mm
 from solutions import online_softmax as osm

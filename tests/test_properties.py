@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from solutions import autotune as sol_at
-from solutions import flash_attention as fa
+from solutions import flash_attention_tuned as fa  # the full API (impl=, WARP_SPECIALIZE); "simple" runs the lesson file
 from solutions import flash_attention_backward as fb
 from solutions import matmul as mm
 from solutions import online_softmax as osm
