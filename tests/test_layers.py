@@ -104,3 +104,26 @@ def test_import_linter_contracts_hold():
         pytest.skip("import-linter is not installed (it is in the dev extra: pip install -e '.[dev]')")
     proc = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_wheel_holds_tkcourse_alone():
+    """No generic top-level ``solutions``/``exercises``/``benchmarks`` in site-packages (README,
+    "Installing"): the packages setuptools finds with pyproject.toml's settings are tkcourse's."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = find_packages(str(ROOT), include=find["include"], exclude=find.get("exclude", ()))
+    assert found and all(p == "tkcourse" or p.startswith("tkcourse.") for p in found), found
+    assert "tkcourse.traffic" in found and "tkcourse.check" in found
+
+
+def test_lesson_code_is_found_in_the_checkout():
+    """An editable install maps tkcourse alone; importing it puts its checkout on sys.path."""
+    assert course.CHECKOUT == ROOT
+    assert str(ROOT) in sys.path
+    code = "import tkcourse, solutions.vector_add, benchmarks; print(solutions.vector_add.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "notebooks", capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == str(ROOT / "solutions" / "vector_add.py"), out.stderr

@@ -50,10 +50,13 @@ def exercise(name: str, fallback: bool = True):
         module = importlib.import_module(f"{package}.{name}")
     except ModuleNotFoundError as e:
         if e.name in (f"{package}.{name}", package):
+            if CHECKOUT is None:  # a non-editable install ships tkcourse alone (README, "Installing")
+                raise ModuleNotFoundError(
+                    f"no {package}/{name}.py: this tkcourse is installed without the course's checkout, whose "
+                    "folders solutions/ and exercises/ hold the lessons. Clone the course and install it "
+                    "from there: `make lab`, or `pip install -e .`") from e
             raise ModuleNotFoundError(
                 f"no {package}/{name}.py. Lessons: see solutions/. Generate missing exercises with `make exercises`."
-                + ("" if CHECKOUT else " (tkcourse is installed without its checkout: the lessons are "
-                   "folders of the course's git checkout; install it with `pip install -e .` from there)")
             ) from e
         raise
     module = importlib.reload(module)
