@@ -16,10 +16,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from solutions import autotune as sol_at
-from solutions import flash_attention_tuned as fa  # the full API (impl=, WARP_SPECIALIZE); "simple" runs the lesson file
 from solutions import flash_attention_backward as fb
+from solutions import (
+    flash_attention_tuned as fa,  # the full API (impl=, WARP_SPECIALIZE); "simple" runs the lesson file
+)
 from solutions import matmul as mm
-from solutions import online_softmax as osm
+from solutions import online_softmax_split as osm  # parts= lives in the split step; it re-exports reference
 from solutions import softmax as sm
 from solutions import vector_add as va
 from tkcourse import autotune as at
