@@ -139,8 +139,8 @@ def test_launch_timers_refuse_in_interpreter(timer):
 
 
 def test_softmax_shape_cases_measure_the_given_kernel_and_its_peers():
-    from solutions.softmax import softmax
     from benchmarks.softmax import shape_cases
+    from solutions.softmax import softmax
 
     x = torch.randn(4, 10, device=mode.DEVICE)
     cases = shape_cases("softmax", softmax, x)
@@ -152,8 +152,8 @@ def test_softmax_shape_cases_measure_the_given_kernel_and_its_peers():
 
 
 def test_attention_backward_case_runs_the_given_function():
-    from solutions.flash_attention_backward import reference
     from benchmarks.flash_attention import backward_case
+    from solutions.flash_attention_backward import reference
 
     calls = []
 

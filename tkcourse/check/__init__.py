@@ -100,8 +100,8 @@ def run(name: str, module=None, quiet: bool = False, isolate: bool | None = None
     Returns a ``Report`` (``.passed``, ``.status`` in pass/fail/error/todo, printable). ``isolate``:
     grade in a child process (only by name; by default on a GPU, or with ``TKCOURSE_CHECK_ISOLATE=1``).
     """
-    from ..labels import exercise, use_solutions
     from ..errors import UserError
+    from ..labels import exercise, use_solutions
 
     if name not in lessons():
         raise UserError(f"no grader named {name!r}; graders: {', '.join(lessons())}")
