@@ -210,8 +210,8 @@ def test_tensor_descriptor_loads_and_stores_are_counted():
     assert t.owner_map("y", "store")[17, 33] == 1 + 2 * 2  # program (1, 2), x fastest
 
 
-def test_capture_traces_a_launcher():
-    x, y = torch.randn(3000), torch.randn(3000)
+def test_capture_traces_a_launcher():  # on a GPU too: the launch is replayed in the interpreter on CPU copies
+    x, y = torch.randn(3000, device=traffic.mode.DEVICE), torch.randn(3000, device=traffic.mode.DEVICE)
     with traffic.capture() as traces:
         out = add(x, y)
     torch.testing.assert_close(out, x + y)
@@ -491,8 +491,8 @@ RECORDS = [
 ]
 
 
-def test_roofline_ceilings_and_points():
-    fig = roof_plots.roofline(RECORDS)
+def test_roofline_ceilings_and_points():  # the records' ceilings, also on a GPU (where the default measures live)
+    fig = roof_plots.roofline(RECORDS, ceilings=roof_plots.device_ceilings(RECORDS, measure=False))
     c = fig.roofline_ceilings
     assert (c["copy_GBps"], c["matmul_TFLOPs"]) == (4000.0, 650.0) and "recorded on NVIDIA H200" in c["source"]
     ax = fig.axes[0]
