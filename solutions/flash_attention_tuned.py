@@ -223,24 +223,6 @@ def _descriptors(q, k, v, o, block_m, block_n=None):
             for t, block in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
 
 
-def _tma_scratch(size: int, alignment: int, stream):
-    """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
-    return torch.empty(size, device="cuda", dtype=torch.int8)
-
-
-def _descriptors(q, k, v, o, block_m, block_n=None):
-    """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), with blocks of
-    block_m rows (Q, O) and block_n rows (K, V; default block_m), where N is a multiple of both (so no
-    block straddles two heads) and at most HOST_DESCRIPTOR_MAX_N; else the pointers themselves (the
-    kernel then makes a descriptor per head). Autotuning resets the blocks per config (its pre-hook)."""
-    B, H, N, D = q.shape
-    block_n = block_n or block_m
-    if not HOST_DESCRIPTORS or N % block_m or N % block_n or N > HOST_DESCRIPTOR_MAX_N:
-        return [q, k, v, o]
-    return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [block, D])
-            for t, block in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
-
-
 def _use_tuned(impl: str) -> bool:
     if impl not in ("auto", "simple", "tuned"):
         raise ValueError(f"impl must be 'auto', 'simple' or 'tuned', got {impl!r}")
