@@ -26,26 +26,26 @@ LAYOUTS = [(2, 3, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 50, 32, False
            (2, 2, 33, 16, True, "k, v shared by heads (stride 0)")]
 
 
-def reference(q, k, v, causal=False, sm_scale=None, *, diagonal=1):
-    """Attention in float64 torch, materializing the N×N scores. ``diagonal``: the first diagonal of
-    masked (future) keys, 1 by the definition; 0 and 2 reproduce a causal mask off by one."""
-    q, k, v = q.double(), k.double(), v.double()
-    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    s = (q @ k.transpose(-1, -2)) * scale
+def scores(q, k, scale, causal, *, diagonal=1):
+    """The N×N scaled scores in float64, -inf where causal attention masks a key. ``diagonal``: the first
+    diagonal of masked (future) keys, 1 by the definition; 0 and 2 reproduce a causal mask off by one."""
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
     if causal:
         n = q.shape[-2]
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(diagonal), float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
+    return s
+
+
+def reference(q, k, v, causal=False, sm_scale=None, *, diagonal=1):
+    """Attention in float64 torch, materializing the N×N scores (``scores``)."""
+    scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    return torch.softmax(scores(q, k, scale, causal, diagonal=diagonal), dim=-1) @ v.double()
 
 
 def _unnormalized(q, k, v, causal, scale):
     """The classic mistake: the accumulator is never divided by l (o = Σ exp(s - m) v)."""
-    q, k, v = q.double(), k.double(), v.double()
-    s = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        n = q.shape[-2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    return torch.exp(s - s.amax(-1, keepdim=True)) @ v
+    s = scores(q, k, scale, causal)
+    return torch.exp(s - s.amax(-1, keepdim=True)) @ v.double()
 
 
 def _first_keys(q, k, v, scale, keys):
@@ -72,9 +72,7 @@ def _no_rescale(q, k, v, causal, scale, block):
     """The classic mistake: the running max grows but the accumulator is not rescaled."""
     q, k, v = q.double(), k.double(), v.double()
     n = q.shape[-2]
-    s = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    s = scores(q, k, scale, causal)
     m = torch.full(s.shape[:-1], float("-inf"), dtype=torch.float64, device=s.device)
     l = torch.zeros_like(m)
     acc = torch.zeros(*s.shape[:-1], v.shape[-1], dtype=torch.float64, device=s.device)
@@ -163,10 +161,7 @@ def _lse_diagnose(q, k, v, causal):
             if torch.allclose(o, e / ln2, atol=1e-3, rtol=1e-3):
                 return ("lse is in base 2 (log2-sum-exp2): the backward needs the natural log. Store "
                         "m_i + tl.log(l_i), or with exp2 scores convert back: (m_i + tl.log2(l_i)) * ln(2)")
-            s = (q.double() @ k.double().transpose(-1, -2)).cpu() / math.sqrt(q.shape[-1])
-            if causal:
-                n = q.shape[-2]
-                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            s = scores(q, k, 1 / math.sqrt(q.shape[-1]), causal).cpu()
             if torch.allclose(o, s.amax(-1), atol=1e-3, rtol=1e-3):
                 return "lse is only the running max m_i: add the log of the sum, lse = m_i + tl.log(l_i)"
             if torch.allclose(o, e - s.amax(-1), atol=1e-3, rtol=1e-3):
@@ -183,11 +178,7 @@ def _lse_diagnose(q, k, v, causal):
 def _graded_forward(label, mod, q, k, v, causal):
     """``attention_forward(q, k, v, causal)`` returns ``(o, lse)``; lesson 07's backward needs that lse."""
     expected_o = reference(q, k, v, causal)
-    s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if causal:
-        n = q.shape[-2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    expected_lse = torch.logsumexp(s, dim=-1)
+    expected_lse = torch.logsumexp(scores(q, k, 1 / math.sqrt(q.shape[-1]), causal), dim=-1)
     try:
         got, allocs, _ = traced_call(mod.attention_forward, q, k, v, causal=causal)
     except traffic.OutOfBoundsError as exc:

@@ -30,6 +30,7 @@ from .core import (
     storage_overlap,
     traced_call,
 )
+from .flash_attention import scores
 
 SHAPES = [(2, 2, 100, 16, False), (1, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 1, 17, 64, True),
           (2, 1, 64, 32, False), (1, 1, 257, 16, True)]
@@ -61,13 +62,8 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
 
 def forward(q, k, v, causal, scale):
     """o and lse (natural log, fp32) in float64 torch."""
-    qd, kd, vd = q.double(), k.double(), v.double()
-    s = (qd @ kd.transpose(-1, -2)) * scale
-    if causal:
-        n = q.shape[-2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    return (torch.softmax(s, -1) @ vd).to(q.dtype), lse.float()
+    s = scores(q, k, scale, causal)  # lesson 06's grader: the same masked scores
+    return (torch.softmax(s, -1) @ v.double()).to(q.dtype), torch.logsumexp(s, dim=-1).float()
 
 
 def _diagnose(q, k, v, do, causal, scale, which, note=""):
