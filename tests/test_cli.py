@@ -145,3 +145,14 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     err = p.stderr.read().decode()
     assert p.wait(timeout=300) == 141
     assert "Traceback" not in err and "BrokenPipe" not in err and "Exception ignored" not in err, err
+
+
+def test_a_lesson_of_two_parts_resolves_to_both():
+    """Lesson 09 writes two kernels: ``check 09`` grades both, ``check rmsnorm`` the one; both name notebook 09."""
+    among = ["vector_add", "rmsnorm", "decode_attention"]
+    assert course.resolve_all(["09"], among) == ["rmsnorm", "decode_attention"]
+    assert course.resolve_all(["rmsnorm"], among) == ["rmsnorm"]
+    assert course.resolve_all([], among) == ["vector_add", "rmsnorm", "decode_attention"]
+    assert course.notebook("rmsnorm") == course.notebook("decode_attention") == "09_decode_attention"
+    assert course.lesson_of("rmsnorm") == "decode_attention" and course.lesson_of("launch_lean") == "launch"
+    assert course.lesson_of("_checks") is None

@@ -22,10 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ORDER = [name for _, name in course.LESSONS]
 
 
-def lesson_of(module: str) -> str | None:
-    """``online_softmax_split`` -> ``online_softmax``: the longest lesson name the module starts with."""
-    hits = [n for n in ORDER if module == n or module.startswith(n + "_")]
-    return max(hits, key=len) if hits else None
+lesson_of = course.lesson_of  # online_softmax_split -> online_softmax; rmsnorm -> decode_attention
 
 
 def imported(path: Path, package: str) -> set[str]:

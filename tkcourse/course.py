@@ -28,7 +28,17 @@ LESSONS: tuple[tuple[str, str], ...] = (
     ("05", "online_softmax"),
     ("06", "flash_attention"),
     ("07", "flash_attention_backward"),
+    ("08", "launch"),
+    ("09", "decode_attention"),
 )
+
+#: Lessons whose exercises go by more than one name, in the order the notebook takes them: lesson 09
+#: writes the two kernels of a decode step, a fused RMSNorm (``rmsnorm``) and then the attention
+#: (``decode_attention``). Each part has its own solution, exercise and grader; ``tkcourse check 09``
+#: grades them all. Every other lesson is one name everywhere.
+PARTS: dict[str, tuple[str, ...]] = {
+    "decode_attention": ("rmsnorm", "decode_attention"),
+}
 
 #: Which module holds each benchmark's cases (``cases()``, optionally ``extra_rows(provenance)``).
 #: They live in the top-level ``benchmarks`` package,
@@ -40,6 +50,8 @@ BENCHMARKS: dict[str, str] = {
     "softmax": "benchmarks.softmax",
     "matmul": "benchmarks.matmul",
     "flash_attention": "benchmarks.flash_attention",
+    "rmsnorm": "benchmarks.rmsnorm",
+    "decode_attention": "benchmarks.decode_attention",
 }
 
 #: Which module holds each kernel ``python -m tkcourse.autotune KERNEL`` sweeps (its ``TARGETS[KERNEL]``,
@@ -68,21 +80,45 @@ def put_checkout_on_path() -> None:
 
 _BY_NUMBER = {number: name for number, name in LESSONS}
 _NAMES = [name for _, name in LESSONS]
+_PART_LESSON = {part: lesson for lesson, ps in PARTS.items() for part in ps}
+
+
+def lesson_of(module: str) -> str | None:
+    """The lesson a module of ``solutions/`` or ``exercises/`` belongs to: a part named in ``PARTS``,
+    else the longest lesson name it starts with (``online_softmax_split`` -> ``online_softmax``);
+    None for a module of no lesson (``_checks``)."""
+    for lesson, parts in PARTS.items():
+        if module in parts:
+            return lesson
+    starts = [n for n in _NAMES if module == n or module.startswith(n + "_")]
+    return max(starts, key=len) if starts else None
+
+
+def parts(lesson: str) -> tuple[str, ...]:
+    """The exercise names of a lesson: ``PARTS[lesson]``, or the lesson's own name."""
+    return PARTS.get(lesson, (lesson,))
 
 
 def notebook(name: str) -> str:
-    """``"matmul"`` -> ``"03_matmul"``: the lesson as its notebook names it."""
-    for number, lesson in LESSONS:
-        if lesson == name:
-            return f"{number}_{lesson}"
+    """``"matmul"`` -> ``"03_matmul"``: the lesson as its notebook names it (a part: its lesson's notebook)."""
+    lesson = name if name in _NAMES else next((k for k, v in PARTS.items() if name in v), name)
+    for number, known in LESSONS:
+        if known == lesson:
+            return f"{number}_{known}"
     return name
 
 
+def _rank(name: str) -> tuple[int, int]:
+    lesson = name if name in _NAMES and name not in _PART_LESSON else _PART_LESSON.get(name, name)
+    return _NAMES.index(lesson), (parts(lesson).index(name) if name in parts(lesson) else 0)
+
+
 def in_order(names: Iterable[str]) -> list[str]:
-    """``names`` in course order; names the course does not list (a new module) go last, sorted."""
+    """``names`` in course order (a lesson's parts in the notebook's order); names the course does not
+    list (a new module) go last, sorted."""
     names = set(names)
-    known = [n for n in _NAMES if n in names]
-    return known + sorted(names - set(_NAMES))
+    known = sorted((n for n in names if n in _NAMES or n in _PART_LESSON), key=_rank)
+    return known + sorted(n for n in names if n not in known)
 
 
 def _listing(names: Iterable[str]) -> str:
@@ -116,8 +152,9 @@ def resolve(text: str, among: Iterable[str] | None = None, what: str = "lesson")
 
 
 def resolve_all(texts: Iterable[str], among: Iterable[str], what: str = "lesson") -> list[str]:
-    """Each of ``texts`` resolved (duplicates dropped, the order given kept); all of ``among`` in
-    course order when ``texts`` is empty."""
+    """Each of ``texts`` resolved (duplicates dropped, the order given kept; a lesson of several parts
+    gives each of its parts that ``among`` holds); all of ``among`` in course order when ``texts`` is
+    empty."""
     among = list(among)
     texts = list(texts)
     if not texts:
@@ -125,6 +162,7 @@ def resolve_all(texts: Iterable[str], among: Iterable[str], what: str = "lesson"
     out: list[str] = []
     for t in texts:
         name = resolve(t, among, what)
-        if name not in out:
-            out.append(name)
+        for part in [p for p in parts(name) if p in among] or [name]:
+            if part not in out:
+                out.append(part)
     return out
