@@ -4,7 +4,7 @@ The split step (``online_softmax_split``) reads every element twice: pass 2 come
 L2 at best. A part small enough for registers needs one read. Each program of
 ``_one_read_softmax_kernel`` loads its part, publishes the part's ``(m, l)`` (the split step's
 exchange words), waits for the row's other parts, and writes its part from registers: the input
-crosses HBM once. For few long rows, ``_lanes_softmax_kernel`` does the same on a persistent grid
+crosses HBM once. For few long rows, ``lanes_softmax_kernel`` does the same on a persistent grid
 (one wave of programs, Triton tutorial 02), loading its part of the next row while it waits.
 
 The programs of a row wait for each other, which the interpreter (one program at a time) cannot
@@ -13,7 +13,9 @@ This is the reference's fast path on a GPU, the one the course's benchmark measu
 
 Same API as the lesson: ``softmax(x, parts=None, block=None, one_read=True)``; ``parts`` or
 ``block``, or ``one_read=False``, ask for the two passes. ``reference`` and ``step_states`` are the
-lesson's.
+lesson's. The names without an underscore (``load_part``, ``lanes_softmax_kernel``, ``one_read_plan``,
+``persistent_lanes``, ``one_read_launch``) are the building blocks that the probes in
+``research/tuning/`` compose into variants; the others may change without notice.
 """
 
 import functools
@@ -25,11 +27,11 @@ import triton.language as tl
 from tkcourse.mode import INTERPRET, validate
 
 from ._occupancy import programs_per_sm, sm_count
-from .online_softmax import _online_stats, reference, step_states
+from .online_softmax import online_stats, reference, step_states
 from .online_softmax_split import (
-    _combine_parts,
-    _publish_part,
-    _span,
+    combine_parts,
+    publish_part,
+    exchange_span,
     _two_pass,
     checked_parts_and_block,
 )
@@ -41,11 +43,11 @@ __all__ = ["softmax", "reference", "step_states"]
 def _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS: tl.constexpr,
                SPAN: tl.constexpr, FALLBACK_BLOCK: tl.constexpr):
     """Row ``row``'s ``(m, l)`` for a program that has published its part: combined from the parts'
-    words (``_combine_parts``) or, when a part of the row has not run within ``max_polls`` polls, read
+    words (``combine_parts``) or, when a part of the row has not run within ``max_polls`` polls, read
     from the whole row by this program itself (pass 1 of the lesson)."""
-    m, l, complete = _combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+    m, l, complete = combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
     if not complete:  # row: a Python int in the interpreter's lanes loop, hence tl.cast
-        m, l = _online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
+        m, l = online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
     return m, l
 
 
@@ -60,7 +62,7 @@ def _part_stats(x):
 
 
 @triton.jit
-def _load_part(x_row, cols, mask):
+def load_part(x_row, cols, mask):
     """One read of a part into registers, and its ``_part_stats``."""
     x = tl.load(x_row + cols, mask=mask, other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
     return _part_stats(x)
@@ -75,11 +77,11 @@ def _one_read_softmax_kernel(
     n_cols,  # columns: the softmax length
     slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
-    span,  # SPAN, passed at run time (see _combine_parts)
+    span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
-    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
+    SPAN: tl.constexpr,  # entries of combine_parts' agreement tensor: 64 * num_warps
 ):
     """The GPU plan: each program reads its part of a row once and keeps it in registers.
 
@@ -99,10 +101,10 @@ def _one_read_softmax_kernel(
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    e, shift, m_p, l_p = _load_part(x_row, cols, mask)  # e stays in registers until the row's max is known
+    e, shift, m_p, l_p = load_part(x_row, cols, mask)  # e stays in registers until the row's max is known
     scale = 1.0 / l_p
     if PARTS > 1:
-        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
         m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
@@ -111,7 +113,7 @@ def _one_read_softmax_kernel(
 
 
 @triton.jit
-def _lanes_softmax_kernel(
+def lanes_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
@@ -120,11 +122,11 @@ def _lanes_softmax_kernel(
     n_cols,  # columns: the softmax length
     slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
-    span,  # SPAN, passed at run time (see _combine_parts)
+    span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
-    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
+    SPAN: tl.constexpr,  # entries of combine_parts' agreement tensor: 64 * num_warps
 ):
     """Few long rows: the one-read kernel on a persistent grid of ``lanes * PARTS`` programs.
 
@@ -142,7 +144,7 @@ def _lanes_softmax_kernel(
                      other=float("-inf"), eviction_policy="evict_first")  # no row for this lane: nothing read
     for row in tl.range(lane, n_rows, lanes, num_stages=1):  # row: a Python int in the interpreter, hence tl.cast
         e, shift, m_p, l_p = _part_stats(x_next.to(tl.float32))
-        _publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
         nxt = row + lanes  # its load is in flight while this row's other parts are awaited
         x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
                          mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
@@ -168,7 +170,7 @@ ONE_READ_MAX_VALUES_PER_THREAD = 64
 #: GPU plan, one read: longer parts than this (16 warps) take the two-pass plan instead: past it a
 #: part no longer fits in one program's registers without spilling to local memory.
 ONE_READ_MAX_PART = 32768
-#: GPU plan, few long rows (``_lanes_softmax_kernel``): rows of at least LANES_MIN_COLS columns are
+#: GPU plan, few long rows (``lanes_softmax_kernel``): rows of at least LANES_MIN_COLS columns are
 #: split into LANES_PARTS parts (fewer on a GPU with fewer SMs) of ONE_READ_MAX_VALUES_PER_THREAD values
 #: a thread, on a persistent grid of as many lanes as fit at once. Why: with few rows, a program per
 #: part leaves the GPU idle while parts wait; a lane loads its next row during the wait, and a grid
@@ -201,7 +203,7 @@ def _one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
     return parts, part, max(ONE_READ_WARPS, warps)
 
 
-def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
+def one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
     """``_one_read_split``, or None where the one-read kernel does not apply: the interpreter, or a
     part longer than ONE_READ_MAX_PART. All the parts of a row should run at once (or the waiting
     parts end up reading the row themselves), so a row gets no more parts than the GPU has SMs."""
@@ -214,10 +216,10 @@ def _one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
     return parts, part, warps
 
 
-_LANES_FIT: dict = {}  # programs of _lanes_softmax_kernel an SM holds, per (device, dtype, PARTS, PART, warps)
+_LANES_FIT: dict = {}  # programs of lanes_softmax_kernel an SM holds, per (device, dtype, PARTS, PART, warps)
 
 
-def _lanes(x, out, parts, part, num_warps) -> int | None:
+def persistent_lanes(x, out, parts, part, num_warps) -> int | None:
     """Lanes of the persistent grid for rows of at least LANES_MIN_COLS columns (None: shorter rows,
     one program per part): as many as fit at once, ``lanes * parts`` programs."""
     n_rows, n_cols = x.shape
@@ -226,26 +228,26 @@ def _lanes(x, out, parts, part, num_warps) -> int | None:
     key = (x.device.index, x.dtype, parts, part, num_warps)
     if key not in _LANES_FIT:
         slots = torch.zeros(1, dtype=torch.int64, device=x.device)
-        _LANES_FIT[key] = programs_per_sm(_lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
-                                          slots, MAX_POLLS, _span(num_warps), PARTS=parts, PART=part,
-                                          FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps,
+        _LANES_FIT[key] = programs_per_sm(lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+                                          slots, MAX_POLLS, exchange_span(num_warps), PARTS=parts, PART=part,
+                                          FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), num_warps=num_warps,
                                           device_index=x.device.index)
     fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
     return min(fit, n_rows) if fit >= 1 else None
 
 
-def _one_read(x, out, parts, part, num_warps, max_polls=None, lanes=None):
+def one_read_launch(x, out, parts, part, num_warps, max_polls=None, lanes=None):
     """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one."""
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
     polls = MAX_POLLS if max_polls is None else max_polls
-    common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=_span(num_warps), num_warps=num_warps)
+    common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), num_warps=num_warps)
     if lanes is None:
         _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, polls,
-                                                    _span(num_warps), **common)
+                                                    exchange_span(num_warps), **common)
     else:
-        _lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, polls,
-                                                _span(num_warps), **common)
+        lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, polls,
+                                                exchange_span(num_warps), **common)
     return out
 
 
@@ -256,18 +258,18 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None,
     Rows may be strided (read in place); columns must be contiguous, else x is copied first.
     ``parts`` (a power of two) splits each row over that many programs; ``block`` (a power of two)
     is the columns read per step; either one, or ``one_read=False``, asks for the split step's two
-    passes. Otherwise a GPU runs the one-read kernel where it applies (``_one_read_plan``; on a
-    persistent grid for rows of at least LANES_MIN_COLS, ``_lanes``), and the two-pass plan for the
+    passes. Otherwise a GPU runs the one-read kernel where it applies (``one_read_plan``; on a
+    persistent grid for rows of at least LANES_MIN_COLS, ``persistent_lanes``), and the two-pass plan for the
     mode where it does not.
     """
     validate(x, names=["x"], ndim=2)
     n_rows, n_cols = x.shape
     parts, block = checked_parts_and_block(parts, block)
     if parts is None and block is None and one_read:
-        plan = _one_read_plan(n_cols, x.device)
+        plan = one_read_plan(n_cols, x.device)
         if plan is not None:  # on a GPU: every element read once, held in registers across the wait
             if x.stride(1) != 1:
                 x = x.contiguous()
             out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-            return _one_read(x, out, *plan, lanes=_lanes(x, out, *plan))
+            return one_read_launch(x, out, *plan, lanes=persistent_lanes(x, out, *plan))
     return _two_pass(x, parts, block)

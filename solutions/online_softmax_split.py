@@ -6,11 +6,12 @@ So a long row is split into ``parts``: a *stats* program per part runs pass 1 ov
 its ``(m, l)``; a *write* program per part combines the parts' pairs into the row's ``(m, l)``:
 ``m = max m_p``, ``l = sum l_p * exp(m_p - m)`` (the same rescaling as the lesson's running sum,
 applied to whole parts), and runs pass 2 over its part. The two passes are the lesson's own
-functions (``online_softmax._online_stats``, ``_write_softmax``); this step adds the exchange of
+functions (``online_softmax.online_stats``, ``_write_softmax``); this step adds the exchange of
 the pairs between programs, which ``online_softmax_one_read`` builds on.
 
 Same API as the lesson: ``softmax(x, parts=None, block=None)``; ``reference`` and ``step_states``
-are the lesson's.
+are the lesson's. The exchange's pieces (``publish_part``, ``combine_words``, ``combine_parts``,
+``exchange_span``) are public: the one-read step and the probes in ``research/tuning/`` build on them.
 """
 
 import torch
@@ -27,7 +28,7 @@ from .online_softmax import (
     NUM_STAGES,
     NUM_WARPS,
     _online_softmax_kernel,
-    _online_stats,
+    online_stats,
     _write_softmax,
     reference,
     step_states,
@@ -37,7 +38,7 @@ __all__ = ["softmax", "reference", "step_states"]
 
 
 @triton.jit
-def _publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
+def publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
     """Publish this part's (m, l) as ONE 64-bit word (m in the low half, l in the high half).
 
     The word is its own flag: a reader sees either 0 (not yet published) or the whole pair, never
@@ -49,8 +50,8 @@ def _publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
 
 
 @triton.jit
-def _combine_words(words):
-    """The row's ``(m, l)`` from its parts' published words (``_publish_part``'s format): m is the
+def combine_words(words):
+    """The row's ``(m, l)`` from its parts' published words (``publish_part``'s format): m is the
     largest m_p, l the sum of the parts' l_p, each rescaled by exp(m_p - m) to the row's max."""
     m_parts = (words & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
     l_parts = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
@@ -59,7 +60,7 @@ def _combine_words(words):
 
 
 @triton.jit
-def _combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr):
+def combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr):
     """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
 
     Returns the row's ``(m, l)`` combined from the parts' pairs, and whether all parts were there
@@ -79,7 +80,7 @@ def _combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: t
     while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
         words = tl.load(slots, volatile=True)
         polls += 1
-    m, l = _combine_words(words)
+    m, l = combine_words(words)
     missing = tl.sum((words == 0).to(tl.int32), axis=0)  # this warp's view
     entry = tl.arange(0, SPAN)
     missing = tl.max(tl.where(entry < span, missing, 0), axis=0)  # every thread's view: one answer
@@ -99,7 +100,7 @@ def _split_softmax_kernel(
     PARTS: tl.constexpr,  # parts a row is split into; a power of two
     BLOCK: tl.constexpr,  # columns per step; a power of two
     NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)
-    SPAN: tl.constexpr,  # entries of _combine_parts' agreement tensor: 64 * num_warps
+    SPAN: tl.constexpr,  # entries of combine_parts' agreement tensor: 64 * num_warps
 ):
     """Each row is 2 * PARTS work items, taken in this order: PARTS stats items, then PARTS writes.
 
@@ -117,12 +118,12 @@ def _split_softmax_kernel(
     end = tl.minimum(start + part_cols, n_cols)  # trailing parts may be empty: start >= end
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     if item < PARTS:  # stats item: pass 1 over this part, publish its (m, l)
-        m, l = _online_stats(x_row, start, end, BLOCK, NUM_STAGES)
-        _publish_part(slots_ptr, row, part, m, l, PARTS)
+        m, l = online_stats(x_row, start, end, BLOCK, NUM_STAGES)
+        publish_part(slots_ptr, row, part, m, l, PARTS)
     else:  # write item: wait for the row's parts, combine their (m, l), pass 2 over this part
         # tickets: every stats item this waits for is running, so the wait ends: no bound, no fallback,
         # and no need for the warps to agree on "complete" (SPAN as ``span`` lets the compiler drop that)
-        m, l, _ = _combine_parts(slots_ptr, row, 0x7FFFFFFF, SPAN, PARTS, SPAN)
+        m, l, _ = combine_parts(slots_ptr, row, 0x7FFFFFFF, SPAN, PARTS, SPAN)
         _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
 
 
@@ -143,8 +144,8 @@ def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
     return parts, block
 
 
-def _span(num_warps: int) -> int:
-    """Entries of _combine_parts' agreement tensor: two a thread, so that every thread holds some."""
+def exchange_span(num_warps: int) -> int:
+    """Entries of combine_parts' agreement tensor: two a thread, so that every thread holds some."""
     return 64 * num_warps
 
 
@@ -167,7 +168,7 @@ def _two_pass(x: torch.Tensor, parts: int | None, block: int | None) -> torch.Te
     words = torch.zeros(1 + n_rows * parts, dtype=torch.int64, device=x.device)  # the ticket, then the slots
     _split_softmax_kernel[(2 * parts * n_rows,)](
         x, out, x.stride(0), out.stride(0), n_cols, part_cols, words, words[1:],
-        PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, SPAN=_span(NUM_WARPS), num_warps=NUM_WARPS,
+        PARTS=parts, BLOCK=block, NUM_STAGES=NUM_STAGES, SPAN=exchange_span(NUM_WARPS), num_warps=NUM_WARPS,
     )
     return out
 

@@ -188,23 +188,23 @@ def test_one_read_kernel_with_one_part(n_cols):
     """A part per row runs anywhere, the interpreter too: the row is read once, kept, written."""
     x = _randn(5, n_cols, scale=3.0)
     out = torch.empty_like(x)
-    _assert_softmax(one_read._one_read(x, out, 1, triton.next_power_of_2(n_cols), 4), x)
+    _assert_softmax(one_read.one_read_launch(x, out, 1, triton.next_power_of_2(n_cols), 4), x)
 
 
 def test_one_read_plan_only_where_it_is_safe(monkeypatch):
     if mode.INTERPRET:  # one program at a time: a part would wait its whole bound for the next one
-        assert one_read._one_read_plan(262144, torch.device("cpu")) is None
+        assert one_read.one_read_plan(262144, torch.device("cpu")) is None
         return
     dev = torch.device("cuda", torch.cuda.current_device())
     for n_cols in (1, 1000, 32768, 131072, 262144, 1_000_000):
-        parts, part, warps = one_read._one_read_plan(n_cols, dev)
+        parts, part, warps = one_read.one_read_plan(n_cols, dev)
         assert parts * part >= n_cols and part <= one_read.ONE_READ_MAX_PART, (n_cols, parts, part)
         most = one_read.LANES_PARTS if n_cols >= one_read.LANES_MIN_COLS else one_read.ONE_READ_MAX_PARTS
         assert parts <= min(most, torch.cuda.get_device_properties(dev).multi_processor_count)
         assert 1 <= warps <= 32 and part <= 32 * warps * one_read.ONE_READ_MAX_VALUES_PER_THREAD
-    assert one_read._one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
+    assert one_read.one_read_plan(1 << 30, dev) is None  # parts too long for one program: the two-pass split
     # one_read=False (the explicit argument that replaced a module switch) takes the two passes
-    monkeypatch.setattr(one_read, "_one_read", lambda *a, **k: pytest.fail("one_read=False ran the one-read kernel"))
+    monkeypatch.setattr(one_read, "one_read_launch", lambda *a, **k: pytest.fail("one_read=False ran the one-read kernel"))
     x = _randn(2, 262144, dtype=torch.float16)
     _assert_softmax(one_read.softmax(x, one_read=False), x)
 
@@ -223,7 +223,7 @@ def test_one_read_split_is_the_measured_plan(n_cols, plan):
 @pytest.mark.parametrize("shape", [(3, 100_000), (64, 32768), (2, 262144), (37, 262144), (5, 600_000), (300, 8193)])
 def test_one_read_plan_matches_torch_on_a_gpu(shape):
     x = _randn(*shape, dtype=torch.float16, scale=4.0)
-    assert one_read._one_read_plan(shape[1], x.device) is not None
+    assert one_read.one_read_plan(shape[1], x.device) is not None
     _assert_softmax(lesson.softmax(x), x)
     _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
 
@@ -241,8 +241,8 @@ def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
     out = torch.empty_like(x)
     one_read._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
-                                                  one_read._span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
-                                                  SPAN=one_read._span(4), num_warps=4)
+                                                  one_read.exchange_span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
+                                                  SPAN=one_read.exchange_span(4), num_warps=4)
     _assert_softmax(out, x)
 
 
@@ -261,9 +261,9 @@ def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_co
     words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
     words[:, 0] = 0
     out = torch.empty_like(x)
-    one_read._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
-                                                   words.contiguous(), 0, one_read._span(4), PARTS=parts, PART=part,
-                                                   FALLBACK_BLOCK=128, SPAN=one_read._span(4), num_warps=4)
+    one_read.lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+                                                   words.contiguous(), 0, one_read.exchange_span(4), PARTS=parts, PART=part,
+                                                   FALLBACK_BLOCK=128, SPAN=one_read.exchange_span(4), num_warps=4)
     _assert_softmax(out, x)
 
 
@@ -275,7 +275,7 @@ def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols, lanes):
     combines: both ways must give the same softmax."""
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
-    _assert_softmax(one_read._one_read(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
+    _assert_softmax(one_read.one_read_launch(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")
@@ -287,7 +287,7 @@ def test_one_read_falls_back_on_a_gpu(parts, part, warps, lanes):
     fallback's shared-memory reductions hang or mix values: a wrong answer or a timeout here."""
     n_cols = parts * part - 5
     x = _randn(512, n_cols, dtype=torch.float16, scale=4.0)
-    _assert_softmax(one_read._one_read(x, torch.empty_like(x), parts, part, warps, max_polls=0, lanes=lanes), x)
+    _assert_softmax(one_read.one_read_launch(x, torch.empty_like(x), parts, part, warps, max_polls=0, lanes=lanes), x)
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="a persistent grid is sized from the GPU")
@@ -299,15 +299,15 @@ def test_lanes_fill_the_gpu_once():
     n_cols = one_read.LANES_MIN_COLS
     x = _randn(256, n_cols, dtype=torch.float16)
     out = torch.empty_like(x)
-    parts, part, warps = one_read._one_read_plan(n_cols, dev)
-    lanes = one_read._lanes(x, out, parts, part, warps)
-    fit = one_read.programs_per_sm(one_read._lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols,
-                                 torch.zeros(1, dtype=torch.int64, device=dev), 1, one_read._span(warps), PARTS=parts,
-                                 PART=part, FALLBACK_BLOCK=32 * warps, SPAN=one_read._span(warps), num_warps=warps,
+    parts, part, warps = one_read.one_read_plan(n_cols, dev)
+    lanes = one_read.persistent_lanes(x, out, parts, part, warps)
+    fit = one_read.programs_per_sm(one_read.lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), 256, n_cols,
+                                 torch.zeros(1, dtype=torch.int64, device=dev), 1, one_read.exchange_span(warps), PARTS=parts,
+                                 PART=part, FALLBACK_BLOCK=32 * warps, SPAN=one_read.exchange_span(warps), num_warps=warps,
                                  device_index=dev.index)
     assert lanes is not None
     assert lanes * parts <= one_read.sm_count(dev.index) * fit < (lanes + 1) * parts
-    assert one_read._lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
+    assert one_read.persistent_lanes(x[:, : n_cols // 2], out[:, : n_cols // 2], parts, part, warps) is None
 
 
 # ----- the ladder: the lesson runs the learner's kernel; the steps share its API ------------------
@@ -318,7 +318,7 @@ def test_the_lesson_imports_none_of_its_steps():
     GPU too: the lesson must not reach for a step's kernels."""
     source = open(lesson.__file__).read()
     assert "online_softmax_" not in "".join(l for l in source.splitlines(True) if l.startswith(("import", "from")))
-    assert not hasattr(lesson, "ONE_READ") and not hasattr(lesson, "_one_read")
+    assert not hasattr(lesson, "ONE_READ") and not hasattr(lesson, "one_read_launch")
 
 
 @pytest.mark.parametrize("step", [lesson, split, one_read], ids=lambda m: m.__name__)

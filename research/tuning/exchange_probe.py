@@ -38,15 +38,15 @@ def db(fn):  # median ms from do_bench, shorter than the bench's
 
 @triton.jit
 def _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS: tl.constexpr, PART: tl.constexpr):
-    """The one-read kernels' start: this program's part, loaded once (O._load_part), its (m, l) published."""
+    """The one-read kernels' start: this program's part, loaded once (O.load_part), its (m, l) published."""
     pid = tl.program_id(0)
     row = pid // PARTS
     part = pid % PARTS
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    e, shift, m_p, l_p = O._load_part(x_row, cols, mask)
-    OS._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+    e, shift, m_p, l_p = O.load_part(x_row, cols, mask)
+    OS.publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
     return row, x_row, cols, mask, e, shift
 
 
@@ -61,13 +61,13 @@ def _packed_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, ticket_
     part = t % PARTS
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    e, shift, m_p, l_p = O._load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
-    OS._publish_part(slots_ptr, row, part, m_p, l_p, PARTS)  # one word, its own flag
+    e, shift, m_p, l_p = O.load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
+    OS.publish_part(slots_ptr, row, part, m_p, l_p, PARTS)  # one word, its own flag
     slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
     w = tl.load(slots, volatile=True)
     while tl.sum((w == 0).to(tl.int32), axis=0) > 0:  # unbounded: no fallback
         w = tl.load(slots, volatile=True)
-    m, l = OS._combine_words(w)
+    m, l = OS.combine_words(w)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -76,10 +76,10 @@ def _packed_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, ticket_
 @triton.jit
 def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr,
                                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr):
-    """The solution's kernel without its fallback: an unbounded wait, the solution's _combine_parts (uniform over
+    """The solution's kernel without its fallback: an unbounded wait, the solution's combine_parts (uniform over
     all threads until commit a044a81, per warp since), to measure what the fallback costs."""
     row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
-    m, l, complete = OS._combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
+    m, l, complete = OS.combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -89,7 +89,7 @@ def uniform_no_fallback(x, out, parts, part, warps):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
     _uniform_no_fallback_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, PARTS=parts,
-                                                   PART=part, SPAN=O._span(warps), num_warps=warps)
+                                                   PART=part, SPAN=O.exchange_span(warps), num_warps=warps)
     return out
 
 
@@ -124,7 +124,7 @@ if "T" in what:  # the solution's kernel (program-id parts, bounded wait) agains
             parts = triton.next_power_of_2(triton.cdiv(N, part))
             out = torch.empty_like(x)
             if variant == "solution":
-                f = lambda: O._one_read(x, out, parts, part, w, max_polls=mp)
+                f = lambda: O.one_read_launch(x, out, parts, part, w, max_polls=mp)
             elif variant == "no-fallback":
                 f = lambda: uniform_no_fallback(x, out, parts, part, w)
             else:
@@ -160,7 +160,7 @@ if "S" in what:
             parts = triton.next_power_of_2(triton.cdiv(N, part))
             out = torch.empty_like(x)
             if variant == "counter":
-                f = lambda: O._one_read(x, out, parts, part, w)
+                f = lambda: O.one_read_launch(x, out, parts, part, w)
             else:
                 f = lambda: packed(x, out, parts, part, w, ticket=variant == "packed")
             try:

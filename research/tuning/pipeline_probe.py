@@ -6,7 +6,7 @@ P: a persistent one-read online softmax. A fixed grid of LANES x PARTS programs;
    in flight through the wait (exchange_probe's "two-rows" variant, not persistent, had none during
    its second wait). Same word exchange, wait and fallback as the solution (the wait of the solution
    at the time: runs 1-3 used the uniform wait of all threads, replaced by a per-warp one at a044a81).
-   Since commit 3ce6d1d the kernel is the solution's own, _lanes_softmax_kernel.
+   Since commit 3ce6d1d the kernel is the solution's own, lanes_softmax_kernel.
 E: attention forward with half of the exponentials computed on the FMA units (2^x = 2^round(x) *
    poly(x - round(x)), the exponent added to the float's bits), the other half on the MUFU units
    (ex2.approx), as FlashAttention-4 does: at D = 64 the exp throughput (16 a clock an SM) is as
@@ -34,10 +34,10 @@ K: the unsafe 'packed-pid' kernel of exchange_probe.py made safe. Its poll reads
    'uniform' makes that choice without the read: each thread puts its warp's count of missing words
    into a SPAN-entry tensor, reduced through shared memory ('-fb1': a fallback of one value a thread a
    step, fewer registers; '-r64': at most 64 registers a thread, maxnreg). The solution took
-   'uniform-fb1' (commit a044a81), so this part now calls its _combine_parts and _load_part; 'safe'
+   'uniform-fb1' (commit a044a81), so this part now calls its combine_parts and load_part; 'safe'
    is gone from the code (its run names its commit).
 S: the solution's one-read kernel as it now stands (after K), over part sizes and warps, and O.softmax's
-   own choice (_one_read_plan) beside them.
+   own choice (one_read_plan) beside them.
 D: why `tkcourse bench softmax` measured 1494 GB/s at 256x262144 where part S measured 2841 for the same
    plan: the solution timed as the bench times it (do_bench, inputs of scale 1 and 3), with K's
    'uniform-fb1' beside it counting the programs that fall back, at two plans.
@@ -113,14 +113,14 @@ def _attn_case(D, N, causal):
 
 
 def persistent(x, out, parts, part, warps, lanes):
-    """The persistent one-read softmax: since commit 3ce6d1d the solution's _lanes_softmax_kernel (runs 1, 10
+    """The persistent one-read softmax: since commit 3ce6d1d the solution's lanes_softmax_kernel (runs 1, 10
     and 11 used this probe's own copy, which also had a variant that recomputed exp(x - m) instead of
     keeping e: 'keep_e False', slower everywhere). Returns the compiled kernel, for its registers."""
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
-    return O._lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots,
-                                                     O.MAX_POLLS, O._span(warps), PARTS=parts, PART=part,
-                                                     FALLBACK_BLOCK=32 * warps, SPAN=O._span(warps), num_warps=warps)
+    return O.lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots,
+                                                     O.MAX_POLLS, O.exchange_span(warps), PARTS=parts, PART=part,
+                                                     FALLBACK_BLOCK=32 * warps, SPAN=O.exchange_span(warps), num_warps=warps)
 
 
 def _try_persistent(x, out, ref, parts, part, w, lanes):
@@ -298,7 +298,7 @@ def _no_exchange_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, PA
     row = pid // PARTS
     cols = (pid % PARTS) * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    e, _, _, l_p = O._load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
+    e, _, _, l_p = O.load_part(x_ptr + row.to(tl.int64) * x_row_stride, cols, mask)
     y = e / l_p  # this part's own (m, l): no exchange
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -317,7 +317,7 @@ if "B" in what:
             runs = [("no-exchange", lambda: _no_exchange_kernel[(parts * M,)](x, out, x.stride(0), out.stride(0), N,
                                                                              PARTS=parts, PART=part, num_warps=w))]
             if M == 1024 and part <= 4096:
-                runs += [("solution", lambda: O._one_read(x, out, parts, part, w)),
+                runs += [("solution", lambda: O.one_read_launch(x, out, parts, part, w)),
                          ("no-fallback", lambda: XP.uniform_no_fallback(x, out, parts, part, w)),
                          ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False))]
             for name, f in runs:
@@ -399,7 +399,7 @@ def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr
     l = tl.sum(tl.where(entry < PARTS, l_parts * tl.exp(m_parts - m), 0.0), axis=0)
     if FALLBACK:
         if tl.max((words == 0).to(tl.int32), axis=0) > 0:
-            m, l = O._online_stats(x_row, 0, n_cols, 1024, 1)
+            m, l = O.online_stats(x_row, 0, n_cols, 1024, 1)
     if CLEAN:  # the row's last reader puts its words and count back to 0: the next launch needs no zero fill
         done = tl.atomic_add(counts_ptr + row, 1, sem="acq_rel")
         if done == PARTS - 1:
@@ -424,7 +424,7 @@ def spin(x, out, parts, part, warps, fallback=True, max_polls=1 << 16, sleep_ns=
         words = torch.zeros(size, dtype=torch.int64, device=x.device)  # one zero fill
     slots, counts = words[:n_rows * parts], words[n_rows * parts:].view(torch.int32)  # counts: one int32 a row
     _spin_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, counts, max_polls, PARTS=parts,
-                                    PART=part, SPAN=max(parts, O._span(warps)), FALLBACK=fallback, SLEEP_NS=sleep_ns,
+                                    PART=part, SPAN=max(parts, O.exchange_span(warps)), FALLBACK=fallback, SLEEP_NS=sleep_ns,
                                     COUNT=count, CLEAN=clean, num_warps=warps)
     return out
 
@@ -445,7 +445,7 @@ if "W" in what:
                             ("spin-clean", lambda: spin(x, out, parts, part, w, clean=True)),
                             ("nofb-clean", lambda: spin(x, out, parts, part, w, fallback=False, clean=True)),
                             ("count", lambda: spin(x, out, parts, part, w, count=True)),
-                            ("solution", lambda: O._one_read(x, out, parts, part, w)),
+                            ("solution", lambda: O.one_read_launch(x, out, parts, part, w)),
                             ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False))]:
                 try:
                     out.zero_()
@@ -475,10 +475,10 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
                         PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr,
                         FALLBACK_BLOCK: tl.constexpr, fallbacks_ptr=None, COUNT_FALLBACKS: tl.constexpr = False):
     row, x_row, cols, mask, e, shift = XP._load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
-    if SAFE:  # the solution's wait (_combine_parts: per warp, then agreed on), and a fallback
-        m, l, complete = OS._combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+    if SAFE:  # the solution's wait (combine_parts: per warp, then agreed on), and a fallback
+        m, l, complete = OS.combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:
-            m, l = O._online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
+            m, l = O.online_stats(x_row, 0, n_cols, FALLBACK_BLOCK, 1)
             if COUNT_FALLBACKS:
                 tl.atomic_add(fallbacks_ptr, 1)
     else:  # 'bounded': the same per-warp wait, no agreement and no fallback (unsafe)
@@ -488,7 +488,7 @@ def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, sl
         while (tl.sum((w == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
             w = tl.load(slots, volatile=True)
             polls += 1
-        m, l = OS._combine_words(w)
+        m, l = OS.combine_words(w)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
@@ -498,7 +498,7 @@ def packed_safe(x, out, parts, part, warps, safe=True, max_polls=1 << 16, fallba
                 fallbacks=None):
     n_rows, n_cols = x.shape
     slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
-    span = O._span(warps)
+    span = O.exchange_span(warps)
     _packed_safe_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, max_polls, span,
                                            PARTS=parts, PART=part, SPAN=span,
                                            SAFE=safe, FALLBACK_BLOCK=fallback_block, num_warps=warps,
@@ -523,7 +523,7 @@ if "K" in what:
                             ("uniform-r64", lambda: packed_safe(x, out, parts, part, w, safe=True, maxnreg=64)),
                             ("bounded", lambda: packed_safe(x, out, parts, part, w, safe=False)),
                             ("packed-pid", lambda: XP.packed(x, out, parts, part, w, ticket=False)),
-                            ("solution", lambda: O._one_read(x, out, parts, part, w))]:
+                            ("solution", lambda: O.one_read_launch(x, out, parts, part, w))]:
                 try:
                     out.zero_()
                     f()
@@ -557,7 +557,7 @@ if "S" in what:
             if parts > 128:
                 continue
             out = torch.empty_like(x)
-            f = lambda: O._one_read(x, out, parts, part, w)
+            f = lambda: O.one_read_launch(x, out, parts, part, w)
             try:
                 f()
                 torch.cuda.synchronize()
@@ -566,17 +566,17 @@ if "S" in what:
             except Exception as e:
                 print("   fail", part, w, str(e)[:200], flush=True)
         res.sort(key=lambda r: -r[0])
-        print(f"online {M}x{N}: O.softmax (graph) {now:.0f} with plan {O._one_read_plan(N, x.device)}", flush=True)
+        print(f"online {M}x{N}: O.softmax (graph) {now:.0f} with plan {O.one_read_plan(N, x.device)}", flush=True)
         for r in res:
             print(f"   graph {r[0]:.0f}  {r[1]} values w{r[2]} p{r[3]} err {r[4]:.1e}")
-        summary.append(f"online {M}x{N}: O.softmax {now:.0f} ({now / 4250:.1%}) plan {O._one_read_plan(N, x.device)}; "
+        summary.append(f"online {M}x{N}: O.softmax {now:.0f} ({now / 4250:.1%}) plan {O.one_read_plan(N, x.device)}; "
                        f"best {res[0][0]:.0f} {res[0][1]} values w{res[0][2]}")
 if "D" in what:
     from tkcourse.bench.core import measure
     for M, N in [(1024, 131072), (256, 262144)]:
         for scale in (1.0, 3.0):
             x, b, ref = _online_input(M, N, scale)
-            line = [f"online {M}x{N} scale {scale:.0f} plan {O._one_read_plan(N, x.device)}:"]
+            line = [f"online {M}x{N} scale {scale:.0f} plan {O.one_read_plan(N, x.device)}:"]
             line.append(f"measure {b / measure(lambda: O.softmax(x))[0] * 1e-6:.0f}")
             line.append(f"graph {b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6:.0f}")
             line.append(f"measure again {b / measure(lambda: O.softmax(x))[0] * 1e-6:.0f}")
@@ -610,8 +610,8 @@ if "A" in what:
             def f():
                 slots.zero_()
                 O._one_read_softmax_kernel[(parts * M,)](x, out, x.stride(0), out.stride(0), N, slots, O.MAX_POLLS,
-                                                         O._span(w), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w,
-                                                         SPAN=O._span(w), num_warps=w)
+                                                         O.exchange_span(w), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w,
+                                                         SPAN=O.exchange_span(w), num_warps=w)
             rates.append(b / measure(f)[0] * 1e-6)
         line = (f"online {M}x{N} plan ({parts}, {part}, {w}): words at 11 offsets: min {min(rates):.0f} "
                 f"max {max(rates):.0f}: " + " ".join(f"{r:.0f}" for r in rates))
@@ -650,7 +650,7 @@ if "Q" in what:
 if "Z" in what:  # what zeroing the exchange words costs, beside the whole softmax
     for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
         x = torch.randn(M, N, dtype=torch.float16, device="cuda")
-        parts = O._one_read_plan(N, x.device)[0]
+        parts = O.one_read_plan(N, x.device)[0]
         z = graph_ms(lambda: torch.zeros((M, parts), dtype=torch.int64, device="cuda"), rep=60)
         t = graph_ms(lambda: O.softmax(x), rep=60)
         line = f"zeros {M}x{parts} words: {z * 1e3:.1f} us of the softmax's {t * 1e3:.1f} us ({4 * M * N / t * 1e-6:.0f} GB/s)"
@@ -660,19 +660,19 @@ if "L" in what:
     for M, N in [(256, 262144), (512, 262144), (128, 524288), (64, 1048576)]:
         x, b, ref = _online_input(M, N)
         out = torch.empty_like(x)
-        plan = O._one_read_plan(N, x.device)
-        lanes = O._lanes(x, out, *plan)
+        plan = O.one_read_plan(N, x.device)
+        lanes = O.persistent_lanes(x, out, *plan)
         old_plan = (32, N // 32, max(4, N // 32 // 2048))  # LANES_PARTS 32 (commit 3ce6d1d): 4 warps at least
-        old_lanes = O._lanes(x, out, *old_plan)
+        old_lanes = O.persistent_lanes(x, out, *old_plan)
         runs = [("solution", plan, lanes), ("solution, lanes a power of two", plan, 1 << (lanes.bit_length() - 1)),
                 ("32 parts, lanes a power of two", old_plan, 1 << (old_lanes.bit_length() - 1)),
                 ("32 parts", old_plan, old_lanes)]
         if plan[2] < 4:
-            runs.append(("solution, 4 warps", plan[:2] + (4,), O._lanes(x, out, *plan[:2], 4)))
+            runs.append(("solution, 4 warps", plan[:2] + (4,), O.persistent_lanes(x, out, *plan[:2], 4)))
         rates = {}
         for _ in range(2):
             for name, (parts, part, w), n in runs:
-                f = lambda: O._one_read(x, out, parts, part, w, lanes=n)
+                f = lambda: O.one_read_launch(x, out, parts, part, w, lanes=n)
                 f()
                 err = (out.float() - ref).abs().max().item()
                 assert err < 1e-3, (name, err)
@@ -687,12 +687,12 @@ if "X" in what:
     b = 4 * M * N
     xs = [torch.randn(M, N, dtype=torch.float16, device="cuda") * 3 for _ in range(8)]
     outs = [torch.empty_like(xs[0]) for _ in range(8)]
-    plan = O._one_read_plan(N, xs[0].device)
-    lanes = O._lanes(xs[0], outs[0], *plan)
+    plan = O.one_read_plan(N, xs[0].device)
+    lanes = O.persistent_lanes(xs[0], outs[0], *plan)
     print(f"online {M}x{N} plan {plan} lanes {lanes}; copy GB/s per input: "
           + " ".join(f"{_copy_gbs(x, b):.0f}" for x in xs), flush=True)
     for sweep in range(2):
-        grid = [[b / db(lambda: O._one_read(x, out, *plan, lanes=lanes)) * 1e-6 for out in outs] for x in xs]
+        grid = [[b / db(lambda: O.one_read_launch(x, out, *plan, lanes=lanes)) * 1e-6 for out in outs] for x in xs]
         flat = sorted(r for row in grid for r in row)
         line = (f"sweep {sweep}: min {flat[0]:.0f} median {flat[len(flat) // 2]:.0f} max {flat[-1]:.0f}; "
                 f"below 3000: {sum(r < 3000 for r in flat)} of {len(flat)}")
@@ -719,20 +719,20 @@ if "Y" in what:
         summary.append(line)
     # where the host time goes: each step of O.softmax on its own (host_us: n calls queued, no waiting)
     from tkcourse.mode import validate
-    plan = O._one_read_plan(N, x.device)
+    plan = O.one_read_plan(N, x.device)
     out = torch.empty_like(x)
-    lanes = O._lanes(x, out, *plan)
+    lanes = O.persistent_lanes(x, out, *plan)
     parts, part, w = plan
     slots = torch.zeros((M, parts), dtype=torch.int64, device="cuda")
-    kw = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w, SPAN=O._span(w), num_warps=w)
+    kw = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w, SPAN=O.exchange_span(w), num_warps=w)
     steps = [("validate", lambda: validate(x, names=["x"], ndim=2)),
-             ("_one_read_plan", lambda: O._one_read_plan(N, x.device)),
+             ("one_read_plan", lambda: O.one_read_plan(N, x.device)),
              ("torch.empty", lambda: torch.empty((M, N), dtype=x.dtype, device=x.device)),
-             ("_lanes", lambda: O._lanes(x, out, *plan)),
+             ("persistent_lanes", lambda: O.persistent_lanes(x, out, *plan)),
              ("torch.zeros (words)", lambda: torch.zeros((M, parts), dtype=torch.int64, device=x.device)),
-             ("kernel launch", lambda: O._lanes_softmax_kernel[(parts * lanes,)](
-                 x, out, x.stride(0), out.stride(0), M, N, slots, O.MAX_POLLS, O._span(w), **kw)),
-             ("O._one_read", lambda: O._one_read(x, out, *plan, lanes=lanes)),
+             ("kernel launch", lambda: O.lanes_softmax_kernel[(parts * lanes,)](
+                 x, out, x.stride(0), out.stride(0), M, N, slots, O.MAX_POLLS, O.exchange_span(w), **kw)),
+             ("O.one_read_launch", lambda: O.one_read_launch(x, out, *plan, lanes=lanes)),
              ("O.softmax", lambda: O.softmax(x))]
     for rep in range(2):
         line = "host us: " + "; ".join(f"{name} {host_us(f):.1f}" for name, f in steps)

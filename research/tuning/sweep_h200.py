@@ -52,7 +52,7 @@ if "B" in what:
         for pb, w in itertools.product((8192, 16384, 32768, 65536), (4, 8, 16)):
             part = pb // 2; parts = triton.next_power_of_2(triton.cdiv(N, part))
             out = torch.empty_like(x)
-            f = lambda: O._one_read(x, out, parts, part, w)
+            f = lambda: O.one_read_launch(x, out, parts, part, w)
             try:
                 f(); torch.cuda.synchronize()
                 err = (out.float() - ref).abs().max().item()
