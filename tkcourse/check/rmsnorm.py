@@ -1,0 +1,251 @@
+"""Grader for lesson 09, part 1: ``rmsnorm(x, weight, eps, residual)``, RMSNorm fused with the residual add.
+
+Fixed shapes with and without the residual (lengths 1, 3, 1000, 1025; many rows; a 3-D input), cases
+built so that each usual mistake changes the result: tiny values and a large eps (where the eps's place
+shows), a row of zeros (eps forgotten: 0 / 0), large fp16 values (a fp16 sum of squares overflows
+65504), a weight far from 1, a length that is not a power of two (the mean over BLOCK instead of H);
+strided rows; then random lengths up to 20000 (a BLOCK or grid hard-coded to fit the fixed shapes
+fails there). Expected values are float64 from the inputs: the sum rounded to x's dtype, as the lesson
+asks, then normalized. Every launch is traced; outputs aliasing inputs and changed inputs fail.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import mode, traffic
+from .core import (
+    Case,
+    Snapshot,
+    _unwritten_case,
+    alias_case,
+    compare,
+    error_case,
+    input_names,
+    oob_case,
+    padded,
+    random_sizes,
+    refuses,
+    seeded,
+    sliced_rows,
+    storage_overlap,
+    tolerance,
+    traceable,
+    traced_call,
+    call,
+)
+
+# (shape, note); H = shape[-1]. Every H stays below 4096, so a BLOCK hard-coded to 4096 passes them all
+# and fails at the random lengths.
+SHAPES = [((5, 1000), ""), ((1, 1), ""), ((4, 3), ""), ((3, 1025), ""), ((300, 17), "many rows"),
+          ((2, 3, 96), "3-D"), ((6, 257), "strided rows"), ((4, 700), "tiny values"), ((4, 500), "eps 0.1"),
+          ((3, 384), "a row of zeros"), ((4, 3000), "large values"), ((5, 300), "weight far from 1")]
+N_RANDOM = (3, 2, 20_000)  # random row lengths (the first in the top quarter), between these bounds
+MAX_RANDOM_ELEMENTS = 40_000  # rows * H of a random case, to keep the interpreter quick
+
+
+def _inputs(shape, note, dtype, gen):
+    """x, residual, weight, eps for one case (x and residual padded, or strided rows)."""
+    def randn(*s, scale=1.0):
+        return (torch.randn(*s, generator=gen, dtype=torch.float64) * scale).to(dtype).to(mode.DEVICE)
+
+    H = shape[-1]
+    scale = {"tiny values": 1e-3, "large values": 60.0}.get(note, 1.0)  # x*x of 60s: a row sums to 1e7
+    x, r = randn(*shape, scale=scale), randn(*shape, scale=scale)
+    if note == "a row of zeros":
+        x[1], r[1] = 0, 0
+    w = 1 + 0.5 * torch.randn(H, generator=gen, dtype=torch.float64)
+    if note == "weight far from 1":
+        w = 3 * torch.rand(H, generator=gen, dtype=torch.float64) + 0.5
+    w = w.to(dtype).to(mode.DEVICE)
+    eps = 0.1 if note == "eps 0.1" else 1e-6
+    if note == "strided rows":  # every other row of a bigger tensor: x.stride(0) == 2 * H
+        return sliced_rows(x), sliced_rows(r), padded(w), eps
+    return padded(x), padded(r), padded(w), eps
+
+
+def _expected(x, w, eps, r, dtype):
+    """(y, h) in float64: h = x + residual rounded to x's dtype (x itself without the residual)."""
+    h = (x.double() + r.double()).to(dtype).double() if r is not None else x.double()
+    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+    return y.cpu(), h.cpu()
+
+
+def _mistakes(x, w, eps, r, dtype):
+    """(formula, hint) of the usual mistakes, each computed in float64 for comparison."""
+    x64, w64 = x.double().cpu(), w.double().cpu()
+    h = (x64 + r.double().cpu()).to(dtype).double() if r is not None else x64
+    H = h.shape[-1]
+    block = 1 << max(0, (H - 1).bit_length())
+    ms = h.pow(2).mean(-1, keepdim=True)
+    out = [
+        (h * torch.rsqrt(ms) * w64,
+         "eps is missing: rstd = 1 / sqrt(mean(x**2) + eps), with eps added inside the square root"),
+        (h * (torch.rsqrt(ms) + eps) * w64,
+         "eps is outside the square root: rsqrt(mean) + eps is not rsqrt(mean + eps). "
+         "Add eps to the mean of squares, then take tl.rsqrt"),
+        (h * torch.rsqrt(h.pow(2).sum(-1, keepdim=True) / block + eps) * w64,
+         f"the mean of squares is divided by BLOCK ({block}) instead of H ({H}): the masked lanes hold 0 "
+         "but they are not values of the row. Divide the sum by n_cols"),
+        (h * torch.rsqrt(ms + eps),
+         "the weight is not applied: y = x * rstd * weight"),
+        ((h * w64) * torch.rsqrt((h * w64).pow(2).mean(-1, keepdim=True) + eps),
+         "the weight is applied before normalizing: the mean of squares must be over x (+ residual) "
+         "alone; multiply by the weight after the scale by rstd"),
+    ]
+    if r is not None:
+        out.insert(0, (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w64,
+                       "y normalizes x alone: add the residual first, and normalize the sum x + residual "
+                       "(the one you return)"))
+    return out
+
+
+def _close(o, ref, dtype) -> bool:
+    atol, rtol = tolerance(dtype)
+    ok = torch.isclose(o, ref, atol=2 * atol, rtol=2 * rtol)
+    return bool(ok.float().mean() > 0.99)
+
+
+def _y_hint(x, w, eps, r, note, dtype):
+    def hint(o, e, wrong):
+        nan = torch.isnan(o)
+        if note == "a row of zeros" and nan[1].all() and not nan[0].any():
+            return ("a row of zeros gives NaN: 0 * rsqrt(0) is 0 * inf. eps belongs inside the square root, "
+                    "rsqrt(mean(x**2) + eps), so that it never divides by 0")
+        if note == "large values" and dtype == torch.float16:
+            rows = o.reshape(-1, o.shape[-1])
+            if ((rows.abs() < 1e-3) | torch.isnan(rows)).all(dim=-1).any():
+                return ("rows of large fp16 values come out 0 (or NaN): the sum of squares overflowed fp16's "
+                        "largest value, 65504, to inf. Compute the statistics in fp32: x = x.to(tl.float32) "
+                        "before squaring")
+        for ref, text in _mistakes(x, w, eps, r, dtype):
+            if not torch.isnan(o).any() and _close(o, ref, dtype):
+                return text
+        return _layout_hint(o, note)
+    return hint
+
+
+def _sum_hint(x, r, y_expected, note, dtype):
+    def hint(o, e, wrong):
+        for ref, text in ((x, "the sum you returned is x: add the residual (h = x + residual) and store that"),
+                          (r, "the sum you returned is the residual: store x + residual"),
+                          (y_expected, "the sum you returned holds the normalized output: store h = x + residual "
+                                       "before normalizing it (is the variable overwritten by x * rstd first?)")):
+            if not torch.isnan(o).any() and _close(o, ref.double().cpu(), dtype):
+                return text
+        return _layout_hint(o, note)
+    return hint
+
+
+def _layout_hint(o, note):
+    if note == "strided rows":
+        return ("a strided input is wrong while contiguous ones pass: find row i of x at x_ptr + i * x.stride(0) "
+                "(and the residual's at its own stride), not at i * H")
+    rows = o.reshape(-1, o.shape[-1])
+    nan = torch.isnan(rows)
+    nan_cols = nan.any(dim=0).nonzero().flatten()
+    if len(nan_cols) and int(nan_cols[0]) > 0 and bool(nan[:, int(nan_cols[0]):].all()):
+        return (f"columns from {int(nan_cols[0])} on were never written: BLOCK must cover the whole row "
+                "(triton.next_power_of_2(H))")
+    if nan.all(dim=1).any() and not nan.all():
+        return "some rows were never written: launch one program per row (grid = (rows,))"
+    return ""
+
+
+def _rows_hint(n_rows):
+    def hint(bad, default):
+        if all(o.program[0] >= n_rows for o in bad):
+            return (f"programs past the last row touched memory: there are {n_rows} rows, so launch exactly "
+                    "(rows,) programs, or mask every load and store of a program whose row >= n_rows")
+        return ""
+    return hint
+
+
+def graded(label, fn, x, w, eps, r, dtype, note=""):
+    """One call of ``fn(x, w, eps, r)``: the sum (with the residual), then y, then the inputs untouched."""
+    args = (x, w, eps, r)
+    inputs = {k: v for k, v in input_names(fn, args).items() if v is not None}
+    snap = Snapshot(inputs)
+    n_rows = x.numel() // x.shape[-1]
+    traces = []
+    try:
+        if traceable([a for a in args if a is not None]):
+            out, allocs, traces = traced_call(fn, *args)
+        else:
+            out, allocs = call(fn, *args)
+    except traffic.OutOfBoundsError as exc:
+        case = oob_case(label, exc)
+        case.hint = _rows_hint(n_rows)(exc.out_of_bounds, case.hint) or case.hint
+        return case
+    except Exception as exc:
+        return error_case(label, exc)
+    y_exp, h_exp = _expected(x, w, eps, r, dtype)
+    if out is None:
+        return Case(label, "todo", "rmsnorm returned None", "return the output: y, or (y, h) with the residual")
+    if r is None:
+        if isinstance(out, (tuple, list)):
+            return Case(label, "fail", f"returned a {type(out).__name__} of {len(out)} without a residual",
+                        "without a residual, rmsnorm returns y alone (a tensor); only with residual= it returns "
+                        "(y, x + residual)")
+        outs = [("y", out, y_exp, _y_hint(x, w, eps, r, note, dtype))]
+    else:
+        if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
+            what = type(out).__name__ + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
+            return Case(label, "fail", f"with a residual, rmsnorm returned a {what}, not two tensors",
+                        "with residual= given, return both outputs: return y, h, where h = x + residual "
+                        "(the next block's residual stream) is written by the same kernel")
+        outs = [("h = x + residual", out[1], h_exp, _sum_hint(x, r, y_exp, note, dtype)),
+                ("y", out[0], y_exp, _y_hint(x, w, eps, r, note, dtype))]
+        if storage_overlap(out[0], out[1]):
+            return Case(label, "fail", "y and the sum share memory",
+                        "y and h = x + residual are one tensor (or overlap): each needs its own output, "
+                        "y, h = torch.empty_like(x), torch.empty_like(x)")
+    for what, t, _, _ in outs:
+        bad = alias_case(f"{label}: {what}", t, inputs, "rmsnorm")
+        if bad is not None:
+            if what != "y":
+                bad.hint += (" (vLLM's fused_add_rms_norm updates the residual in place; this lesson's API "
+                             "returns a new tensor for the sum)")
+            return bad
+    atol, rtol = tolerance(dtype)
+    if dtype == torch.float32:
+        rtol = 1e-4  # a GPU's tl.rsqrt is approximate, and a long row's fp32 sum rounds
+    for what, t, expected, diagnose in outs:
+        case = compare(f"{label}: {what}", t, expected, dtype=dtype, allocs=allocs, atol=atol, rtol=rtol,
+                       diagnose=diagnose)
+        if case.status == "fail" and traces:
+            case = _unwritten_case(f"{label}: {what}", t, expected, traces, allocs,
+                                   dict(dtype=dtype, atol=atol, rtol=rtol, diagnose=diagnose)) or case
+        if case.status != "pass":
+            return case
+    changed = snap.case(label, "rmsnorm")
+    return changed if changed is not None else Case(label, "pass")
+
+
+def grade(mod):
+    gen = torch.Generator().manual_seed(0)
+    dtypes = [d for d in mode.float_dtypes() if d != torch.float32]
+    for dtype in [torch.float32] + dtypes:
+        for shape, note in SHAPES:
+            if note == "large values" and dtype == torch.float32:
+                continue  # fp32 holds these sums: the case is about fp16 (and bf16 on a GPU)
+            x, r, w, eps = _inputs(shape, note, dtype, gen)
+            base = f"{'x'.join(map(str, shape))} {str(dtype)[6:]}" + (f" ({note})" if note else "")
+            for res in ((r, None) if note not in ("many rows", "3-D") else (r,)):
+                label = base + (", with residual" if res is not None else ", no residual")
+                yield graded(label, mod.rmsnorm, x, w, eps, res, dtype, note)
+    seed, lengths = random_sizes(*N_RANDOM)
+    for H in lengths:
+        rows = max(1, min(600, MAX_RANDOM_ELEMENTS // H))
+        x, r, w, eps = _inputs((rows, H), "", torch.float32, gen)
+        yield graded(seeded(f"{rows}x{H} float32, with residual", seed), mod.rmsnorm, x, w, eps, r, torch.float32)
+    dev = mode.DEVICE
+    yield refuses("a weight of the wrong length raises ValueError", mod.rmsnorm,
+                  torch.ones(2, 8, device=dev), torch.ones(7, device=dev),
+                  hint="check weight: 1-D, of length H = x.shape[-1]; raise ValueError otherwise")
+    yield refuses("a residual of another shape raises ValueError", mod.rmsnorm,
+                  torch.ones(2, 8, device=dev), torch.ones(8, device=dev), 1e-6, torch.ones(3, 8, device=dev),
+                  hint="check residual: the shape and dtype of x; raise ValueError otherwise")
+    yield refuses("eps <= 0 raises ValueError", mod.rmsnorm, torch.ones(2, 8, device=dev),
+                  torch.ones(8, device=dev), 0.0,
+                  hint="eps must be > 0 (a row of zeros would divide by 0): raise ValueError for eps <= 0")
