@@ -122,7 +122,13 @@ def in_order(names: Iterable[str]) -> list[str]:
 
 
 def _listing(names: Iterable[str]) -> str:
-    return ", ".join(notebook(n) for n in in_order(names))
+    """``01_vector_add, ..., 09_decode_attention (rmsnorm, decode_attention)``: a lesson of several
+    parts once, with the parts to type."""
+    seen: dict[str, list[str]] = {}
+    for n in in_order(names):
+        seen.setdefault(notebook(n), []).append(n)
+    return ", ".join(nb if len(ns) == 1 and ns[0] in _NAMES and not (set(parts(ns[0])) - {ns[0]})
+                     else f"{nb} ({', '.join(ns)})" for nb, ns in seen.items())
 
 
 def resolve(text: str, among: Iterable[str] | None = None, what: str = "lesson") -> str:
