@@ -23,7 +23,7 @@ export PYTHONUNBUFFERED=1 TKCOURSE_SOLUTIONS=1 MPLBACKEND=Agg
   date -u +%FT%TZ; } | tee -a "$OUT/gpu.txt"
 for step in $what; do case $step in
 bench)  # lesson by lesson into one table, so a lesson that fails or runs out of time loses only itself
-  for l in vector_add softmax matmul flash_attention; do
+  for l in $(python3 -c "import tkcourse.bench as b; print(*b.lessons())"); do
     python3 -m tkcourse bench $l --out "$OUT/bench.csv" --append >> "$OUT/bench.log" 2>&1
     echo "bench $l exit $?" | tee -a "$OUT/gpu.txt"
   done
@@ -38,7 +38,9 @@ sweeps)
 check)
   python3 -m tkcourse check > "$OUT/check.log" 2>&1; echo "graders exit $?" | tee -a "$OUT/gpu.txt"
   grep -E "^[a-z_]+ \(" "$OUT/check.log"
-  python3 -m pytest -q --nbval-lax -p no:cacheprovider --durations=10 notebooks > "$OUT/notebooks.log" 2>&1
+  # as a learner runs them: untouched exercises, TKCOURSE_SOLUTIONS unset (tests/test_learner_path.py)
+  env -u TKCOURSE_SOLUTIONS python3 -m pytest -q -p no:cacheprovider --durations=10 tests/test_learner_path.py \
+    -k "${NOTEBOOKS:-notebook_as}" > "$OUT/notebooks.log" 2>&1
   echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"; tail -15 "$OUT/notebooks.log" ;;
 gputests)  # only the tests that the CPU suite skips (a few minutes; the whole suite takes longer on a GPU)
   python3 -m pytest -q -p no:cacheprovider -rA tests -k "on_a_gpu or one_read" > "$OUT/gputests.log" 2>&1
