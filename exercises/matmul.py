@@ -24,7 +24,7 @@ from exercises._checks import ConfigSpec, integer, power_of_two
 
 
 @triton.jit
-def _matmul_kernel(
+def matmul_kernel(
     a_ptr,  # pointer to A[0, 0]
     b_ptr,  # pointer to B[0, 0]
     c_ptr,  # pointer to C[0, 0]
@@ -118,7 +118,7 @@ _matmul_autotuned = triton.autotune(
     configs=[_triton_config(c) for c in CONFIGS],
     key=["M", "N", "K"],
     prune_configs_by={"early_config_prune": _prune},
-)(_matmul_kernel)
+)(matmul_kernel)
 
 
 #: Smaller problems take SMALL_CONFIG on a GPU instead of autotuning: tuning compiles and times
@@ -169,7 +169,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torc
     if config is None and not INTERPRET and M * N * K >= AUTOTUNE_MIN_MNK:
         _matmul_autotuned[grid](*args)
     else:
-        _matmul_kernel[grid](*args, **(config or (DEFAULT_INTERPRETER_CONFIG if INTERPRET else SMALL_CONFIG)))
+        matmul_kernel[grid](*args, **(config or (DEFAULT_INTERPRETER_CONFIG if INTERPRET else SMALL_CONFIG)))
     return c
 
 

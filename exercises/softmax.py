@@ -29,7 +29,7 @@ MAX_COLS = 32768
 
 
 @triton.jit
-def _softmax_kernel(
+def softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
@@ -80,7 +80,7 @@ PERSISTENT_BELOW = 4096
 _OCCUPANCY: dict = {}  # programs an SM holds at once, per (device, dtype, BLOCK, num_warps, num_stages)
 
 
-def _num_programs(x: torch.Tensor, out: torch.Tensor, BLOCK: int, num_warps: int, num_stages: int) -> int:
+def num_programs(x: torch.Tensor, out: torch.Tensor, BLOCK: int, num_warps: int, num_stages: int) -> int:
     """How many programs to launch: a program per row in the interpreter and for long rows; for short
     rows on a GPU, as many as fit at once.
 
@@ -93,7 +93,7 @@ def _num_programs(x: torch.Tensor, out: torch.Tensor, BLOCK: int, num_warps: int
         return n_rows
     key = (x.device.index, x.dtype, BLOCK, num_warps, num_stages)
     if key not in _OCCUPANCY:
-        _OCCUPANCY[key] = programs_per_sm(_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, x.shape[1],
+        _OCCUPANCY[key] = programs_per_sm(softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, x.shape[1],
                                           BLOCK=BLOCK, NUM_STAGES=num_stages, num_warps=num_warps,
                                           device_index=x.device.index)
     return min(n_rows, sm_count(x.device.index) * _OCCUPANCY[key])
@@ -121,8 +121,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     BLOCK = None
     num_warps = _num_warps(BLOCK)
     num_stages = _num_stages(BLOCK, x.element_size())
-    grid = (_num_programs(x, out, BLOCK, num_warps, num_stages),)
-    _softmax_kernel[grid](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
+    grid = (num_programs(x, out, BLOCK, num_warps, num_stages),)
+    softmax_kernel[grid](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
                           BLOCK=BLOCK, NUM_STAGES=num_stages, num_warps=num_warps)
     return out
 

@@ -2,7 +2,7 @@
 
 The split step (``online_softmax_split``) reads every element twice: pass 2 comes back for it, from
 L2 at best. A part small enough for registers needs one read. Each program of
-``_one_read_softmax_kernel`` loads its part, publishes the part's ``(m, l)`` (the split step's
+``one_read_softmax_kernel`` loads its part, publishes the part's ``(m, l)`` (the split step's
 exchange words), waits for the row's other parts, and writes its part from registers: the input
 crosses HBM once. For few long rows, ``lanes_softmax_kernel`` does the same on a persistent grid
 (one wave of programs, Triton tutorial 02), loading its part of the next row while it waits.
@@ -69,7 +69,7 @@ def load_part(x_row, cols, mask):
 
 
 @triton.jit
-def _one_read_softmax_kernel(
+def one_read_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
@@ -155,7 +155,7 @@ def lanes_softmax_kernel(
                  eviction_policy="evict_first")
 
 
-#: GPU plan, one read (``_one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
+#: GPU plan, one read (``one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
 #: parts (fewer on a GPU with fewer SMs) of at least ONE_READ_MIN_PART values (powers of two). Parts
 #: of up to ONE_READ_SMALL_PART values get one warp; longer ones ONE_READ_WARPS warps, or more for
 #: parts of over ONE_READ_MAX_VALUES_PER_THREAD values a thread. Why: a small part on one warp lets
@@ -243,7 +243,7 @@ def one_read_launch(x, out, parts, part, num_warps, max_polls=None, lanes=None):
     polls = MAX_POLLS if max_polls is None else max_polls
     common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), num_warps=num_warps)
     if lanes is None:
-        _one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, polls,
+        one_read_softmax_kernel[(parts * n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, slots, polls,
                                                     exchange_span(num_warps), **common)
     else:
         lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots, polls,

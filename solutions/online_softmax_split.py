@@ -135,7 +135,7 @@ PART_BYTES = 32 * 1024
 MAX_PARTS = 1024
 
 
-def _plan(n_cols: int, element_size: int) -> tuple[int, int]:
+def split_plan(n_cols: int, element_size: int) -> tuple[int, int]:
     """(parts, BLOCK) for a row: one part in the interpreter, about PART_BYTES a part on a GPU."""
     if INTERPRET:
         return 1, min(INTERPRETER_BLOCK, triton.next_power_of_2(n_cols))
@@ -152,9 +152,9 @@ def exchange_span(num_warps: int) -> int:
 
 def _two_pass(x: torch.Tensor, parts: int | None, block: int | None) -> torch.Tensor:
     """Both passes for a validated ``x``: one program per row (the lesson's kernel) for one part,
-    else the split kernel; ``None`` for either takes ``_plan``'s choice."""
+    else the split kernel; ``None`` for either takes ``split_plan``'s choice."""
     n_rows, n_cols = x.shape
-    auto_parts, auto_block = _plan(n_cols, x.element_size())
+    auto_parts, auto_block = split_plan(n_cols, x.element_size())
     parts = auto_parts if parts is None else parts
     block = auto_block if block is None else block
     if x.stride(1) != 1:
@@ -188,7 +188,7 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
 
     Rows may be strided (read in place); columns must be contiguous, else x is copied first.
     ``parts`` (a power of two) splits each row over that many programs; ``block`` (a power of two)
-    is the columns read per step. Either left out: the plan for the mode (``_plan``: one part in the
+    is the columns read per step. Either left out: the plan for the mode (``split_plan``: one part in the
     interpreter, about PART_BYTES a part on a GPU).
     """
     validate(x, names=["x"], ndim=2)

@@ -98,7 +98,7 @@ def _launch(a, b, grid, strides=None):
     c = torch.zeros(M, N, dtype=a.dtype, device=a.device)
     cfg = lesson.DEFAULT_INTERPRETER_CONFIG
     s = strides or (a.stride(0), a.stride(1), b.stride(0), b.stride(1))
-    lesson._matmul_kernel[(grid(M, N, cfg),)](a, b, c, M, N, K, *s, c.stride(0), c.stride(1), **cfg)
+    lesson.matmul_kernel[(grid(M, N, cfg),)](a, b, c, M, N, K, *s, c.stride(0), c.stride(1), **cfg)
     return c
 
 

@@ -240,7 +240,7 @@ def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
     words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
     out = torch.empty_like(x)
-    one_read._one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
+    one_read.one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
                                                   one_read.exchange_span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
                                                   SPAN=one_read.exchange_span(4), num_warps=4)
     _assert_softmax(out, x)

@@ -10,7 +10,7 @@ place that decides it; notebooks ask it instead of writing "your" themselves::
     w.label("kernel")     # "your kernel"  or  "the reference kernel"
     w.legend("kernel")    # "your kernel"  or  "reference kernel"     (for legends and table rows)
     w.note                # ""             or  "the reference solution ran: exercises/matmul.py is not done yet"
-    print(w.source(mod._matmul_kernel))   # what the learner should see of a function (never a solution)
+    print(w.source(mod.matmul_kernel))   # what the learner should see of a function (never a solution)
 """
 
 from __future__ import annotations

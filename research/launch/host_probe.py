@@ -12,8 +12,8 @@ import tkcourse  # noqa: F401  (interpreter patches, checkout on the path)
 import torch, triton
 from triton.testing import do_bench
 from tkcourse.bench.core import graph_ms, host_us
-from solutions.softmax import softmax as fused, _softmax_kernel
-from solutions.matmul import matmul, _matmul_kernel
+from solutions.softmax import softmax as fused, softmax_kernel
+from solutions.matmul import matmul, matmul_kernel
 from solutions.flash_attention_tuned import attention_forward
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
@@ -38,8 +38,8 @@ args = (x, out, x.stride(0), out.stride(0), M, N)
 meta = dict(BLOCK=1024, NUM_STAGES=1, num_warps=4)
 case("softmax course fused(x)", lambda: fused(x))
 case("softmax torch.softmax", lambda: torch.softmax(x, -1))
-case("softmax kernel[grid](...)", lambda: _softmax_kernel[(P,)](*args, **meta))
-compiled = _softmax_kernel[(P,)](*args, **meta)
+case("softmax kernel[grid](...)", lambda: softmax_kernel[(P,)](*args, **meta))
+compiled = softmax_kernel[(P,)](*args, **meta)
 print("compiled:", type(compiled).__name__, "signature", getattr(compiled.src, "signature", None))
 full = args + (1024, 1)
 try:
@@ -101,7 +101,7 @@ for dt in (torch.float16, torch.bfloat16):
         best = []
         for bm, bn, bk, w, s in cfgs:
             grid = (triton.cdiv(n, bm) * triton.cdiv(n, bn),)
-            f = lambda: _matmul_kernel[grid](a, b, c, n, n, n, n, 1, n, 1, n, 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+            f = lambda: matmul_kernel[grid](a, b, c, n, n, n, n, 1, n, 1, n, 1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                              GROUP_M=8, num_warps=w, num_stages=s)
             try:
                 g = graph_ms(f) * 1e3

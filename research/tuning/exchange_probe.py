@@ -1,6 +1,6 @@
 """Probes for the two #6 figures still short (a tuning aid, not part of the course).
 
-S: the one-read online softmax's cross-program exchange. Variants of _one_read_softmax_kernel:
+S: the one-read online softmax's cross-program exchange. Variants of one_read_softmax_kernel:
    "counter" (the current kernel: per-part stores, a release counter, acquire spin),
    "packed"  (each part publishes m and l as one 64-bit word that is its own flag: no counter, no fence),
    "packed-pid" (as packed, parts numbered by program_id instead of a ticket: measures the ticket's cost;

@@ -11,7 +11,7 @@ import os, sys, time, cProfile, pstats, io
 import tkcourse
 import torch, triton
 from tkcourse.bench.core import graph_ms, host_us
-from solutions.softmax import softmax as fused, _softmax_kernel
+from solutions.softmax import softmax as fused, softmax_kernel
 from solutions.online_softmax_one_read import softmax as online  # the reference's fast path
 from solutions.matmul import matmul
 from solutions.flash_attention_tuned import attention_forward
@@ -31,7 +31,7 @@ for M, N in [(4096, 1024), (4096, 4096), (4096, 16384)]:
     case(f"fused {M}x{N}", lambda x=x: fused(x), b, "GB")
     case(f"torch {M}x{N}", lambda x=x: torch.softmax(x, -1), b, "GB")
     out = torch.empty_like(x)
-    case(f"bare {M}x{N}", lambda x=x, out=out: _softmax_kernel[(min(M, 132*8),)](x, out, x.stride(0), out.stride(0), M, N, BLOCK=triton.next_power_of_2(N), NUM_STAGES=1, num_warps=4), b, "GB")
+    case(f"bare {M}x{N}", lambda x=x, out=out: softmax_kernel[(min(M, 132*8),)](x, out, x.stride(0), out.stride(0), M, N, BLOCK=triton.next_power_of_2(N), NUM_STAGES=1, num_warps=4), b, "GB")
 for M, N in [(4096, 32768), (1024, 131072), (256, 262144)]:
     x = torch.randn(M, N, dtype=torch.float16, device="cuda"); b = 4*M*N
     case(f"online {M}x{N}", lambda x=x: online(x), b, "GB")

@@ -609,7 +609,7 @@ if "A" in what:
 
             def f():
                 slots.zero_()
-                O._one_read_softmax_kernel[(parts * M,)](x, out, x.stride(0), out.stride(0), N, slots, O.MAX_POLLS,
+                O.one_read_softmax_kernel[(parts * M,)](x, out, x.stride(0), out.stride(0), N, slots, O.MAX_POLLS,
                                                          O.exchange_span(w), PARTS=parts, PART=part, FALLBACK_BLOCK=32 * w,
                                                          SPAN=O.exchange_span(w), num_warps=w)
             rates.append(b / measure(f)[0] * 1e-6)

@@ -33,8 +33,8 @@ if "A" in what:
         for w, st, g in itertools.product((4, 8, 16, 32), (1, 2, 3), ("pers", "rows")):
             if st * BLOCK * 2 > 200 * 1024: continue
             try:
-                grid = (S._num_programs(x, out, BLOCK, w, st) if g == "pers" else M,)
-                f = lambda: S._softmax_kernel[grid](x, out, x.stride(0), out.stride(0), M, N, BLOCK=BLOCK, NUM_STAGES=st, num_warps=w)
+                grid = (S.num_programs(x, out, BLOCK, w, st) if g == "pers" else M,)
+                f = lambda: S.softmax_kernel[grid](x, out, x.stride(0), out.stride(0), M, N, BLOCK=BLOCK, NUM_STAGES=st, num_warps=w)
                 f(); torch.cuda.synchronize()
                 assert torch.allclose(out.float(), torch.softmax(x.float(), -1), atol=1e-3)
                 res.append((b / graph_ms(f, rep=60) * 1e-6, w, st, g, grid[0]))
@@ -61,7 +61,7 @@ if "B" in what:
                 print("fail", pb, w, str(e)[:100])
         res.sort(reverse=True)
         cur = b / graph_ms(lambda: O.softmax(x), rep=60) * 1e-6
-        old = b / graph_ms(lambda: OS.softmax(x, *OS._plan(N, 2)), rep=60) * 1e-6
+        old = b / graph_ms(lambda: OS.softmax(x, *OS.split_plan(N, 2)), rep=60) * 1e-6
         print(f"online {M}x{N}: two-pass {old:.0f}, current {cur:.0f}; best:", [f"{r[0]:.0f} {r[1]//1024}K w{r[2]} p{r[3]} err{r[4]:.1e}" for r in res[:5]], flush=True)
         summary.append(f"online {M}x{N} two-pass {old:.0f} cur {cur:.0f} best {res[0][0]:.0f} {res[0][1]//1024}K w{res[0][2]} err{res[0][4]:.1e}")
 if "C" in what:
