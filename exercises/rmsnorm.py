@@ -34,7 +34,7 @@ MAX_COLS = 32768
 
 
 @triton.jit
-def _rmsnorm_kernel(
+def rmsnorm_kernel(
     x_ptr,  # pointer to x[0, 0]
     res_ptr,  # pointer to residual[0, 0] (unused without the residual)
     w_ptr,  # pointer to weight[0], H contiguous elements
@@ -99,7 +99,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, residual: 
     # BLOCK: the smallest power of two >= H (triton.next_power_of_2)
     BLOCK = None
     n_rows = x2.shape[0]
-    _rmsnorm_kernel[(n_rows,)](x2, r2, weight, y, h, x2.stride(0), r2.stride(0), H, H, eps,
+    rmsnorm_kernel[(n_rows,)](x2, r2, weight, y, h, x2.stride(0), r2.stride(0), H, H, eps,
                                HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, num_warps=_num_warps(BLOCK))
     return y if residual is None else (y, h)
 

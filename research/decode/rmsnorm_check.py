@@ -19,11 +19,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import tkcourse  # noqa: F401  (first: the mode, the checkout on the path)
 import torch
 import triton
 from triton.testing import do_bench
 
+import tkcourse  # noqa: F401  (first: the mode, the checkout on the path)
 from benchmarks import rmsnorm as bench_cases
 from solutions import rmsnorm as lesson
 from tkcourse import bench, check
@@ -76,7 +76,7 @@ for H in bench_cases.HS:
     BLOCK, moved = triton.next_power_of_2(H), bench_cases.rmsnorm_bytes(bench_cases.ROWS, H, 2)
     for nw in (4, 8, 16, 32):
         def f(nw=nw):
-            lesson._rmsnorm_kernel[(x.shape[0],)](x, r, w, y, h, H, H, H, H, 1e-6, HAS_RESIDUAL=True, BLOCK=BLOCK,
+            lesson.rmsnorm_kernel[(x.shape[0],)](x, r, w, y, h, H, H, H, H, 1e-6, HAS_RESIDUAL=True, BLOCK=BLOCK,
                                                   num_warps=nw)
         ms = do_bench(f, warmup=25, rep=100)
         chosen = " (the launcher's)" if nw == lesson._num_warps(BLOCK) else ""
