@@ -88,7 +88,7 @@ def _prune_fwd_configs(configs, named_args, **kwargs):
 
 
 @triton.jit
-def _attn_fwd_tuned_loop(
+def attn_fwd_tuned_loop(
     acc, l_i, m_i,  # running accumulator, row sum and row max (base 2)
     q,  # the Q block, (BLOCK_M, HEAD_DIM)
     desc_k,  # tensor descriptor of this head's K, blocks of (BLOCK_N, HEAD_DIM)
@@ -128,7 +128,7 @@ def _attn_fwd_tuned_loop(
 
 
 @triton.jit
-def _head_descriptor(X, bh, N, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+def head_descriptor(X, bh, N, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
     """(descriptor, first row) of head ``bh`` of X: a host-made descriptor of all heads as it is, with the
     head's rows from bh·N; or, for a pointer, a descriptor of this head alone, (N, D), made here."""
     if isinstance(X, tl.tensor_descriptor):
@@ -161,10 +161,10 @@ def _attn_fwd_tuned(
     # loads zeros (never the next head's rows) and a store stops at row N. Made on the host (when
     # N is a multiple of the blocks): one descriptor of all heads, which this program need not write
     # to memory and fence before its first load.
-    desc_q, row0 = _head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)
-    desc_k, kv_row0 = _head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
-    desc_v, _ = _head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
-    desc_o, _ = _head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
+    desc_q, row0 = head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)
+    desc_k, kv_row0 = head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
+    desc_v, _ = head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
+    desc_o, _ = head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max, in base 2
@@ -176,18 +176,18 @@ def _attn_fwd_tuned(
     if CAUSAL:
         # stage 1: key blocks wholly left of the diagonal, no mask; stage 2: the diagonal, masked
         diag = (start_m * BLOCK_M // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, 0, diag, N, qk_scale,
+        acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, 0, diag, N, qk_scale,
                                              BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
-        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, diag,
+        acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, diag,
                                              tl.minimum((start_m + 1) * BLOCK_M, N), N, qk_scale,
                                              BLOCK_N, True, CAUSAL, WARP_SPECIALIZE)
     else:
         # all full key blocks without a mask, then the last, partial one (if any) masked
         n_full = (N // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, 0, n_full, N, qk_scale,
+        acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, 0, n_full, N, qk_scale,
                                              BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
         if not WARP_SPECIALIZE:  # a warp-specialized loop must be the only loop: WS needs N % BLOCK_N == 0
-            acc, l_i, m_i = _attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, n_full, N, N, qk_scale,
+            acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, n_full, N, N, qk_scale,
                                                  BLOCK_N, True, CAUSAL, False)
 
     acc = acc / l_i[:, None]
@@ -205,19 +205,20 @@ if not INTERPRET:  # autotune times kernels on a GPU; the interpreter cannot
     )(_attn_fwd_tuned)
 
 
-def _tma_scratch(size: int, alignment: int, stream):
+def tma_scratch(size: int, alignment: int, stream):
     """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
-def _descriptors(q, k, v, o, block_m, block_n=None):
+def _descriptors(q, k, v, o, block_m, block_n=None, host=None):
     """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), with blocks of
     block_m rows (Q, O) and block_n rows (K, V; default block_m), where N is a multiple of both (so no
     block straddles two heads) and at most HOST_DESCRIPTOR_MAX_N; else the pointers themselves (the
-    kernel then makes a descriptor per head). Autotuning resets the blocks per config (its pre-hook)."""
+    kernel then makes a descriptor per head). ``host``: False asks for the pointers always; None
+    follows HOST_DESCRIPTORS. Autotuning resets the blocks per config (its pre-hook)."""
     B, H, N, D = q.shape
     block_n = block_n or block_m
-    if not HOST_DESCRIPTORS or N % block_m or N % block_n or N > HOST_DESCRIPTOR_MAX_N:
+    if not (HOST_DESCRIPTORS if host is None else host) or N % block_m or N % block_n or N > HOST_DESCRIPTOR_MAX_N:
         return [q, k, v, o]
     return [TensorDescriptor(t.view(B * H * N, D), [B * H * N, D], [D, 1], [block, D])
             for t, block in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
@@ -241,16 +242,19 @@ def _launch_config(config):
     return _CONFIG(config, "config")
 
 
-def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None):
+def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None, host_descriptors=None):
     """``(o, lse)`` for q, k, v of shape (B, H, N, D), without autograd, as the lesson's.
 
     ``impl``: "tuned" (this module's kernel), "simple" (the lesson's), "auto" (tuned on a GPU, simple
     in the interpreter, where the tuned kernel is only slower). ``config`` ({BLOCK_M, BLOCK_N,
     num_warps, num_stages, WARP_SPECIALIZE}) launches exactly that config, without autotune;
-    Triton's own errors (e.g. out of shared memory) propagate.
+    Triton's own errors (e.g. out of shared memory) propagate. ``host_descriptors``: False makes the
+    kernel build its own descriptors, one per head, where host-made ones would apply (None: where
+    HOST_DESCRIPTORS and the shape allow), so that the two can be compared.
     """
     sm_scale = _check_inputs(q, k, v, sm_scale)
     causal = boolean("causal", causal)
+    host = None if host_descriptors is None else boolean("host_descriptors", host_descriptors)
     if config is not None:
         config = _launch_config(config)  # before any work: a bad key or value names itself
     if not _use_tuned(impl):
@@ -264,10 +268,10 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     causal = bool(causal)
 
     if not INTERPRET:
-        triton.set_allocator(_tma_scratch)  # set here: ContextVars do not follow other threads
+        triton.set_allocator(tma_scratch)  # set here: ContextVars do not follow other threads
     if config is None and _attn_fwd_autotuned is not None and N >= AUTOTUNE_MIN_N:
         grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-        args = _descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE)  # every config's blocks divide it
+        args = _descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE, host=host)  # every config's blocks divide it
         _attn_fwd_autotuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
     else:
         cfg = _launch_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG)
@@ -275,7 +279,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
         if ws and (causal or N % cfg["BLOCK_N"]):
             raise ValueError("WARP_SPECIALIZE=True needs causal=False and N a multiple of BLOCK_N "
                              "(a warp-specialized loop must be the kernel's only loop)")
-        args = _descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"])
+        args = _descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"], host=host)
         grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
         _attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
     return o, lse

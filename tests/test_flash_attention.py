@@ -75,10 +75,12 @@ def test_host_made_descriptors(N, monkeypatch):
     assert isinstance(fat._descriptors(q, k, v, q, fat.HOST_DESCRIPTOR_MULTIPLE)[0], TensorDescriptor)
     assert not isinstance(fat._descriptors(q, k, v, q, 256)[0], TensorDescriptor) or N % 256 == 0
     host = {causal: _check(q, k, v, causal, "tuned") for causal in (False, True)}
+    assert isinstance(fat._descriptors(q, k, v, q, 128, host=False)[0], torch.Tensor)
+    for causal, o in host.items():  # the argument a probe passes to compare the two
+        torch.testing.assert_close(fat.attention_forward(q, k, v, causal=causal, impl="tuned",
+                                                         host_descriptors=False)[0], o)
     monkeypatch.setattr(fat, "HOST_DESCRIPTORS", False)
     assert isinstance(fat._descriptors(q, k, v, q, 128)[0], torch.Tensor)
-    for causal, o in host.items():
-        torch.testing.assert_close(fat.attention_forward(q, k, v, causal=causal, impl="tuned")[0], o)
     monkeypatch.setattr(fat, "HOST_DESCRIPTORS", True)
     monkeypatch.setattr(fat, "HOST_DESCRIPTOR_MAX_N", N - 1)  # longer sequences: the kernel makes its own
     assert isinstance(fat._descriptors(q, k, v, q, 128)[0], torch.Tensor)
@@ -152,7 +154,7 @@ def test_lesson_module_runs_only_its_kernel():
 
 def test_exercise_keeps_only_the_readable_kernel(tmp_path):
     text = stubs.expected("flash_attention")
-    assert "def _attn_fwd_tuned_loop" not in text and "tl.make_tensor_descriptor(Q" not in text
+    assert "def attn_fwd_tuned_loop" not in text and "tl.make_tensor_descriptor(Q" not in text
     assert "tl.exp(" not in text  # the simple kernel's body is the learner's
     path = tmp_path / "stub_flash_attention.py"  # from a file: on a GPU, @triton.jit reads the source
     path.write_text(text)

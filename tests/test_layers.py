@@ -124,3 +124,46 @@ def test_lesson_code_is_found_in_the_checkout():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "notebooks", capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == str(ROOT / "solutions" / "vector_add.py"), out.stderr
+
+
+def private_uses(path: Path) -> list[str]:
+    """``module._name`` and ``from solutions.x import _name`` in ``path``, for modules of ``solutions``."""
+    tree = ast.parse(path.read_text(), str(path))
+    aliases, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("solutions."):
+                    aliases[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "solutions":
+            for a in node.names:
+                if a.name.startswith("_"):
+                    found.append(f"from {node.module} import {a.name}")
+                elif node.module == "solutions":
+                    aliases[a.asname or a.name] = f"solutions.{a.name}"
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name) and node.value.id in aliases):
+            found.append(f"{aliases[node.value.id]}.{node.attr}")
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.attr.startswith("_")
+              and ast.unparse(node.value).startswith("solutions.")):
+            found.append(f"{ast.unparse(node.value)}.{node.attr}")
+    return found
+
+
+def test_research_uses_public_names_only():
+    """The probes in research/ compose the solutions' public building blocks; a private name there
+    would break silently when a solution changes its internals."""
+    probes = sorted((ROOT / "research").rglob("*.py"))
+    assert probes
+    used = {str(p.relative_to(ROOT)): private_uses(p) for p in probes}
+    assert {p: u for p, u in used.items() if u} == {}
+
+
+def test_private_uses_are_seen(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import solutions.softmax as S\nfrom solutions.matmul import _check_config\n"
+                     "import solutions.flash_attention_tuned\nS._num_warps(1)\n"
+                     "solutions.flash_attention_tuned._descriptors\nS.softmax\n")
+    assert sorted(private_uses(probe)) == ["from solutions.matmul import _check_config",
+                                           "solutions.flash_attention_tuned._descriptors", "solutions.softmax._num_warps"]

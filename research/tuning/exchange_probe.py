@@ -37,7 +37,7 @@ def db(fn):  # median ms from do_bench, shorter than the bench's
 
 
 @triton.jit
-def _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS: tl.constexpr, PART: tl.constexpr):
+def load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS: tl.constexpr, PART: tl.constexpr):
     """The one-read kernels' start: this program's part, loaded once (O.load_part), its (m, l) published."""
     pid = tl.program_id(0)
     row = pid // PARTS
@@ -78,7 +78,7 @@ def _uniform_no_fallback_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_
                                 PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr):
     """The solution's kernel without its fallback: an unbounded wait, the solution's combine_parts (uniform over
     all threads until commit a044a81, per warp since), to measure what the fallback costs."""
-    row, x_row, cols, mask, e, shift = _load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
+    row, x_row, cols, mask, e, shift = load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     m, l, complete = OS.combine_parts(slots_ptr, row, 2**31 - 1, SPAN, PARTS, SPAN)
     y = e * (tl.exp(shift - m) / l)
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
@@ -197,10 +197,10 @@ def _attn_probe(Q, K, V, O, LSE, N, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl
         if CAUSAL:
             start_m = tl.num_programs(0) - 1 - start_m
         bh = tl.program_id(1)
-    desc_q, _ = F._head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)  # pointers: per-head descriptors, row 0
-    desc_k, _ = F._head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
-    desc_v, _ = F._head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
-    desc_o, _ = F._head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
+    desc_q, _ = F.head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)  # pointers: per-head descriptors, row 0
+    desc_k, _ = F.head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
+    desc_v, _ = F.head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
+    desc_o, _ = F.head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -231,13 +231,13 @@ def _attn_probe(Q, K, V, O, LSE, N, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl
             m_i = m_ij
     elif CAUSAL:
         diag = (start_m * BLOCK_M // BLOCK_N) * BLOCK_N
-        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, 0, diag, N, qk_scale,
+        acc, l_i, m_i = F.attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, 0, diag, N, qk_scale,
                                                BLOCK_N, False, CAUSAL, False)
-        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, diag,
+        acc, l_i, m_i = F.attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, diag,
                                                tl.minimum((start_m + 1) * BLOCK_M, N), N, qk_scale,
                                                BLOCK_N, True, CAUSAL, False)
     else:
-        acc, l_i, m_i = F._attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, 0, N, N, qk_scale,
+        acc, l_i, m_i = F.attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, 0, offs_m, 0, N, N, qk_scale,
                                                BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
@@ -257,7 +257,7 @@ def attn_probe(q, k, v, causal, bm, bn, w, s, ws, single, group):
 
 
 if "A" in what:
-    triton.set_allocator(F._tma_scratch)
+    triton.set_allocator(F.tma_scratch)
     for D, N, causal in [(64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 1024, False), (64, 4096, False)]:
         H = 2048 // D
         B = 16384 // N

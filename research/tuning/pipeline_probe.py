@@ -11,7 +11,7 @@ E: attention forward with half of the exponentials computed on the FMA units (2^
    poly(x - round(x)), the exponent added to the float's bits), the other half on the MUFU units
    (ex2.approx), as FlashAttention-4 does: at D = 64 the exp throughput (16 a clock an SM) is as
    long as the two matmuls of a tile.
-H: the solution's tuned attention kernel with host-made tensor descriptors (F.HOST_DESCRIPTORS) against
+H: the solution's tuned attention kernel with host-made tensor descriptors (``host_descriptors=``) against
    descriptors made in the kernel, same configs, same run.
 C: causal attention with the diagonal key blocks done first, unrolled (tl.static_range), so that
    the key loop left of the diagonal is the kernel's only loop and can be warp-specialized.
@@ -218,10 +218,10 @@ def _attn_probe(Q, K, V, O, LSE, N, sm_scale, HEAD_DIM: tl.constexpr, CAUSAL: tl
     if CAUSAL:
         start_m = tl.num_programs(0) - 1 - start_m
     bh = tl.program_id(1)
-    desc_q, _ = F._head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)  # pointers: per-head descriptors, row 0
-    desc_k, _ = F._head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
-    desc_v, _ = F._head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
-    desc_o, _ = F._head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
+    desc_q, _ = F.head_descriptor(Q, bh, N, HEAD_DIM, BLOCK_M)  # pointers: per-head descriptors, row 0
+    desc_k, _ = F.head_descriptor(K, bh, N, HEAD_DIM, BLOCK_N)
+    desc_v, _ = F.head_descriptor(V, bh, N, HEAD_DIM, BLOCK_N)
+    desc_o, _ = F.head_descriptor(O, bh, N, HEAD_DIM, BLOCK_M)
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -255,7 +255,7 @@ def attn_probe(q, k, v, causal, bm, bn, w, s, ws, poly):
 
 
 if "E" in what or "C" in what:
-    triton.set_allocator(F._tma_scratch)
+    triton.set_allocator(F.tma_scratch)
     cases = [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
              (128, 1024, False)]
     for D, N, causal in cases:
@@ -383,7 +383,7 @@ def _spin_count(ptrs, target, max_spins):
 def _spin_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, counts_ptr, max_polls,
                  PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, FALLBACK: tl.constexpr,
                  SLEEP_NS: tl.constexpr, COUNT: tl.constexpr, CLEAN: tl.constexpr = False):
-    row, x_row, cols, mask, e, shift = XP._load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
+    row, x_row, cols, mask, e, shift = XP.load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     entry = tl.arange(0, SPAN)
     spins = max_polls + tl.zeros([SPAN], tl.int32)
     if COUNT:  # one count a row, raised (release) after the word; wait (acquire) on it, then read the words once
@@ -474,7 +474,7 @@ if "W" in what:
 def _packed_safe_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_cols, slots_ptr, max_polls, span,
                         PARTS: tl.constexpr, PART: tl.constexpr, SPAN: tl.constexpr, SAFE: tl.constexpr,
                         FALLBACK_BLOCK: tl.constexpr, fallbacks_ptr=None, COUNT_FALLBACKS: tl.constexpr = False):
-    row, x_row, cols, mask, e, shift = XP._load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
+    row, x_row, cols, mask, e, shift = XP.load_and_publish(x_ptr, x_row_stride, n_cols, slots_ptr, PARTS, PART)
     if SAFE:  # the solution's wait (combine_parts: per warp, then agreed on), and a fallback
         m, l, complete = OS.combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
         if not complete:
@@ -739,7 +739,7 @@ if "Y" in what:
         print(line, flush=True)
         summary.append(line)
 if "H" in what:
-    triton.set_allocator(F._tma_scratch)
+    triton.set_allocator(F.tma_scratch)
     for D, N, causal in [(64, 1024, False), (64, 1024, True), (128, 1024, True), (64, 4096, True), (64, 4096, False),
                          (128, 1024, False), (128, 16384, True)]:
         q, k, v, fl, sdpa, ref, fa = _attn_case(D, N, causal)
@@ -752,9 +752,8 @@ if "H" in what:
         for (bm, bn, w, s, ws), host in itertools.product(cfgs, (False, True)):
             if causal and (ws or bm < bn):
                 continue
-            F.HOST_DESCRIPTORS = host
             cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s, WARP_SPECIALIZE=ws)
-            f = lambda: F.attention_forward(q, k, v, causal=causal, config=cfg)
+            f = lambda: F.attention_forward(q, k, v, causal=causal, config=cfg, host_descriptors=host)
             try:
                 o, _ = f()
                 err = (o.float() - ref.float()).abs().max().item()
@@ -767,7 +766,6 @@ if "H" in what:
                     best[host] = (t, cfg)
             except Exception as e:
                 print("  fail", cfg, host, str(e).splitlines()[0][:150] if str(e) else type(e).__name__, flush=True)
-        F.HOST_DESCRIPTORS = True
         line = (f"attn D{D} N{N} c{int(causal)}: flash {fa:.0f} cudnn {cu:.0f}; " +
                 "; ".join(f"{'host' if h else 'in-kernel'} best {t:.0f} ({t / fa:.2f}x flash, {t / cu:.2f}x cudnn) {c}"
                           for h, (t, c) in sorted(best.items())) + f" [{time.time() - t0:.0f}s]")
