@@ -1,0 +1,168 @@
+"""Lesson 08: a launch plan made once per key; the grader catches each planted mistake with its hint.
+
+Planted modules are the solution's own source with one mistake written in (``_mutant``), run as a
+module of their own, so the grader sees exactly what a learner's file would give it.
+"""
+
+import types
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+from helpers import assert_grader_catches, assert_softmax
+from helpers import randn as _randn
+
+from solutions import launch as lesson
+from tkcourse import check, mode
+
+DEV = mode.DEVICE
+SOURCE = (Path(__file__).resolve().parents[1] / "solutions" / "launch.py").read_text()
+
+
+def _mutant(*edits, name="planted_launch"):
+    """solutions/launch.py with each ``(old, new)`` of ``edits`` applied (each ``old`` found exactly once)."""
+    text = SOURCE
+    for old, new in edits:
+        assert text.count(old) == 1, f"the planted edit no longer matches solutions/launch.py: {old!r}"
+        text = text.replace(old, new)
+    mod = types.ModuleType(f"solutions.{name}")
+    mod.__package__ = "solutions"
+    exec(compile(text, f"<planted {name}>", "exec"), mod.__dict__)
+    return mod
+
+
+def test_softmax_matches_torch_over_keys_and_reuses_plans():
+    lesson._PLANS.clear()
+    inputs = [_randn(8, 100), _randn(8, 100, seed=1), _randn(8, 300), _randn(40, 100), _randn(3, 100),
+              _randn(8, 100, dtype=torch.float16), _randn(8, 128)[:, :100], _randn(100, 8).t(), _randn(1, 1)]
+    outs = [lesson.softmax(x) for x in inputs]
+    for x, y in zip(inputs, outs):
+        assert_softmax(y, x, lesson.reference)
+    assert len(lesson._PLANS) == len(inputs) - 1  # the second 8x100 float32 reused the first's plan
+    assert outs[0].data_ptr() != outs[1].data_ptr()
+
+
+def test_plan_key_separates_what_a_plan_depends_on():
+    x = torch.randn(8, 100, device=DEV)
+    assert lesson.plan_key(x) == lesson.plan_key(torch.randn(8, 100, device=DEV))
+    buf = torch.randn(804, device=DEV)
+    for other in (torch.randn(9, 100, device=DEV), torch.randn(8, 101, device=DEV), x.half(),
+                  torch.empty(8, 100, device="meta"), torch.randn(8, 128, device=DEV)[:, :100], buf[1:801].view(8, 100)):
+        assert lesson.plan_key(other) != lesson.plan_key(x)
+    hash(lesson.plan_key(x))
+
+
+def test_planned_call_does_no_planning(monkeypatch):
+    x = _randn(8, 100)
+    plan = lesson.SoftmaxPlan(x)
+    calls = []
+    real = triton.next_power_of_2
+    monkeypatch.setattr(triton, "next_power_of_2", lambda n: calls.append(n) or real(n))
+    assert_softmax(plan(x), x, lesson.reference)
+    assert calls == []
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda: torch.ones(8, device=DEV), "2-D"),
+    (lambda: torch.ones(0, 4, device=DEV), "empty"),
+    (lambda: torch.zeros(1, lesson.MAX_COLS + 1, device=DEV), "online"),
+    (lambda: [[1.0, 2.0]], "torch.Tensor"),
+])
+def test_bad_input_raises_valueerror(bad, message):
+    with pytest.raises(ValueError, match=message):
+        lesson.softmax(bad())
+
+
+def test_grader_passes_the_solution_and_a_faithful_copy():
+    assert check.run("launch", module=lesson, quiet=True).passed
+    assert check.run("launch", module=_mutant(), quiet=True).passed
+
+
+# ----- planted mistakes, each caught with the hint that names it ------------------------------
+
+PLANTED = [
+    ("one plan for every input (reused for longer rows)",
+     [("_PLANS.get(plan_key(x))", "_PLANS.get('one')"), ("_PLANS[plan.key] = plan", "_PLANS['one'] = plan")],
+     "softmax reused the plan made for 8x100 float32 (call 1) for 8x300 float32: they differ in columns. BLOCK"),
+    ("a key without the dtype",
+     [("x.stride(), x.dtype, x.device", "x.stride(), x.device")], "put x.dtype in it"),
+    ("a key without the device",
+     [("x.stride(), x.dtype, x.device", "x.stride(), x.dtype")], "put x.device in it"),
+    ("a key without the alignment",
+     [(", x.data_ptr() % 16 == 0)", ")")], "put x.data_ptr() % 16 == 0 in it"),
+    ("a key holding the address",
+     [("x.data_ptr() % 16 == 0)", "x.data_ptr())")], "it holds the tensor's address"),
+    ("a key that is a list",
+     [("return (tuple(x.shape), x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0)",
+       "return [tuple(x.shape), x.stride(), x.dtype, x.device]")], "a list is not hashable"),
+    ("the launcher's own key, without the dtype",
+     [("_PLANS.get(plan_key(x))", "_PLANS.get((tuple(x.shape), x.stride()))"),
+      ("_PLANS[plan.key] = plan", "_PLANS[(tuple(x.shape), x.stride())] = plan")],
+     "they differ in dtype. The output was allocated in the other dtype"),
+    ("a stale grid: the launcher keys on the row length only",
+     [("_PLANS.get(plan_key(x))", "_PLANS.get((x.shape[1], x.stride(1), x.dtype))"),
+      ("_PLANS[plan.key] = plan", "_PLANS[(x.shape[1], x.stride(1), x.dtype)] = plan"),
+      ("out = torch.empty(self.shape,", "out = torch.empty((x.shape[0], self.shape[1]),")],
+     "they differ in rows"),
+    ("planning redone on every call",
+     [("plan = _PLANS.get(plan_key(x)) if isinstance(x, torch.Tensor) else None", "plan = None")],
+     "planning redone on every call"),
+    ("the plan works BLOCK out again in each call",
+     [("BLOCK=self.BLOCK, NUM_STAGES", "BLOCK=triton.next_power_of_2(x.shape[1]), NUM_STAGES")],
+     "the plan works its launch out again on every call"),
+    ("one output buffer for every call",
+     [("        ### BEGIN SOLUTION\n        out = torch.empty(self.shape, dtype=self.dtype, device=self.device)",
+       "        ### BEGIN SOLUTION\n        if not hasattr(self, 'out'):\n"
+       "            self.out = torch.empty(self.shape, dtype=self.dtype, device=self.device)\n        out = self.out")],
+     "returned the same output tensor to two calls"),
+    ("a plan whose stride is the column count",
+     [("row_stride = n_cols if self.copy else x.stride(0)", "row_stride = n_cols")], "pass x.stride(0) as x's row stride"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint", PLANTED, ids=[p[0] for p in PLANTED])
+def test_grader_catches_planted_mistake(name, edits, hint):
+    assert_grader_catches("launch", _mutant(*edits), name, hint)
+
+
+def test_lesson_02_kernel_not_done_is_named():
+    mod = _mutant()
+
+    @triton.jit
+    def stub_kernel(x_ptr, out_ptr, a, b, c, d, BLOCK: triton.language.constexpr, NUM_STAGES: triton.language.constexpr):
+        pass
+
+    mod.softmax_kernel = stub_kernel
+    rep = assert_grader_catches("launch", mod, "lesson 02 stub", "Finish lesson 02 first")
+    assert rep.first_problem().label.startswith("lesson 02's softmax_kernel")
+
+
+def test_the_exercise_stub_is_not_done():
+    stub = types.ModuleType("exercises.planted_stub")
+    stub.__package__ = "solutions"  # relative imports as the solution's (lesson 02 done)
+    from tkcourse import stubs
+
+    exec(compile(stubs.stub_text(SOURCE, "launch"), "<stub>", "exec"), stub.__dict__)
+    rep = check.run("launch", module=stub, quiet=True)
+    assert rep.status == "todo" and "plan_key returned None" in rep.first_problem().detail, rep
+
+
+def test_grader_never_crashes_on_a_module_that_raises():
+    mod = types.SimpleNamespace(plan_key=lambda x: (_ for _ in ()).throw(SystemExit(3)), __name__="planted")
+    rep = check.run("launch", module=mod, quiet=True)
+    assert rep.status == "error" and "sys.exit" in rep.first_problem().hint, rep
+    assert check.run("launch", module=types.SimpleNamespace(__name__="empty"), quiet=True).status == "error"
+
+
+def test_counting_restores_what_it_patched():
+    from tkcourse.check.launch import counting
+
+    mod = _mutant()
+    real_plan, real_p2 = mod.SoftmaxPlan, triton.next_power_of_2
+    with pytest.raises(RuntimeError), counting(mod) as counts:
+        triton.next_power_of_2(5)
+        mod.SoftmaxPlan(_randn(2, 3))
+        raise RuntimeError
+    assert counts == {"next_power_of_2": 2, "SoftmaxPlan": 1, "_num_warps": 1, "_num_stages": 1, "num_programs": 1}
+    assert mod.SoftmaxPlan is real_plan and triton.next_power_of_2 is real_p2

@@ -1,0 +1,338 @@
+"""Grader for lesson 08: ``plan_key``, ``SoftmaxPlan`` and the cached ``softmax`` (host work done once).
+
+In order: the lesson-02 kernel the module launches works; ``plan_key`` gives one key to inputs of one
+kind and different keys when the shape, strides, dtype, device or alignment differ; a plan is right
+for the input it was made for, and for later inputs of its key, without planning again and without
+handing the same output buffer to two calls; ``softmax`` over a sequence of inputs of several keys is
+right at every call and makes one plan per key. Outputs compare with float64 torch references.
+
+How "planning again" is seen: during the calls that should only launch, ``triton.next_power_of_2``,
+``triton.cdiv`` and the module's own planning helpers (``_num_warps``, ``_num_stages``,
+``num_programs``, ``SoftmaxPlan`` itself) count their calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+
+from .. import mode, traffic
+from .core import Case, compare, error_case, oob_case, padded, refuses, traced_call, transposed
+
+HELPERS = ("_num_warps", "_num_stages", "num_programs")  # the lesson-02 planning helpers a plan calls once
+
+
+def _spec(x: torch.Tensor) -> dict:
+    """What a plan depends on, as the grader sees it (the fields a hint names)."""
+    return {"rows": x.shape[0], "columns": x.shape[1], "dtype": x.dtype, "strides": None if x.is_contiguous() else tuple(x.stride()),
+            "device": x.device, "aligned": x.data_ptr() % 16 == 0}
+
+
+def _words(x: torch.Tensor) -> str:
+    s = _spec(x)
+    text = f"{s['rows']}x{s['columns']} {str(s['dtype'])[6:]}"
+    if s["strides"] is not None:
+        text += f" strides {s['strides']}"
+    return text
+
+
+# what each field of a reused plan breaks, for the hint
+WHY = {
+    "rows": "the grid (a program per row in the interpreter, a wave of programs on a GPU) and the output's shape "
+            "were made for the other number of rows: a stale grid leaves rows unwritten, or reads and writes past "
+            "the end",
+    "columns": "BLOCK (triton.next_power_of_2 of the columns) and the output's shape were made for the other row "
+               "length: a longer row is cut short, a shorter one is read past its end",
+    "dtype": "the output was allocated in the other dtype, and Triton compiles a kernel per pointer dtype",
+    "strides": "the row stride the plan passes to the kernel was the other input's",
+}
+
+
+@contextlib.contextmanager
+def counting(mod):
+    """Count calls of the planning functions, in triton and in ``mod``, during the block: yields a dict."""
+    counts: dict[str, int] = {}
+    patched = []
+
+    def wrap(owner, name):
+        real = getattr(owner, name, None)
+        if not callable(real) or getattr(real, "__tkcourse_counting__", False):
+            return
+
+        def counted(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        counted.__tkcourse_counting__ = True
+        patched.append((owner, name, real))
+        setattr(owner, name, counted)
+
+    for name in ("next_power_of_2", "cdiv"):
+        wrap(triton, name)
+    for name in HELPERS + ("SoftmaxPlan",):
+        if name in getattr(mod, "__dict__", {}):
+            wrap(mod, name)
+    try:
+        yield counts
+    finally:
+        for owner, name, real in reversed(patched):
+            setattr(owner, name, real)
+
+
+def _counted_words(counts) -> str:
+    return ", ".join(f"{name} {n} time{'s' * (n != 1)}" for name, n in sorted(counts.items()))
+
+
+def _graded(label, fn, x, fn_name="softmax"):
+    """(case, output): ``fn(x)`` traced, under poisoned allocations, compared with softmax in float64."""
+    expected = torch.softmax(x.double(), dim=-1)
+    before = x.detach().clone()
+    try:
+        out, allocs, _ = traced_call(fn, x)
+    except traffic.OutOfBoundsError as exc:
+        return oob_case(label, exc), None
+    except Exception as exc:  # noqa: BLE001  (whatever the learner's code raised)
+        return error_case(label, exc), None
+    if isinstance(out, tuple):
+        return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
+                    f"your {fn_name} returns a tuple: return only the output tensor"), None
+    case = compare(label, out, expected, allocs=allocs, dtype=x.dtype, atol=1e-3 if x.dtype == torch.float16 else 1e-5,
+                   rtol=1e-2 if x.dtype == torch.float16 else 1e-4)
+    if case.status == "pass" and not torch.equal(x, before):
+        case = Case(label, "fail", "the call changed its input x",
+                    f"your {fn_name} changed its input x: a kernel must only read its inputs")
+    return case, out
+
+
+def _inputs(gen):
+    """The inputs of the sequence, each of a key of its own but the repeats (named *again*)."""
+    def r(rows, cols, dtype=torch.float32):
+        return torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
+
+    wide = torch.full((8, 128), -31328.0, device=mode.DEVICE)
+    wide[:, :100] = r(8, 100)
+    return [("8x100 float32", padded(r(8, 100))),
+            ("8x100 float32 again, other values", padded(r(8, 100))),
+            ("8x300 float32 (longer rows)", padded(r(8, 300))),
+            ("40x100 float32 (more rows)", padded(r(40, 100))),
+            ("3x100 float32 (fewer rows)", padded(r(3, 100))),
+            ("8x100 float16 (another dtype)", padded(r(8, 100, torch.float16))),
+            ("8x100 float32, rows 128 apart (another stride)", wide[:, :100]),
+            ("8x100 float32, column-major (copied first)", transposed(r(8, 100))),
+            ("8x100 float32 a third time", padded(r(8, 100)))]
+
+
+def _key_cases(mod):
+    """``plan_key``: equal for inputs of one kind, different when anything a plan depends on differs."""
+    base = torch.randn(8, 100, device=mode.DEVICE)
+    other = torch.randn(8, 100, device=mode.DEVICE) + 1
+    buf = torch.randn(8 * 100 + 4, device=mode.DEVICE)
+    wide = torch.randn(8, 128, device=mode.DEVICE)
+    differ = [("more rows", torch.randn(40, 100, device=mode.DEVICE),
+               "put x.shape in it: the grid and the output's shape depend on the number of rows"),
+              ("longer rows", torch.randn(8, 300, device=mode.DEVICE),
+               "put x.shape in it: BLOCK and the output's shape depend on the number of columns"),
+              ("another dtype", base.half(),
+               "put x.dtype in it: the output's dtype depends on it, and Triton compiles a kernel per pointer dtype"),
+              ("another device", torch.empty(8, 100, device="meta"),
+               "put x.device in it: a plan allocates its outputs on its device, and its grid comes from that GPU's "
+               "SM count"),
+              ("another row stride", wide[:, :100],
+               "put x.stride() in it: the plan passes the row stride to the kernel"),
+              ("a pointer not 16-byte aligned", buf[1:801].view(8, 100),
+               "put x.data_ptr() % 16 == 0 in it: Triton compiles another kernel for a misaligned pointer, and a "
+               "plan that keeps its compiled kernel must not run it on a misaligned input")]
+
+    def key(x):
+        return mod.plan_key(x)
+
+    label = "plan_key: one key for two tensors of one shape, dtype, device and strides"
+    try:
+        k1, k2 = key(base), key(other)
+        hash(k1)
+        same = bool(k1 == k2)
+    except Exception as exc:  # noqa: BLE001
+        case = error_case(label, exc)
+        if isinstance(exc, (TypeError, RuntimeError)) and ("unhashable" in str(exc) or "ambiguous" in str(exc)):
+            case.status = "fail"
+            case.hint = ("plan_key must return a tuple of plain values (ints, tuples of ints, torch.dtype, torch.device, "
+                         "bools): a list is not hashable, and a tensor in the key compares element by element")
+        yield case
+        return
+    if k1 is None:
+        yield Case(label, "todo", "plan_key returned None", "fill in plan_key: return a tuple")
+        return
+    if not same:
+        yield Case(label, "fail", f"plan_key gave {k1!r} and {k2!r}",
+                   "the key differs between two tensors of one shape, dtype, device and strides: it holds the "
+                   "tensor's address or values (x.data_ptr(), id(x), x itself), so every new tensor would get a plan "
+                   "of its own. Keep only what the plan depends on (x.data_ptr() % 16 == 0 for the alignment)")
+        return
+    yield Case(label, "pass")
+    for what, x, hint in differ:
+        label = f"plan_key: a different key for {what}"
+        try:
+            differs = bool(key(x) != k1)
+        except Exception as exc:  # noqa: BLE001
+            yield error_case(label, exc)
+            return
+        yield Case(label, "pass") if differs else Case(
+            label, "fail", f"plan_key gave {k1!r} for 8x100 float32 and for {what}", f"the key misses something: {hint}")
+
+
+def _kernel_case(mod):
+    """The lesson-02 kernel the module launches, on its own: a failure there is lesson 02's, not the plan's."""
+    label = "lesson 02's softmax_kernel, which the plan launches"
+    kernel = getattr(mod, "softmax_kernel", None)
+    if kernel is None:
+        return None
+    x = padded(torch.randn(3, 10, device=mode.DEVICE))
+
+    def launch(x):
+        out = torch.empty_like(x)
+        kernel[(3,)](x, out, 10, 10, 3, 10, BLOCK=16, NUM_STAGES=1)
+        return out
+
+    case, _ = _graded(label, launch, x, fn_name="softmax_kernel")
+    if case.status != "pass":
+        case.hint = ("the kernel this lesson plans is lesson 02's softmax_kernel (your exercises/softmax.py): it is not "
+                     "done or not right yet. Finish lesson 02 first (tkcourse check softmax). " + case.hint)
+    return case
+
+
+def _plan_cases(mod, inputs):
+    """Each input through a plan made for it; then one plan for several inputs of its key."""
+    def plan_then_call(x):
+        return mod.SoftmaxPlan(x)(x)
+
+    plan_then_call.__name__ = "plan"
+    for label, x in inputs:
+        if "again" in label or "third" in label:
+            continue
+        case, _ = _graded(f"SoftmaxPlan(x)(x), {label}", plan_then_call, x, fn_name="plan")
+        if case.status == "fail" and "stride" in label and case.hint.startswith("compare your formula"):
+            case.hint = ("a strided input is wrong while contiguous ones pass: the plan must pass x.stride(0) as x's "
+                         "row stride (n_cols only when x was copied to a contiguous tensor)")
+        yield case
+        if case.status != "pass":
+            return
+    a, b, c = (inputs[i][1] for i in (0, 1, 8))
+    try:
+        plan = mod.SoftmaxPlan(a)
+    except Exception as exc:  # noqa: BLE001
+        yield error_case("one plan, three inputs of its key", exc)
+        return
+    outs = []
+    with counting(mod) as counts:
+        for i, x in enumerate((a, b, c), 1):
+            case, out = _graded(f"one plan, call {i} of 3 with inputs of its key", plan, x, fn_name="plan")
+            if case.status != "pass":
+                yield case
+                return
+            outs.append(out)
+    label = "one plan, three inputs of its key: no planning in the calls"
+    if counts:
+        yield Case(label, "fail", f"during the three calls of one plan: {_counted_words(counts)}",
+                   "the plan works its launch out again on every call: compute BLOCK, num_warps, the grid and the "
+                   "output's shape once in __init__, keep them on self, and only allocate and launch in __call__")
+        return
+    yield Case(label, "pass")
+    yield _kept_case("one plan, three inputs of its key: each result kept", (a, b, c), outs, "plan")
+
+
+def _kept_case(label, inputs, outs, fn_name):
+    """Earlier results are still right after later calls (no output buffer handed out twice)."""
+    for i, (x, y) in enumerate(zip(inputs, outs)):
+        later = [j for j, z in enumerate(outs) if j > i and z.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()]
+        still = torch.allclose(y.double(), torch.softmax(x.double(), dim=-1), atol=1e-3, rtol=1e-2)
+        if later or not still:
+            j = (later or [len(outs) - 1])[0]
+            return Case(label, "fail", f"after call {j + 1}, the result of call {i + 1} had changed"
+                        + (" (both calls returned one buffer)" if later else ""),
+                        f"your {fn_name} returned the same output tensor to two calls: the later call overwrote the "
+                        "earlier result. Allocate the output in each call (torch.empty(shape, dtype=..., device=...): "
+                        "PyTorch's caching allocator makes that cheap), so each caller gets a result of its own")
+    return Case(label, "pass")
+
+
+def _reused_hint(i, inputs) -> str:
+    """The hint for a call that a plan of its own gets right, but ``softmax`` got wrong: a plan was reused."""
+    x = inputs[i][1]
+    mine = _spec(x)
+    earlier = [(sum(_spec(y)[k] != mine[k] for k in WHY), j) for j, (_, y) in enumerate(inputs[:i])]
+    earlier = [e for e in earlier if e[0] > 0]
+    if not earlier:
+        return ""
+    _, j = min(earlier)
+    y = inputs[j][1]
+    fields = [k for k in WHY if _spec(y)[k] != mine[k]]
+    why = "; ".join(WHY[k] for k in fields)
+    return (f"a plan of its own gets this input right (checked above), so softmax reused the plan made for "
+            f"{_words(y)} (call {j + 1}) for {_words(x)}: they differ in {' and '.join(fields)}. {why[0].upper() + why[1:]}. "
+            "softmax must look plans up by plan_key(x), and the key must hold x.shape, x.stride() and x.dtype")
+
+
+def _launcher_cases(mod, inputs):
+    """``softmax`` over the sequence: right at every call, no planning for a key seen before, results kept."""
+    plans = getattr(mod, "_PLANS", None)
+    if isinstance(plans, dict):
+        plans.clear()
+    seen, outs, keys = set(), [], []
+    made = 0
+    for i, (label, x) in enumerate(inputs):
+        key = tuple(_spec(x).values())
+        with counting(mod) as counts:
+            case, out = _graded(f"softmax, call {i + 1}: {label}", mod.softmax, x)
+        if case.status == "fail":
+            case.hint = _reused_hint(i, inputs) or case.hint
+        if case.status != "pass":
+            yield case
+            return
+        made += counts.get("SoftmaxPlan", 0)
+        if key in seen and counts:
+            yield Case(f"softmax, call {i + 1}: no planning for a key seen before", "fail",
+                       f"softmax was called with {_words(x)} before; this call ran {_counted_words(counts)}",
+                       "planning redone on every call: softmax must keep the plan it made for a key (in _PLANS, under "
+                       "plan_key(x)) and reuse it, not make a new one or work BLOCK and the grid out again")
+            return
+        seen.add(key)
+        outs.append(out)
+        keys.append(x)
+        yield case
+    if made > len(seen):
+        yield Case("softmax: one plan per key", "fail", f"{made} plans made for {len(seen)} keys",
+                   "planning redone: softmax made more than one plan for some key; keep each plan in _PLANS under "
+                   "plan_key(x)")
+        return
+    yield _kept_case("softmax: every result kept after the later calls", keys, outs, "softmax")
+
+
+def grade(mod):
+    kernel = _kernel_case(mod)
+    if kernel is not None:
+        yield kernel
+        if kernel.status != "pass":
+            return
+    for case in _key_cases(mod):
+        yield case
+        if case.status != "pass":
+            return
+    gen = torch.Generator().manual_seed(0)
+    inputs = _inputs(gen)
+    for case in _plan_cases(mod, inputs):
+        yield case
+        if case.status != "pass":
+            return
+    for case in _launcher_cases(mod, _inputs(gen)):
+        yield case
+        if case.status != "pass":
+            return
+    yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
+                  torch.zeros(1, 1 << 16, device=mode.DEVICE),
+                  hint="rows longer than MAX_COLS must be refused (a ValueError that points to lesson 05) when the plan "
+                       "is made", message_hint=(lambda m: "05" in m or "online" in m,
+                                                "say where to go: lesson 05, the online softmax"))
+    yield refuses("a 1-D x raises ValueError", mod.softmax, torch.ones(8, device=mode.DEVICE),
+                  hint="check a new input before planning for it (validate(x, names=['x'], ndim=2))")
