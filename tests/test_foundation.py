@@ -106,6 +106,43 @@ def test_records_round_trip_and_select(tmp_path):
     assert bench.select(rows, provider="torch")[0]["median"] == 2.0
 
 
+def test_host_and_graph_columns_round_trip_and_may_be_empty(tmp_path):
+    path = bench.write_records([_row(host_us=12.5, graph_ms=0.004), _row(provider="torch", host_us=None)], tmp_path / "t.csv")
+    rows = bench.load_records(path)
+    assert (rows[0]["host_us"], rows[0]["graph_ms"]) == (12.5, 0.004)
+    assert (rows[1]["host_us"], rows[1]["graph_ms"]) == (None, None)  # not measured: empty, read as None
+
+
+def test_a_table_without_the_host_columns_loads_and_appending_upgrades_it(tmp_path):
+    old = [c for c in bench.COLUMNS if c not in bench.OPTIONAL]
+    path = tmp_path / "old.csv"
+    path.write_text(",".join(old) + "\n" + ",".join(str(_row()[c]) for c in old) + "\n")
+    (row,) = bench.load_records(path)
+    assert row["host_us"] is None and row["graph_ms"] is None and row["median"] == 1.0
+    bench.write_records([_row(provider="torch", host_us=3.0, graph_ms=0.002)], path, append=True)
+    assert path.read_text().splitlines()[0] == ",".join(bench.COLUMNS)
+    rows = bench.load_records(path)
+    assert [(r["provider"], r["host_us"]) for r in rows] == [("triton", None), ("torch", 3.0)]
+
+
+@pytest.mark.parametrize("value, words", [("fast", "host_us is 'fast', not a number"),
+                                          ("-2", "host_us is -2.0, expected a finite number > 0")])
+def test_bad_host_time_is_named(tmp_path, value, words):
+    path = bench.write_records([_row(), _row(host_us=value)], tmp_path / "t.csv")
+    with pytest.raises(bench.RecordsFormatError, match="line 3") as e:
+        bench.load_records(path)
+    assert words in str(e.value)
+
+
+def test_summary_shows_host_times_and_ends_with_the_metric():
+    from tkcourse.bench.summary import summary_table
+
+    rows = [_row(host_us=20.0), _row(provider="torch", median=2.0, host_us=8.0), _row(shape="2048")]
+    lines = summary_table(rows).splitlines()
+    assert "host us: triton 20.0, torch 8.0" in lines[1] and lines[1].endswith("[GB/s]")
+    assert "host us" not in lines[2] and lines[2].endswith("[GB/s]")
+
+
 def test_malformed_records_get_clear_errors(tmp_path):
     p = tmp_path / "bad.csv"
     p.write_text("kernel,provider\nx,y\n")
@@ -132,7 +169,7 @@ def test_measure_refuses_in_interpreter():
 
 
 @pytest.mark.skipif(not mode.INTERPRET, reason="measures on a GPU")
-@pytest.mark.parametrize("timer", [bench.host_us, bench.graph_ms])
+@pytest.mark.parametrize("timer", [bench.host_us, bench.graph_ms, bench.host_and_gpu_time])
 def test_launch_timers_refuse_in_interpreter(timer):
     with pytest.raises(RuntimeError, match="say nothing about GPU speed"):
         timer(lambda: None)
@@ -174,6 +211,11 @@ def test_launch_timers_and_peak_memory_on_a_gpu():
 
     x = torch.randn(1 << 20, device="cuda")
     assert bench.host_us(lambda: x.mul(2)) > 0 and bench.graph_ms(lambda: x.mul(2)) > 0
+    t = bench.host_and_gpu_time(lambda: x.mul(2), n=5)
+    assert all(t[k] > 0 for k in ("host_us", "wall_once_us", "event_us", "sync_us", "eager_us", "graph_us"))
+    (row,) = bench.run([bench.Case("mul", "torch", "1048576", "float32", lambda: x.mul(2), bytes=8 << 20)],
+                       rep=5, progress=lambda s: None)
+    assert row["host_us"] > 0 and row["graph_ms"] > 0
     f = providers()["triton"]
     assert 0 < peak_memory_gb(f, 1, 2, 1024, 64, False) < 1
 

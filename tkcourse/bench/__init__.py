@@ -7,7 +7,9 @@ every plot reads. Recorded H200 results ship in ``tkcourse/data/h200/bench.csv``
 
 from .core import (  # noqa: F401
     COLUMNS,
+    HOST_BURST,
     METRICS,
+    OPTIONAL,
     RECORDED,
     Case,
     RecordsFormatError,
@@ -25,3 +27,4 @@ from .core import (  # noqa: F401
     select,
     write_records,
 )
+from .host import host_and_gpu_time  # noqa: F401

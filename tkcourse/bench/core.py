@@ -1,10 +1,23 @@
 """Measuring: times, bytes, FLOPs, and the one results table.
 
 The table is long-format CSV, one row per (kernel, provider, shape, dtype, metric):
-``kernel, provider, shape, dtype, metric, median, p20, p80, ms, bytes, flops, gpu, triton, torch,
-date, command``. ``median/p20/p80`` are in ``metric`` units (GB/s or TFLOP/s; note that the p20 of
-the time is the p80 of the rate); ``bytes`` and ``flops`` are the analytic minimum counts the rate
-was computed from.
+``kernel, provider, shape, dtype, metric, median, p20, p80, ms, host_us, graph_ms, bytes, flops, gpu,
+triton, torch, date, command``. ``median/p20/p80`` are in ``metric`` units (GB/s or TFLOP/s; note that
+the p20 of the time is the p80 of the rate); ``ms`` is the median time of the call as a learner makes
+it (``do_bench``: host and GPU together, "eager"); ``bytes`` and ``flops`` are the analytic minimum
+counts the rate was computed from.
+
+Where a call's time goes, on the case as benchmarked (empty where not measured, and in rows recorded
+before these columns existed: the reader gives None):
+
+* ``host_us``: host microseconds per call, from the call to its return (``host_us()``): calls queued
+  back to back in short bursts (``HOST_BURST`` calls, the GPU idle at the start of each), wall clock
+  per call, median over the bursts. A burst is far shorter than CUDA's launch queue, so a call never
+  waits for the GPU to make room: the figure is the host's cost even where the GPU is the bottleneck
+  (``ms`` then exceeds it). A call that synchronizes (``.item()``, a fresh ``cudaMalloc``) waits for the
+  GPU; no benchmarked call does.
+* ``graph_ms``: median milliseconds of the same call replayed from a CUDA graph (``graph_ms()``): the
+  GPU's work with no host in the way. Where ``ms`` is well above ``graph_ms``, the host sets the speed.
 """
 
 from __future__ import annotations
@@ -23,8 +36,10 @@ from typing import Callable
 from .. import mode
 from ..errors import UserError
 
-COLUMNS = ["kernel", "provider", "shape", "dtype", "metric", "median", "p20", "p80", "ms", "bytes", "flops",
-           "gpu", "triton", "torch", "date", "command"]
+COLUMNS = ["kernel", "provider", "shape", "dtype", "metric", "median", "p20", "p80", "ms", "host_us", "graph_ms",
+           "bytes", "flops", "gpu", "triton", "torch", "date", "command"]
+#: Columns a table may lack (it was recorded before they existed): read as None, written empty.
+OPTIONAL = ("host_us", "graph_ms")
 DATA = Path(__file__).resolve().parent.parent / "data"
 RECORDED = DATA / "h200" / "bench.csv"
 
@@ -88,10 +103,17 @@ def measure(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> tuple
     return float(med), float(p20), float(p80)
 
 
-def host_us(fn: Callable[[], object], n: int = 200) -> float:
-    """Host microseconds per call of ``fn``: n calls queued without waiting for the GPU.
+#: Calls a burst of ``host_us`` queues back to back: far fewer than CUDA's launch queue holds (about a
+#: thousand launches), so even a call of several kernels never waits for the GPU to make room.
+HOST_BURST = 10
 
-    What a small kernel costs before the GPU sees it (Python, the launcher, the driver).
+
+def host_us(fn: Callable[[], object], n: int = 200, burst: int = HOST_BURST) -> float:
+    """Host microseconds per call of ``fn``, from the call to its return (Python, the launcher, the driver).
+
+    ``n`` calls in bursts of ``burst`` queued back to back, the GPU idle at the start of each burst
+    (a synchronize, not timed); the median over the bursts of the wall clock per call. A burst never
+    fills the launch queue, so the figure is the host's cost whether or not the GPU is the bottleneck.
     """
     _refuse_in_interpreter()
     import time
@@ -100,12 +122,16 @@ def host_us(fn: Callable[[], object], n: int = 200) -> float:
 
     fn()
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    spent = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return spent / n * 1e6
+    burst = max(1, min(burst, n))
+    per_call = []
+    for _ in range(max(1, n // burst)):
+        start = time.perf_counter()
+        for _ in range(burst):
+            fn()
+        per_call.append((time.perf_counter() - start) / burst)
+        torch.cuda.synchronize()
+    per_call.sort()
+    return per_call[len(per_call) // 2] * 1e6
 
 
 def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
@@ -174,8 +200,13 @@ def provenance(command: str | None = None) -> dict:
             "command": command if command is not None else " ".join(["python -m tkcourse"] + sys.argv[1:])}
 
 
-def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, progress=print) -> list[dict]:
-    """Measure each case; a case that fails is reported and skipped, the others go on."""
+def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, progress=print,
+        host: bool = True) -> list[dict]:
+    """Measure each case; a case that fails is reported and skipped, the others go on.
+
+    ``host``: also each case's ``host_us`` and ``graph_ms`` (see the module's docstring); a call that
+    a CUDA graph cannot capture gets an empty ``graph_ms`` and a line saying why.
+    """
     prov, rows = provenance(command), []
     for i, c in enumerate(cases, 1):  # lazily: each case's tensors are freed before the next is built
         try:
@@ -186,10 +217,26 @@ def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, 
         row = dict(kernel=c.kernel, provider=c.provider, shape=c.shape, dtype=c.dtype, metric=c.metric,
                    median=round(c.rate(med), 4), p20=round(c.rate(p80), 4), p80=round(c.rate(p20), 4),
                    ms=round(med, 6), bytes=c.bytes, flops=c.flops, **prov)
+        if host:
+            row.update(_host_and_graph(c, progress, i))
         rows.append(row)
+        extra = f"  host {row['host_us']:.1f} us" if row.get("host_us") is not None else ""
+        extra += f"  graph {row['graph_ms'] * 1e3:.1f} us" if row.get("graph_ms") is not None else ""
         progress(f"[{i}] {c.kernel:<22} {c.provider:<14} {c.shape:<22} {c.dtype:<9} "
-                 f"{row['median']:>9.1f} {c.metric}")
+                 f"{row['median']:>9.1f} {c.metric}{extra}")
     return rows
+
+
+def _host_and_graph(c: Case, progress, i: int) -> dict:
+    """``host_us`` and ``graph_ms`` of one case; a failure leaves its column empty and says why."""
+    out = {}
+    for column, timer, scale in (("host_us", lambda: host_us(c.fn, n=100), 1), ("graph_ms", lambda: graph_ms(c.fn), 1)):
+        try:
+            out[column] = round(timer() * scale, 6)
+        except Exception as e:  # noqa: BLE001  (an uncapturable call: the row keeps its eager time)
+            progress(f"[{i}] {c.kernel} {c.provider} {c.shape}: no {column} ({type(e).__name__}: {str(e)[:160]})")
+            out[column] = None
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -198,15 +245,25 @@ def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, 
 
 
 def write_records(rows: list[dict], path, append: bool = False) -> Path:
+    """Write ``rows`` (a missing or None field is left empty). ``append`` to a table of older columns
+    rewrites it first with today's header, its rows' new columns empty."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not (append and path.exists())
+    if not new:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if header != COLUMNS:
+            with open(path, newline="") as f:
+                old = list(csv.DictReader(f))
+            rows = old + list(rows)
+            new = True
     with open(path, "w" if new else "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         if new:
             w.writeheader()
         for r in rows:
-            w.writerow({k: r.get(k, "") for k in COLUMNS})
+            w.writerow({k: ("" if r.get(k) is None else r.get(k, "")) for k in COLUMNS})
     return path
 
 
@@ -234,14 +291,25 @@ def _read_text(path: Path) -> str:
                                  f"{e.start}); not a tkcourse results table") from None
 
 
-def _typed_row(r: dict) -> dict:
-    """The row with numbers parsed; ValueError saying which field is wrong."""
+def _typed_row(r: dict, fields) -> dict:
+    """The row with numbers parsed; ValueError saying which field is wrong. ``fields``: the header's columns."""
     if None in r:
-        raise ValueError(f"{len(COLUMNS) + len(r[None])} fields, expected {len(COLUMNS)} (a comma too many?)")
-    short = [k for k in COLUMNS if r.get(k) is None]
+        raise ValueError(f"{len(fields) + len(r[None])} fields, expected {len(fields)} (a comma too many?)")
+    short = [k for k in fields if r.get(k) is None]
     if short:
-        raise ValueError(f"the row stops before {short[0]!r}: {len(COLUMNS) - len(short)} of {len(COLUMNS)} fields "
+        raise ValueError(f"the row stops before {short[0]!r}: {len(fields) - len(short)} of {len(fields)} fields "
                          "(the file was cut short?)")
+    for k in OPTIONAL:  # absent (an older table) or empty (not measured): None
+        text = (r.get(k) or "").strip()
+        if not text:
+            r[k] = None
+            continue
+        try:
+            r[k] = float(text)
+        except ValueError:
+            raise ValueError(f"{k} is {text!r}, not a number") from None
+        if not math.isfinite(r[k]) or r[k] <= 0:
+            raise ValueError(f"{k} is {r[k]}, expected a finite number > 0 (or empty: not measured)")
     for k in _TEXTS:
         if not r[k].strip():
             raise ValueError(f"{k} is empty")
@@ -289,14 +357,14 @@ def load_records(path=None) -> list[dict]:
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
         fields = reader.fieldnames or []
-        missing = [c for c in COLUMNS if c not in fields]
+        missing = [c for c in COLUMNS if c not in fields and c not in OPTIONAL]
         if missing:
             raise RecordsFormatError(f"{path}: not a tkcourse results table: missing column(s) {', '.join(missing)} "
                                      f"(expected {', '.join(COLUMNS)})")
         rows = []
         for r in reader:
             try:
-                rows.append(_typed_row(r))
+                rows.append(_typed_row(r, fields))
             except ValueError as e:
                 shown = {k: v for k, v in r.items() if k is not None}
                 raise RecordsFormatError(f"{path}, line {reader.line_num}: {e} (row {shown})") from None
