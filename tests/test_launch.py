@@ -166,3 +166,21 @@ def test_counting_restores_what_it_patched():
         raise RuntimeError
     assert counts == {"next_power_of_2": 2, "SoftmaxPlan": 1, "_num_warps": 1, "_num_stages": 1, "num_programs": 1}
     assert mod.SoftmaxPlan is real_plan and triton.next_power_of_2 is real_p2
+
+
+# ----- the picture of lesson 08, from the bench table ------------------------------------------
+
+
+def test_host_vs_gpu_plot_reads_the_new_columns():
+    from tkcourse.plots.launch import host_vs_gpu, timed_rows
+
+    row = dict(kernel="softmax", provider="triton", shape="4096x1024", dtype="float16", ms=0.012, host_us=30.0,
+               graph_ms=0.005, gpu="NVIDIA H200", date="2026-12-01", triton="3.6.0", torch="2.11")
+    rows = [row, {**row, "provider": "torch", "host_us": 11.0}, {**row, "shape": "8x8", "host_us": None}]
+    assert len(timed_rows(rows)) == 2
+    fig = host_vs_gpu(rows, labels={"triton": "reference kernel (triton)"})
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert {" 30.0", " 12.0", " 5.0", " 11.0"} <= texts
+    assert "reference kernel (triton)" in fig.axes[0].get_yticklabels()[0].get_text()
+    with pytest.raises(ValueError, match="recorded before the column existed"):
+        host_vs_gpu(rows[2:])
