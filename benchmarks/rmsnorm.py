@@ -10,7 +10,7 @@ Bytes, the same for every provider (the minimum): read x and residual, write y a
 
 * ``triton``: ``rmsnorm(x, w, eps, residual=r)``, one kernel;
 * ``torch``: the unfused eager ops (``solutions.rmsnorm.eager_rmsnorm``: the add, then Hugging Face's
-  ``LlamaRMSNorm``), about 4x those bytes in six kernels;
+  ``LlamaRMSNorm``), about 5x those bytes in fp16, over several kernels;
 * ``torch-rms_norm``: the add, then ``torch.nn.functional.rms_norm`` (where this torch has it);
 * ``copy``: ``dst.copy_(src)`` of a buffer of half those bytes, so it reads and writes as many bytes
   as the kernel does, in the same run: the ceiling at this size.
