@@ -72,7 +72,7 @@ def rmsnorm_kernel(
     ### END SOLUTION
 
 
-def _num_warps(BLOCK: int) -> int:
+def num_warps(BLOCK: int) -> int:
     """4 warps up to 2048 columns, 8 up to 4096, 16 above: at most 16 fp32 values a thread for rows
     up to 8192, and enough bytes in flight per SM (the choice of Liger-Kernel's ``calculate_settings``
     and of Triton's tutorial 05 layer norm)."""
@@ -116,7 +116,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, residual: 
     ### END SOLUTION
     n_rows = x2.shape[0]
     rmsnorm_kernel[(n_rows,)](x2, r2, weight, y, h, x2.stride(0), r2.stride(0), H, H, eps,
-                               HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, num_warps=_num_warps(BLOCK))
+                               HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, num_warps=num_warps(BLOCK))
     return y if residual is None else (y, h)
 
 

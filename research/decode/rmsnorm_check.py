@@ -79,7 +79,7 @@ for H in bench_cases.HS:
             lesson.rmsnorm_kernel[(x.shape[0],)](x, r, w, y, h, H, H, H, H, 1e-6, HAS_RESIDUAL=True, BLOCK=BLOCK,
                                                   num_warps=nw)
         ms = do_bench(f, warmup=25, rep=100)
-        chosen = " (the launcher's)" if nw == lesson._num_warps(BLOCK) else ""
+        chosen = " (the launcher's)" if nw == lesson.num_warps(BLOCK) else ""
         warps_lines.append(f"H={H} num_warps={nw:2d}: {moved / ms * 1e-6:7.0f} GB/s{chosen}")
         print(warps_lines[-1], flush=True)
 (out_dir / "rmsnorm_warps.txt").write_text("\n".join(warps_lines) + "\n")
