@@ -29,15 +29,35 @@ def _sdpa(backend):
 
 def providers(attention=None) -> dict:
     """``{provider: f(q, k, v, causal)}``: ``attention`` as triton, and SDPA. The default is the
-    reference's fast path, the tuned forward with the autotuned backward (the recorded rows' kernels)."""
+    reference's fast path, the tuned forward with the autotuned backward (the recorded rows' kernels),
+    behind lesson 08's lean launch path; its ordinary launch (the tuned modules) is triton-readable."""
     from torch.nn.attention import SDPBackend
 
-    if attention is None:
-        from solutions.flash_attention_backward_tuned import attention
+    sdpa = {"sdpa-flash": _sdpa(SDPBackend.FLASH_ATTENTION), "sdpa-cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION)}
+    if attention is not None:
+        return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal), **sdpa}
+    from solutions.flash_attention_backward_tuned import attention as readable
+    from solutions.launch_lean_kernels import attention
 
     return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal),
-            "sdpa-flash": _sdpa(SDPBackend.FLASH_ATTENTION),
-            "sdpa-cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION)}
+            "triton-readable": lambda q, k, v, causal: readable(q, k, v, causal=causal), **sdpa}
+
+
+#: Small problems, where the launch path and filling 132 SMs decide (issue #20's attention target):
+#: forward only, against SDPA's default choice too (its best backend for the shape).
+SMALL = [(1, 16, 512, 64)]
+
+
+def small_cases():
+    """The forward at SMALL shapes: the lean path and readable launch, SDPA default and per backend."""
+    provs = dict(providers(), **{"sdpa-default": lambda q, k, v, causal: torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=causal)})
+    for B, H, N, D in SMALL:
+        for causal in (False, True):
+            for name, f in provs.items():
+                q, k, v = _qkv(B, H, N, D)
+                yield Case("attention_fwd", name, shape_name(B, H, N, D, causal), "float16",
+                           lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c), flops=attention_flops(B, H, N, D, causal))
 
 
 def shape_name(B: int, H: int, N: int, D: int, causal: bool) -> str:
@@ -49,6 +69,7 @@ def _qkv(B, H, N, D, grad=False, device="cuda"):
 
 
 def cases():
+    yield from small_cases()
     for D in DS:
         for N in NS:
             B, H = TOKENS // N, WIDTH // D

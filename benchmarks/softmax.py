@@ -14,26 +14,34 @@ FUSED = [(4096, 1024), (4096, 4096), (4096, 16384)]
 ONLINE = [(4096, 32768), (1024, 131072), (256, 262144)]
 
 
-def shape_cases(kernel: str, softmax, x: torch.Tensor):
-    """One shape's cases: ``softmax(x)`` as provider triton, then ``torch.softmax`` and a same-size copy."""
+def shape_cases(kernel: str, softmax, x: torch.Tensor, readable=None):
+    """One shape's cases: ``softmax(x)`` as provider triton, ``readable(x)`` (if given) as
+    triton-readable, then ``torch.softmax`` and a same-size copy."""
     moved, shape = bytes_moved(x, x), "x".join(map(str, x.shape))
     dtype = str(x.dtype).replace("torch.", "")
     y = torch.empty_like(x)
-    return [Case(kernel, "triton", shape, dtype, lambda: softmax(x), bytes=moved),
+    extra = [] if readable is None else [Case(kernel, "triton-readable", shape, dtype, lambda: readable(x), bytes=moved)]
+    return [Case(kernel, "triton", shape, dtype, lambda: softmax(x), bytes=moved), *extra,
             Case(kernel, "torch", shape, dtype, lambda: torch.softmax(x, dim=-1), bytes=moved),
             Case(kernel, "copy", shape, dtype, lambda: y.copy_(x), bytes=moved)]
 
 
 def cases(fused=None, online=None):
-    """Both kernels at their shapes, fp16; ``fused``/``online`` default to the references' fast paths:
-    lesson 02's ``softmax``, and for lesson 05 its last step, ``solutions.online_softmax_one_read``
-    (the one-read and lanes kernels that the recorded ``online_softmax`` rows measured), not the
-    lesson's one program per row."""
+    """Both kernels at their shapes, fp16; ``fused``/``online`` default to the references' fast paths
+    behind lesson 08's lean launch path (``solutions.launch_lean_kernels``): lesson 02's kernel, and for
+    lesson 05 its last step, ``solutions.online_softmax_one_read`` (the one-read and lanes kernels that
+    the recorded ``online_softmax`` rows measured). Their readable launchers are the triton-readable rows."""
+    readables = {}
     if fused is None:
-        from solutions.softmax import softmax as fused
+        from solutions import softmax as lesson02
+        from solutions.launch_lean_kernels import softmax as fused
+        readables["softmax"] = lesson02.softmax
     if online is None:
-        from solutions.online_softmax_one_read import softmax as online
+        from solutions import online_softmax_one_read as lesson05
+        from solutions.launch_lean_kernels import online_softmax as online
+        readables["online_softmax"] = lesson05.softmax
 
     for kernel, shapes, fn in (("softmax", FUSED, fused), ("online_softmax", ONLINE, online)):
         for M, N in shapes:
-            yield from shape_cases(kernel, fn, torch.randn(M, N, dtype=torch.float16, device="cuda"))
+            yield from shape_cases(kernel, fn, torch.randn(M, N, dtype=torch.float16, device="cuda"),
+                                   readables.get(kernel))

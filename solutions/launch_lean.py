@@ -1,0 +1,157 @@
+"""Lesson 08: a lean launch path, compile once per key and keep the launcher.
+
+``kernel[grid](*args)`` costs tens of microseconds of Python on every call, before the GPU sees
+anything: Triton binds the arguments, specializes each one (is an int 1, or a multiple of 16? is a
+pointer 16-byte aligned?), hashes the result to find the compiled kernel, checks the globals the
+kernel read, and only then launches. An autotuned kernel adds its own dispatch on top. All of that
+depends only on the *properties* of the arguments, which a launcher can summarise in a key it
+computes itself, much more cheaply. ``Lean`` does that:
+
+- the first call for a key goes through ``kernel[grid]`` (an autotuned kernel tunes there, once)
+  and keeps the ``CompiledKernel`` it returns, the grid and the constexpr values;
+- every later call with that key calls ``CompiledKernel.run`` directly, with the stream looked up
+  on the call (a stream kept from an earlier call would make a CUDA-graph capture record nothing:
+  the launch would go to the old stream, not the capturing one).
+
+The key is the caller's job, and it must hold everything the compile depends on: dtypes, every
+int argument (their values: 1 and multiples of 16 compile differently), the 16-byte alignment of
+every pointer, constexprs and launch options, the device. A key that leaves one out runs a kernel
+compiled for other inputs, silently wrong (say, one compiled for an aligned pointer, run on a
+misaligned one). The lean launchers in ``launch_lean_kernels`` key on dtypes, shapes, strides,
+``data_ptr() & 15`` and the device; their tests check that each of those gets its own entry.
+
+In Triton's interpreter, with a launch hook set (a profiler such as proton listens there), or on
+a Triton whose ``CompiledKernel`` lacks ``run``/``function``/``packed_metadata``, an entry launches
+through ``kernel[grid]`` instead, with the config chosen on the first call: same results, the
+ordinary path's cost. The same ``run`` call is what ``CompiledKernel.__getitem__`` makes in
+triton 3.6 and 3.7 (``triton/compiler/compiler.py``).
+"""
+
+from __future__ import annotations
+
+import triton
+
+from tkcourse.mode import INTERPRET
+
+__all__ = ["Lean", "MAX_ENTRIES"]
+
+#: Entries a ``Lean`` keeps before it forgets them all (a new shape per call would otherwise grow
+#: the table without bound; a forgotten key costs one ordinary launch, never a new compile).
+MAX_ENTRIES = 1024
+
+
+def _jit_of(kernel):
+    """The ``JITFunction`` (or interpreted function) under an ``Autotuner`` or ``Heuristics`` wrapper."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    while isinstance(kernel, (Autotuner, Heuristics)):  # both have arg_names too: unwrap by type
+        kernel = kernel.fn
+    return kernel
+
+
+def _hooks_on() -> bool:
+    """A launch hook is set (triton 3.6: a callable or None; 3.7: a HookChain, empty by default)."""
+    knobs = getattr(triton, "knobs", None)
+    hook = getattr(getattr(knobs, "runtime", None), "launch_enter_hook", None)
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+class _Fallback:
+    """An entry that launches through ``kernel[grid]`` with the config chosen on the first call."""
+
+    __slots__ = ("kernel", "grid", "static", "meta", "info")
+    lean = False
+
+    def __init__(self, kernel, grid, static, meta, info=None):
+        self.kernel, self.grid, self.static, self.meta, self.info = kernel, grid, static, meta, info
+
+    def __call__(self, *args):
+        self.kernel[self.grid](*args, *self.static, **self.meta)
+
+
+class _Compiled:
+    """An entry that calls ``CompiledKernel.run``: the launch alone, on the current stream."""
+
+    __slots__ = ("run", "function", "packed", "grid", "tail", "device", "stream", "meta", "info")
+    lean = True
+
+    def __init__(self, compiled, grid, tail, device, stream, meta, info=None):
+        self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+        self.grid, self.tail, self.device, self.stream, self.meta, self.info = grid, tail, device, stream, meta, info
+
+    def __call__(self, *args):
+        g = self.grid
+        self.run(g[0], g[1], g[2], self.stream(self.device), self.function, self.packed, None, None, None,
+                 *args, *self.tail)
+
+
+class Lean:
+    """The lean launch path of one Triton kernel (a ``@triton.jit`` function or an autotuned one).
+
+    ``get(key)`` gives the entry of a key seen before (call it with the per-call arguments), or None;
+    ``first(key, args, static, grid, meta)`` launches the first time and keeps the entry. ``args`` are
+    the leading arguments that change from call to call (tensors), ``static`` the ones that the key
+    fixes (shapes, strides), ``meta`` the constexprs and launch options (an autotuner adds its config).
+    The kernel's parameters must list every run-time argument before its first constexpr.
+    """
+
+    def __init__(self, kernel, fallback_kernel=None):
+        self.kernel = kernel
+        self.jit = _jit_of(kernel)
+        self.fallback_kernel = fallback_kernel or self.jit
+        self.entries: dict = {}
+        self.compiles = 0  # first calls: what the tests count
+
+    def get(self, key):
+        if _hooks_on():
+            return None  # the ordinary path, which calls the hooks
+        return self.entries.get(key)
+
+    def first(self, key, args, static=(), grid=None, meta=None, info=None):
+        """Launch through ``kernel[grid]`` (tuning an autotuned kernel once), keep the entry, return it."""
+        meta = dict(meta or {})
+        self.compiles += 1
+        if len(self.entries) >= MAX_ENTRIES:
+            self.entries.clear()
+        names = getattr(self.jit, "arg_names", None) or [p.name for p in self.jit.params]
+        named = dict(zip(names, (*args, *static)))
+        if INTERPRET:
+            g = _grid3(grid, named, meta)
+            entry = _Fallback(self.jit, g, tuple(static), meta, info)
+            entry(*args)
+        else:
+            compiled = self.kernel[grid](*args, *static, **meta)
+            chosen = dict(meta)
+            best = getattr(self.kernel, "best_config", None)
+            if best is not None:  # an autotuner: what it chose for this key
+                chosen.update(best.all_kwargs())
+            g = _grid3(grid, named, chosen)
+            entry = self._compiled(compiled, g, tuple(static), chosen, info, len(args) + len(static))
+        self.entries[key] = entry
+        return entry
+
+    def _compiled(self, compiled, grid, static, chosen, info, n_runtime):
+        params = self.jit.params
+        constexprs = [p.name for p in params if p.is_constexpr]
+        runtime_first = all(not p.is_constexpr for p in params[:n_runtime]) and len(params) - n_runtime == len(constexprs)
+        try:
+            compiled._init_handles()
+            api = compiled.run and compiled.function is not None and compiled.packed_metadata is not None
+        except AttributeError:
+            api = False
+        if not (api and runtime_first):  # an older Triton, or a parameter order this class cannot keep
+            return _Fallback(self.fallback_kernel, grid, static,
+                             {k: v for k, v in chosen.items() if k not in ("pre_hook",)}, info)
+        from triton.runtime import driver
+
+        tail = static + tuple(chosen[name] for name in constexprs)
+        active = driver.active
+        return _Compiled(compiled, grid, tail, active.get_current_device(), active.get_current_stream, chosen, info)
+
+
+def _grid3(grid, named: dict, chosen: dict) -> tuple[int, int, int]:
+    """The grid as three ints; a callable grid gets the arguments and the chosen constexprs by name."""
+    if callable(grid):
+        grid = grid({**named, **chosen})
+    grid = tuple(grid)
+    return (grid + (1, 1))[:3]

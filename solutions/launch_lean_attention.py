@@ -1,0 +1,181 @@
+"""Lesson 08: attention forward (lesson 06's tuned kernel) and backward (lesson 07's autotuned kernels)
+behind lean launch paths, with the step modules' APIs; the mechanism and the keys are those of
+``launch_lean`` and ``launch_lean_kernels`` (dtypes, shapes, strides, alignment, device, options).
+Host-made tensor descriptors are kept with their entry: only their base changes from call to call.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from tkcourse.mode import INTERPRET
+
+from . import flash_attention_backward as fab
+from . import flash_attention_backward_tuned as fabt
+from . import flash_attention_tuned as fat
+from .flash_attention_autograd import trainable
+from .launch_lean import Lean
+
+__all__ = ["attention_forward", "attention", "attention_backward", "LEANS"]
+
+
+def _t(x):
+    """What the compile sees of a tensor: dtype, shape, strides, alignment, device."""
+    return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device())
+
+
+# ---- lessons 06 and 07: attention forward (tuned kernel), backward (autotuned kernels) ----
+#: Small N (at most this many tokens): the autotuner tries SMALL_N_FWD_CONFIGS, which include
+#: 32- and 64-row query blocks, so that B·H·N / BLOCK_M programs fill the GPU (16 heads of 512
+#: tokens in 128-row blocks are 64 programs for 132 SMs).
+SMALL_N_MAX = 1024
+SMALL_N_FWD_CONFIGS = [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s,
+                  pre_hook=fat._set_descriptor_blocks)
+    for bm, bn, w, s in [(32, 64, 2, 2), (32, 64, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (64, 64, 4, 3),
+                         (64, 128, 4, 2), (128, 64, 8, 3)]
+]
+_fwd_small_tuned = None
+if not INTERPRET:
+    _fwd_small_tuned = triton.autotune(configs=SMALL_N_FWD_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
+                                       prune_configs_by={"early_config_prune": fat._prune_fwd_configs})(
+                                           fat._attn_fwd_tuned)
+_FWD_SMALL = Lean(_fwd_small_tuned or fat._attn_fwd_tuned)
+_FWD_LARGE = Lean(fat._attn_fwd_autotuned or fat._attn_fwd_tuned)
+_FWD_FIXED = Lean(fat._attn_fwd_tuned)  # the interpreter's config, and N below fat.AUTOTUNE_MIN_N
+_FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made descriptors
+
+
+def _qkv_key(q, k, v, causal, sm_scale, impl):
+    return (_t(q), _t(k), _t(v), causal, type(causal), sm_scale, type(sm_scale), impl)
+
+
+def _descs(q, k, v, o, meta, kept):
+    """Host-made descriptors for this call: the entry's four objects (blocks fixed by its config)
+    with this call's tensors as their bases, or the tensors themselves where the kernel makes them."""
+    if kept is None:
+        return q, k, v, o
+    for d, t in zip(kept, (q, k, v, o)):
+        d.base = t.view(d.shape[0], d.shape[1])  # only the base changes: shape, strides and blocks are the key's
+    return kept
+
+
+def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None, host_descriptors=None):
+    """``(o, lse)``, as ``flash_attention_tuned.attention_forward``; ``config``, ``host_descriptors``
+    or a non-tuned ``impl`` take that module's ordinary launch."""
+    if config is not None or host_descriptors is not None:
+        return fat.attention_forward(q, k, v, causal, sm_scale, impl, config, host_descriptors)
+    try:
+        if sm_scale is not None and type(sm_scale) not in (float, int):
+            raise TypeError  # a tensor scale, say: the ordinary path
+        key = _qkv_key(q, k, v, causal, sm_scale, impl)
+        e = None if config is not None else (_FWD_SMALL.get(key) or _FWD_LARGE.get(key) or _FWD_FIXED.get(key))
+    except (AttributeError, TypeError):
+        return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
+    if e is None:
+        return _forward_first(key, q, k, v, causal, sm_scale, impl, config)
+    prepared = e.info[0]
+    if not prepared:
+        q, k, v = fab._prepare(q), fab._prepare(k), fab._prepare(v)
+    B, H, N, D = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    if not INTERPRET and e.info[1] is None:
+        triton.set_allocator(fat.tma_scratch)  # in-kernel descriptors need scratch (a ContextVar: per thread)
+    e(*_descs(q, k, v, o, e.meta, e.info[1]), lse)
+    return o, lse
+
+
+def _forward_first(key, q, k, v, causal, sm_scale, impl, config):
+    if config is not None or not fat._use_tuned(impl):
+        return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
+    sm_scale = fat._check_inputs(q, k, v, sm_scale)
+    causal = bool(fat.boolean("causal", causal))
+    prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
+    q, k, v = fat._prepare(q), fat._prepare(k), fat._prepare(v)
+    B, H, N, D = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    if not INTERPRET:
+        triton.set_allocator(fat.tma_scratch)
+    grid = lambda m: (triton.cdiv(N, m["BLOCK_M"]), B * H)  # noqa: E731
+    if INTERPRET:
+        lean, meta = _FWD_FIXED, dict(fat.INTERPRET_CONFIG, WARP_SPECIALIZE=False)
+    elif N < fat.AUTOTUNE_MIN_N:
+        lean, meta = _FWD_FIXED, dict(fat.SMALL_N_CONFIG, WARP_SPECIALIZE=False)
+    else:
+        lean, meta = (_FWD_SMALL, {}) if N <= SMALL_N_MAX else (_FWD_LARGE, {})
+    multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
+    args = fat._descriptors(q, k, v, o, *multiple)
+    entry = lean.first(key, (*args, lse), (N, sm_scale), grid, dict(meta, HEAD_DIM=D, CAUSAL=causal))
+    kept = None
+    if not isinstance(args[0], torch.Tensor):  # host-made: keep four with the chosen config's blocks
+        kept = fat._descriptors(q, k, v, o, entry.meta["BLOCK_M"], entry.meta["BLOCK_N"])
+    entry.info = (prepared, kept)
+    return o, lse
+
+
+_DELTA = Lean(fab._attn_bwd_preprocess)
+_DKDV = {True: Lean(fabt._dkdv_autotuned or fab._attn_bwd_dkdv), False: Lean(fab._attn_bwd_dkdv)}
+_DQ = {True: Lean(fabt._dq_autotuned or fab._attn_bwd_dq), False: Lean(fab._attn_bwd_dq)}
+
+
+def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
+    """``(dq, dk, dv)``, as ``flash_attention_backward_tuned.attention_backward``."""
+    hit = key = None
+    try:
+        if dkdv_config is None and dq_config is None and (sm_scale is None or type(sm_scale) in (float, int)):
+            key = (_t(do), _t(q), _t(k), _t(v), _t(o), _t(lse), causal, type(causal), sm_scale, type(sm_scale))
+            hit = _DELTA.get(key)
+    except (AttributeError, TypeError):
+        key = None
+    if hit is None:
+        return _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
+    prepared, dkdv, dq_entry = hit.info  # the three kernels' entries, made together
+    if not prepared:
+        do, q, k, v, o, lse = (fab._prepare(t) for t in (do, q, k, v, o, lse))
+    if not INTERPRET:
+        triton.set_allocator(fab._tma_scratch)  # in-kernel descriptors need scratch (a ContextVar: per thread)
+    delta = torch.empty_like(lse)
+    hit(o, do, delta)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dkdv(q, k, v, do, dk, dv, lse, delta)
+    dq_entry(q, k, v, do, dq, lse, delta)
+    return dq, dk, dv
+
+
+def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config):
+    if key is None:
+        return fabt.attention_backward(do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
+    prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (do, q, k, v, o, lse))
+    (do, q, k, v, o, lse), causal, sm_scale, _, _ = fab._check_inputs(do, q, k, v, o, lse, causal, sm_scale,
+                                                                      None, None)
+    B, H, N, D = q.shape
+    tuned = not INTERPRET and N >= fabt.AUTOTUNE_MIN_N  # as the tuned module: fixed configs for small N
+    delta = torch.empty_like(lse)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    meta = dict(HEAD_DIM=D, CAUSAL=causal)
+    if tuned:
+        dkdv_meta = dq_meta = meta
+    else:
+        dkdv_meta = dict(meta, **fab._config(fabt.INTERPRET_DKDV_CONFIG if INTERPRET else fabt.SMALL_N_DKDV_CONFIG, "c"))
+        dq_meta = dict(meta, **fab._config(fabt.INTERPRET_DQ_CONFIG if INTERPRET else fabt.SMALL_N_DQ_CONFIG, "c"))
+    delta_entry = _DELTA.first(key, (o, do, delta), (N,), (triton.cdiv(N, fab.PREPROCESS_BLOCK), B * H),
+                               dict(HEAD_DIM=D, BLOCK_M=fab.PREPROCESS_BLOCK))
+    dkdv = _DKDV[tuned].first(key, (q, k, v, do, dk, dv, lse, delta), (N, sm_scale),
+                              lambda m: (triton.cdiv(N, m["BLOCK_N"]), B * H), dkdv_meta)
+    dq_entry = _DQ[tuned].first(key, (q, k, v, do, dq, lse, delta), (N, sm_scale),
+                                lambda m: (triton.cdiv(N, m["BLOCK_M"]), B * H), dq_meta)
+    delta_entry.info = (prepared, dkdv, dq_entry)
+    return dq, dk, dv
+
+
+#: The trainable layer: the lean forward and backward, as ``flash_attention_backward_tuned.attention``.
+attention = trainable(attention_forward, attention_backward)
+
+#: The trainable layer: the lean forward and backward, as ``flash_attention_backward_tuned.attention``.
+attention = trainable(attention_forward, attention_backward)
+
+LEANS = dict(fwd_small=_FWD_SMALL, fwd_large=_FWD_LARGE, fwd_fixed=_FWD_FIXED, delta=_DELTA, dkdv=_DKDV[True],
+             dkdv_fixed=_DKDV[False], dq=_DQ[True], dq_fixed=_DQ[False])

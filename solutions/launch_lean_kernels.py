@@ -1,0 +1,218 @@
+"""Lesson 08: the reference kernels behind lean launch paths, with the lessons' APIs.
+
+Each function takes the arguments its lesson's does and returns the same tensors; the kernels are
+the lessons' own (and ``launch_matmul_small``'s split-K for small products). What changes is the
+host side (``launch_lean.Lean``): the key of a call is a tuple of what the compile depends on
+(dtypes, shapes, strides, each pointer's ``data_ptr() & 15``, the device, the options). A key seen
+before was checked then, so the call skips the argument checks and the config choice, and
+launches the kept ``CompiledKernel``. A new key takes the lesson's path: the same checks and
+errors, then ``kernel[grid]`` (and the autotuner, once). Outputs are new ``torch.empty`` tensors,
+which PyTorch's caching allocator hands out 512-byte aligned, so their alignment never varies.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from tkcourse.mode import INTERPRET, validate
+
+from . import launch_matmul_small as small
+from . import matmul as mm
+from . import online_softmax as osm
+from . import online_softmax_one_read as one
+from . import softmax as sm
+from . import vector_add as va
+from ._checks import power_of_two
+from .launch_lean import Lean
+from .launch_lean_attention import LEANS as _ATTENTION_LEANS
+from .launch_lean_attention import attention, attention_backward, attention_forward  # noqa: F401 (one API)
+from .online_softmax_split import exchange_span as split_exchange_span
+from .online_softmax_split import split_plan
+
+__all__ = ["add", "softmax", "online_softmax", "matmul", "attention_forward", "attention", "attention_backward",
+           "LEANS"]
+
+
+def _t(x):
+    """What the compile sees of a tensor: dtype, shape, strides, alignment, device."""
+    return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device())
+
+
+# ---- lesson 01 ----
+_ADD = Lean(va._add_kernel)
+
+
+def add(x, y, BLOCK=1024):
+    """``x + y``, as ``vector_add.add``."""
+    try:
+        key = (_t(x), _t(y), BLOCK, type(BLOCK))
+    except AttributeError:  # not tensors: the lesson's checks say what is wrong
+        return va.add(x, y, BLOCK)
+    e = _ADD.get(key)
+    if e is not None:
+        x, y = x.contiguous(), y.contiguous()
+        out = torch.empty_like(x)
+        e(x, y, out)
+        return out
+    validate(x, y, names=["x", "y"], ndim=1, same_shape=True)
+    BLOCK = power_of_two("BLOCK", BLOCK)
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    _ADD.first(key, (x, y, out), (x.numel(),), (triton.cdiv(x.numel(), BLOCK),), dict(BLOCK=BLOCK))
+    return out
+
+
+# ---- lesson 02 ----
+_SOFTMAX = Lean(sm.softmax_kernel)
+
+
+def softmax(x):
+    """Softmax over the last dim of a 2-D ``x``, as ``softmax.softmax``."""
+    try:
+        key = _t(x)
+    except AttributeError:
+        return sm.softmax(x)
+    e = _SOFTMAX.get(key)
+    if e is not None:
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        e(x, out)
+        return out
+    out = sm.softmax(x)  # the lesson's checks and errors, and its launch this once
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    n_rows, n_cols = x.shape
+    BLOCK = triton.next_power_of_2(n_cols)
+    warps, stages = sm._num_warps(BLOCK), sm._num_stages(BLOCK, x.element_size())
+    grid = (sm.num_programs(x, out, BLOCK, warps, stages),)
+    _SOFTMAX.first(key, (x, out), (x.stride(0), out.stride(0), n_rows, n_cols), grid,
+                   dict(BLOCK=BLOCK, NUM_STAGES=stages, num_warps=warps))  # the same result, written again
+    return out
+
+
+# ---- lesson 05: the one-read kernels on a GPU, the lesson's kernel for one part a row ----
+_ONE_READ = Lean(one.one_read_softmax_kernel)
+_LANES = Lean(one.lanes_softmax_kernel)
+_ONLINE = Lean(osm._online_softmax_kernel)
+
+
+def online_softmax(x, parts=None, block=None, one_read=True):
+    """Softmax of rows of any length, as ``online_softmax_one_read.softmax`` (lesson 05's fast path).
+
+    Explicit ``parts``/``block``/``one_read=False`` and rows that need the split step take the step
+    modules' ordinary launch. The one-read kernels' ints sit between their tensors (x, out, strides,
+    sizes, slots), so they are passed on every call; ``slots`` must be zeros at each launch."""
+    if parts is not None or block is not None or not one_read:
+        return one.softmax(x, parts=parts, block=block, one_read=one_read)
+    try:
+        key = _t(x)
+    except AttributeError:
+        return one.softmax(x)
+    e = _ONE_READ.get(key) or _LANES.get(key) or _ONLINE.get(key)
+    if e is not None:
+        if x.stride(1) != 1:
+            x = x.contiguous()
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        kind = e.info[0]
+        if kind == "rows":
+            e(x, out)
+        else:
+            slots = torch.zeros(e.info[1], dtype=torch.int64, device=x.device)
+            if kind == "one_read":
+                e(x, out, x.stride(0), out.stride(0), x.shape[1], slots)
+            else:
+                e(x, out, x.stride(0), out.stride(0), x.shape[0], x.shape[1], slots)
+        return out
+    validate(x, names=["x"], ndim=2)
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    n_rows, n_cols = x.shape
+    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    plan = one.one_read_plan(n_cols, x.device)
+    if plan is None:
+        parts, block = split_plan(n_cols, x.element_size())
+        if parts > 1:  # long rows with no one-read plan: the split step, ordinary launch
+            return one.softmax(x)
+        _ONLINE.first(key, (x, out), (x.stride(0), out.stride(0), n_cols), (n_rows,),
+                      dict(BLOCK=block, NUM_STAGES=osm.NUM_STAGES, num_warps=osm.NUM_WARPS), info=("rows",))
+        return out
+    parts, part, warps = plan
+    lanes = one.persistent_lanes(x, out, parts, part, warps)
+    meta = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=split_exchange_span(warps), num_warps=warps)
+    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
+    static = (one.MAX_POLLS, split_exchange_span(warps))
+    if lanes is None:
+        _ONE_READ.first(key, (x, out, x.stride(0), out.stride(0), n_cols, slots), static, (parts * n_rows,), meta,
+                        info=("one_read", (n_rows, parts)))
+    else:
+        _LANES.first(key, (x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots), static, (parts * lanes,),
+                     meta, info=("lanes", (n_rows, parts)))
+    return out
+
+
+# ---- lesson 03: split-K for small products, the lesson's autotuned kernel for large ones ----
+_MM_SMALL = Lean(small._matmul_small_autotuned or small._matmul_split_k_kernel)  # tuned once per key
+_MM_FIXED = Lean(small._matmul_split_k_kernel)  # tiny products, or a config given
+_MM_LARGE = Lean(mm._matmul_autotuned)
+
+
+def _stream_of(device_index):
+    """The current stream's handle (the split-K workspace belongs to a stream); 0 in the interpreter."""
+    if INTERPRET:
+        return 0
+    from triton.runtime import driver
+
+    return driver.active.get_current_stream(device_index)
+
+
+def matmul(a, b, config=None):
+    """``a @ b``, as ``matmul.matmul``; ``config`` (the lesson's keys) launches exactly that config."""
+    try:
+        key = (_t(a), _t(b), None if config is None else (tuple(config.items()), tuple(map(type, config.values()))))
+        hash(key)
+    except (AttributeError, TypeError):  # not tensors, or not a dict of plain values: the lesson's errors
+        return mm.matmul(a, b, config)
+    e = _MM_SMALL.get(key) or _MM_FIXED.get(key) or _MM_LARGE.get(key)
+    if e is None:
+        return _matmul_first(key, a, b, config)
+    M, N = a.shape[0], b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if e.info:  # split-K: the workspace of this stream
+        e(a, b, c, *small.workspace(M, N, a.device, _stream_of(a.get_device())))
+    else:
+        e(a, b, c)
+    return c
+
+
+def _matmul_first(key, a, b, config):
+    validate(a, b, names=["a", "b"], ndim=2)
+    spans = [sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) for t in (a, b)]
+    if a.shape[1] != b.shape[0] or max(spans) >= 2**31:
+        return mm.matmul(a, b, config)  # raises the lesson's error
+    cfg = None if config is None else mm._check_config(config)
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    ints = (M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    mnk = M * N * K
+    if cfg is None and not INTERPRET and mnk > small.SMALL_MAX_MNK:
+        _MM_LARGE.first(key, (a, b, c), ints, lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),))
+        return c
+    if cfg is not None:  # the lesson's config keys; SPLIT_K = 1 is the lesson's kernel
+        lean, meta = _MM_FIXED, dict(cfg, SPLIT_K=1)
+    elif INTERPRET:
+        lean, meta = _MM_FIXED, dict(mm.DEFAULT_INTERPRETER_CONFIG, SPLIT_K=1)
+    elif mnk < small.TUNE_MIN_MNK:
+        lean, meta = _MM_FIXED, dict(small.FIXED_CONFIG)
+    else:
+        lean, meta = _MM_SMALL, {}
+    ws = small.workspace(M, N, a.device, _stream_of(a.get_device()))
+    lean.first(key, (a, b, c, *ws), ints, small.grid, meta, info=True)
+    return c
+
+
+#: Every lean launcher's table, for tests and lesson 08 (entries, compiles).
+LEANS = dict(add=_ADD, softmax=_SOFTMAX, one_read=_ONE_READ, lanes=_LANES, online=_ONLINE, matmul_small=_MM_SMALL,
+             matmul_fixed=_MM_FIXED, matmul_large=_MM_LARGE, **_ATTENTION_LEANS)

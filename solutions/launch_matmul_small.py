@@ -1,0 +1,154 @@
+"""Lesson 08: matmul for problems too small to fill the GPU with the lesson's tiles (split-K).
+
+At 1024³ the lesson's 128x256 tiles make 32 programs for an H200's 132 SMs; 64x128 tiles make 128,
+each walking the whole K = 1024. Split-K (as in CUTLASS's "serial split-K") also splits K over
+``SPLIT_K`` programs per tile: each sums its share of K, writes its fp32 partial tile to a
+workspace, and counts itself in on the tile's counter; the last one to arrive adds the partials
+and writes C. Nobody waits, so any order the GPU runs the programs in is fine, and the last
+program resets the counter to 0, so the counters are zeroed once, when the workspace is made.
+
+The workspace belongs to one (device, stream): kernels on one stream run in order, so two
+matmuls never share a counter at the same time (a CUDA graph captured on its own stream gets its
+own). ``SPLIT_K = 1`` is the lesson's kernel exactly (no workspace traffic).
+
+Configs: the H200 probe of single configs (``research/launch/logs/host_probe.txt``) gave the
+candidates by size; ``SMALL_CONFIGS`` adds the split-K ones, and the autotuner picks per (M, N, K)
+and dtype, once: the lean launcher keeps its choice.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tkcourse.mode import INTERPRET
+
+
+@triton.jit
+def _matmul_split_k_kernel(
+    a_ptr, b_ptr, c_ptr,  # A (M, K), B (K, N), C (M, N), any strides
+    ws_ptr,  # fp32 workspace: SPLIT_K partial (BLOCK_M, BLOCK_N) tiles per tile of C
+    count_ptr,  # int32 per tile of C: programs of the tile done so far (0 between launches)
+    M, N, K,  # problem size
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,  # elements between neighbours
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # tile of C, K step
+    GROUP_M: tl.constexpr,  # tile rows per group in the grouped order (lesson 03)
+    SPLIT_K: tl.constexpr,  # programs per tile of C, each over 1/SPLIT_K of the K steps
+):
+    pid = tl.program_id(axis=0)
+    tile = pid // SPLIT_K
+    split = pid % SPLIT_K
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pids_per_group = GROUP_M * num_pid_n
+    first_pid_m = (tile // pids_per_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile % pids_per_group) % group_size_m
+    pid_n = (tile % pids_per_group) // group_size_m
+
+    k_steps = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_steps, SPLIT_K)
+    k_first = split * per_split
+    k_last = tl.minimum(k_first + per_split, k_steps)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = k_first * BLOCK_K + tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_first, k_last):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (tl.arange(0, BLOCK_K)[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(tl.arange(0, BLOCK_K)[:, None] < k_left) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K == 1:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    else:
+        cell = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        ws_tile = ws_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N) + cell
+        tl.store(ws_tile + split * (BLOCK_M * BLOCK_N), acc, cache_modifier=".cg")  # to L2, not L1
+        tl.debug_barrier()  # every thread's partial is written before the count says so
+        done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")  # release our partial, see the others'
+        if done == SPLIT_K - 1:  # the last program of the tile: add the partials, write C
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                total += tl.load(ws_tile + s * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=c_mask)
+            tl.atomic_xchg(count_ptr + tile, 0)  # ready for the next launch
+
+
+def _config(bm, bn, bk, split, warps, stages, group=8):
+    return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, SPLIT_K=split),
+                         num_warps=warps, num_stages=stages)
+
+
+#: Candidates by problem size (M·N·K up to the bound): the probe's best single configs at 512³,
+#: 1024³ and 2048³ fp16/bf16, plus split-K versions that give 128-256 programs at 512³ and 1024³.
+SMALL_CONFIGS = {
+    640**3: [_config(64, 64, 128, 1, 4, 3), _config(64, 32, 64, 1, 4, 4), _config(64, 64, 64, 1, 4, 4),
+             _config(64, 64, 64, 2, 4, 4), _config(64, 128, 64, 2, 4, 4)],
+    1280**3: [_config(64, 128, 64, 1, 4, 4), _config(64, 64, 128, 1, 4, 3), _config(128, 128, 64, 2, 4, 4),
+              _config(128, 128, 64, 2, 8, 3), _config(64, 128, 64, 2, 4, 4), _config(128, 64, 64, 2, 4, 4)],
+    2560**3: [_config(128, 256, 64, 1, 8, 3), _config(128, 128, 64, 1, 4, 3), _config(128, 128, 64, 1, 8, 3),
+              _config(128, 256, 64, 2, 8, 3)],
+}
+#: Problems up to this M·N·K take this module's kernel; larger ones the lesson's autotuned one.
+SMALL_MAX_MNK = max(SMALL_CONFIGS)
+#: Below this M·N·K: one fixed config (tuning costs more than such a product ever runs).
+TUNE_MIN_MNK = 256**3
+FIXED_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=3)
+#: The largest SPLIT_K and the smallest tile of any config: what the workspace is sized for.
+MAX_SPLIT_K = max(c.kwargs["SPLIT_K"] for cs in SMALL_CONFIGS.values() for c in cs)
+MIN_TILE = 16
+
+
+def _prune(configs, named_args, **kwargs):
+    mnk = named_args["M"] * named_args["N"] * named_args["K"]
+    for bound in sorted(SMALL_CONFIGS):
+        if mnk <= bound:
+            return list(SMALL_CONFIGS[bound])
+    return list(SMALL_CONFIGS[SMALL_MAX_MNK])
+
+
+_ALL = [c for cs in SMALL_CONFIGS.values() for c in cs]
+_matmul_small_autotuned = None
+if not INTERPRET:
+    _matmul_small_autotuned = triton.autotune(configs=_ALL, key=["M", "N", "K"],
+                                              prune_configs_by={"early_config_prune": _prune})(_matmul_split_k_kernel)
+
+_WORKSPACE: dict = {}  # (device, stream) -> (fp32 partials, int32 counters), grown as needed
+
+
+def workspace(M: int, N: int, device, stream=0):
+    """The (partials, counters) of this device and stream, big enough for any config at (M, N)."""
+    tiles = triton.cdiv(M, MIN_TILE) * triton.cdiv(N, MIN_TILE)
+    cells = MAX_SPLIT_K * (triton.cdiv(M, 256) * 256) * (triton.cdiv(N, 256) * 256)
+    key = (device, stream)
+    ws = _WORKSPACE.get(key)
+    if ws is None or ws[0].numel() < cells or ws[1].numel() < tiles:
+        ws = (torch.empty(cells, dtype=torch.float32, device=device), torch.zeros(tiles, dtype=torch.int32, device=device))
+        _WORKSPACE[key] = ws
+    return ws
+
+
+def grid(meta):
+    """Programs: a tile of C each, times SPLIT_K."""
+    return (triton.cdiv(meta["M"], meta["BLOCK_M"]) * triton.cdiv(meta["N"], meta["BLOCK_N"]) * meta["SPLIT_K"],)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, config: dict) -> torch.Tensor:
+    """``a @ b`` with this module's kernel and one given config (keys of ``FIXED_CONFIG``), through
+    ``kernel[grid]``: what the tests run in the interpreter. Inputs as the lesson's (checked there)."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    ws, counts = workspace(M, N, a.device)
+    meta = dict(config, M=M, N=N)
+    _matmul_split_k_kernel[grid(meta)](a, b, c, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                                       b.stride(1), c.stride(0), c.stride(1), **config)
+    return c

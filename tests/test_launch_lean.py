@@ -1,0 +1,136 @@
+"""Lesson 08's lean launch paths: same results as the references and the lessons' launchers, one
+entry per compile-relevant key (dtype, shape, stride, alignment), and, on a GPU, CUDA-graph capture."""
+
+import pytest
+import torch
+
+import tkcourse  # noqa: F401  (mode first)
+from solutions import flash_attention_backward as fab
+from solutions import flash_attention_tuned as fat
+from solutions import launch_lean_kernels as lean
+from solutions import launch_matmul_small as small
+from solutions import matmul as mm
+from solutions import online_softmax_one_read as one
+from solutions import softmax as sm
+from solutions import vector_add as va
+from solutions.launch_lean import Lean, _jit_of
+from tkcourse.mode import DEVICE
+
+GPU = torch.cuda.is_available()
+
+
+def _close(a, b, tol=1e-4):
+    torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("n", [1, 1000, 4097])
+def test_add(n):
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    for _ in range(2):
+        _close(lean.add(x, y), va.reference(x, y))
+    _close(lean.add(x, y), va.add(x, y))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (37, 300), (8, 1025)])
+def test_softmax_plain_and_strided(shape):
+    x = torch.randn(*shape, device=DEVICE)
+    for t in (x, x[::2], x.T.contiguous().T):
+        for _ in range(2):
+            _close(lean.softmax(t), sm.reference(t))
+        _close(lean.softmax(t), sm.softmax(t))
+
+
+def test_online_softmax_and_matmul():
+    x = torch.randn(9, 2100, device=DEVICE)
+    for _ in range(2):
+        _close(lean.online_softmax(x[::2]), one.reference(x[::2]))
+    a, b = torch.randn(70, 50, device=DEVICE), torch.randn(90, 50, device=DEVICE).T  # b strided
+    for _ in range(2):
+        _close(lean.matmul(a, b), mm.reference(a, b), 1e-3)
+    cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
+    _close(lean.matmul(a, b, cfg), mm.matmul(a, b, cfg), 1e-3)
+
+
+@pytest.mark.parametrize("split", [2, 3])
+def test_split_k_adds_every_part_and_resets_its_counters(split):
+    a, b = torch.randn(33, 200, device=DEVICE), torch.randn(200, 17, device=DEVICE)
+    cfg = dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, SPLIT_K=split, num_warps=4, num_stages=2)
+    for _ in range(2):  # the second launch needs the counters the first reset
+        _close(small.matmul(a, b, cfg), a @ b, 1e-3)
+    assert small._WORKSPACE[(a.device, 0)][1].abs().sum().item() == 0
+
+
+def test_attention_forward_and_backward():
+    q, k, v = (torch.randn(1, 2, 48, 32, device=DEVICE) for _ in range(3))
+    for causal in (False, True):
+        for _ in range(2):
+            o, lse = lean.attention_forward(q, k, v, causal, impl="tuned")
+            _close(o, fat.reference(q, k, v, causal), 1e-4)
+        do = torch.randn_like(o)
+        for _ in range(2):
+            for g, r in zip(lean.attention_backward(do, q, k, v, o, lse, causal), fab.reference_backward(do, q, k, v, causal)):
+                _close(g, r, 1e-4)
+
+
+def test_bad_inputs_raise_the_lessons_errors():
+    with pytest.raises(ValueError, match="inner dimensions"):
+        lean.matmul(torch.randn(4, 5, device=DEVICE), torch.randn(4, 5, device=DEVICE))
+    with pytest.raises(ValueError, match="power of two"):
+        lean.add(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), BLOCK=1000)
+    with pytest.raises(TypeError):
+        lean.add(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), BLOCK=1024.0)
+    with pytest.raises(ValueError):
+        lean.softmax([1.0, 2.0])
+
+
+def test_keys_one_entry_per_dtype_shape_stride_and_alignment():
+    table = lean.LEANS["softmax"]
+    table.entries.clear()
+    base = torch.randn(64, 129, device=DEVICE)
+    lean.softmax(base)
+    lean.softmax(base.clone())  # same properties: the same entry
+    assert len(table.entries) == 1
+    lean.softmax(base.half())  # dtype
+    lean.softmax(base[:, :128])  # shape and... same stride, other shape
+    lean.softmax(base[::2])  # row stride
+    lean.softmax(base.view(-1)[1:1 + 64 * 128].view(64, 128))  # a pointer 4 bytes past alignment
+    assert len(table.entries) == 5
+    keys = list(table.entries)
+    assert len({k[3] for k in keys}) == 2  # data_ptr() & 15 told apart
+
+
+def test_autotuner_unwrapped_to_its_kernel_and_entries_bounded(monkeypatch):
+    assert _jit_of(mm._matmul_autotuned) is mm.matmul_kernel
+    from solutions import launch_lean
+    monkeypatch.setattr(launch_lean, "MAX_ENTRIES", 2)
+    lane = Lean(va._add_kernel)
+    x = torch.randn(8, device=DEVICE)
+    for i, n in enumerate((8, 16, 32)):
+        t = torch.randn(n, device=DEVICE)
+        out = torch.empty_like(t)
+        lane.first(("k", n), (t, t, out), (n,), (1,), dict(BLOCK=32))
+        _close(out, t + t)
+    assert lane.compiles == 3 and len(lane.entries) == 1
+    assert x is not None
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU")
+def test_gpu_results_and_graph_capture():
+    x = torch.randn(4096, 1000, device="cuda", dtype=torch.float16)
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+    q, k, v = (torch.randn(1, 4, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    calls = [(lambda: lean.add(x.view(-1), x.view(-1)), lambda: x.view(-1) * 2),
+             (lambda: lean.softmax(x), lambda: sm.reference(x)), (lambda: lean.online_softmax(x), lambda: sm.reference(x)),
+             (lambda: lean.matmul(a, a), lambda: mm.reference(a, a)),
+             (lambda: lean.attention_forward(q, k, v, True)[0], lambda: fat.reference(q, k, v, True))]
+    for fn, ref in calls:
+        expected = ref()
+        for _ in range(2):
+            _close(fn(), expected, 3e-2)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        _close(out, expected, 3e-2)
