@@ -28,10 +28,11 @@ _CONFIG = ConfigSpec({"BLOCK_N": (power_of_two, 16, 256), "splits": (integer, 1,
 #: with 4 warps reached 0.7-0.9x of it.
 PLAN = {"BLOCK_N": 128, "num_warps": 4, "num_stages": 3}
 #: Cached tokens per split, by the number of (sequence, KV head) pairs: the split count is
-#: cdiv(max_pages · page_size, SPLIT_TOKENS). The H200 sweep found the time sensitive to it (up to
-#: 1.2x between neighbouring counts) and these the fastest: 3 splits of B 32 x 8192 (768 programs),
-#: 5 of B 8 x 32768 (320 programs), 5 of the mixed batch (capacity 15360).
-SPLIT_TOKENS = {256: 3072, 0: 6656}
+#: cdiv(max_pages · page_size, SPLIT_TOKENS). The H200 sweeps found the time sensitive to it (up to
+#: 1.2x between neighbouring counts, the best counts moving by one between runs) and these the
+#: fastest or within 1% of it in both: 3 splits of B 32 x 8192 (768 programs), 4 of B 8 x 32768
+#: (256 programs), 5 of the mixed batch (capacity 15360). Logs: research/decode/logs/.
+SPLIT_TOKENS = {256: 3072, 0: 8192}
 
 
 def _splits(B, Hkv, capacity, target=None):

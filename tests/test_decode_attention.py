@@ -60,7 +60,7 @@ def test_tuned_with_explicit_config(config):
 
 def test_tuned_split_counts():
     """The plan's splits: a few for a big batch, more for a small one; ``target`` aims at that many programs."""
-    assert dat._splits(32, 8, 8192) == 3 and dat._splits(8, 8, 32768) == 5 and dat._splits(32, 8, 15360) == 5
+    assert dat._splits(32, 8, 8192) == 3 and dat._splits(8, 8, 32768) == 4 and dat._splits(32, 8, 15360) == 5
     assert dat._splits(8, 8, 32768, target=640) == 10 and dat._splits(1, 1, 16, target=1000) == 1
 
 
