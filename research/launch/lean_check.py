@@ -137,7 +137,7 @@ for causal in (False, True):
         ref_o = fat.reference(q, k, v, causal)
         check(f"attention_forward N{N} causal={causal}", lambda q=q, k=k, v=v, c=causal: lean.attention_forward(q, k, v, c)[0],
               ref_o, 2e-2)
-        o, lse = lean.attention_forward(q, k, v, causal)
+        o, lse = fa.attention_forward(q, k, v, causal)  # the lesson's kernel: the backward's inputs
         do = torch.randn_like(o)
         ref_g = fab.reference_backward(do.float(), q.float(), k.float(), v.float(), causal)
         check(f"attention_backward N{N} causal={causal}",
@@ -193,7 +193,7 @@ for causal in (False, True):
     target(f"attn fwd B1H16N512D64 {c} eager (vs SDPA best)", ours, best_eager, "eager_us", 1.0)
     target(f"attn fwd {c} host (vs SDPA fastest host)", ours, best_host, "host_us", 1.5)
     qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
-    o, lse = lean.attention_forward(q, k, v, causal)
+    o, lse = fa.attention_forward(q, k, v, causal)
     do = torch.randn_like(o)
     ours = measure(f"attn bwd lean {c}", lambda c_=causal, o=o, lse=lse, do=do, q=q, k=k, v=v: lean.attention_backward(do, q, k, v, o, lse, c_))
     measure(f"attn bwd readable (lesson 07) {c}", lambda c_=causal, o=o, lse=lse, do=do, q=q, k=k, v=v: fab.attention_backward(do, q, k, v, o, lse, c_))
