@@ -45,6 +45,11 @@ _FWD_SMALL = Lean(_fwd_small_tuned or fat._attn_fwd_tuned)
 _FWD_LARGE = Lean(fat._attn_fwd_autotuned or fat._attn_fwd_tuned)
 _FWD_FIXED = Lean(fat._attn_fwd_tuned)  # the interpreter's config, and N below fat.AUTOTUNE_MIN_N
 _FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made descriptors
+#: Host-made tensor descriptors on the lean path. A host-made descriptor is re-encoded by the launcher
+#: on every call (``cuTensorMapEncodeTiled``, one per tensor: Q, K, V, O), microseconds each, which a
+#: small problem's kernel does not hide; descriptors made in the kernel cost GPU time instead.
+#: ``attention_forward(..., host_descriptors=True)`` asks for the host-made ones.
+HOST_DESCRIPTORS = False
 
 
 def _qkv_key(q, k, v, causal, sm_scale, impl):
@@ -64,17 +69,17 @@ def _descs(q, k, v, o, meta, kept):
 def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None, host_descriptors=None):
     """``(o, lse)``, as ``flash_attention_tuned.attention_forward``; ``config``, ``host_descriptors``
     or a non-tuned ``impl`` take that module's ordinary launch."""
-    if config is not None or host_descriptors is not None:
+    if config is not None or host_descriptors not in (None, True, False):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config, host_descriptors)
     try:
         if sm_scale is not None and type(sm_scale) not in (float, int):
             raise TypeError  # a tensor scale, say: the ordinary path
-        key = _qkv_key(q, k, v, causal, sm_scale, impl)
+        key = _qkv_key(q, k, v, causal, sm_scale, impl) + (host_descriptors,)
         e = None if config is not None else (_FWD_SMALL.get(key) or _FWD_LARGE.get(key) or _FWD_FIXED.get(key))
     except (AttributeError, TypeError):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
     if e is None:
-        return _forward_first(key, q, k, v, causal, sm_scale, impl, config)
+        return _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors)
     prepared = e.info[0]
     if not prepared:
         q, k, v = fab._prepare(q), fab._prepare(k), fab._prepare(v)
@@ -87,7 +92,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     return o, lse
 
 
-def _forward_first(key, q, k, v, causal, sm_scale, impl, config):
+def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors=None):
     if config is not None or not fat._use_tuned(impl):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
     sm_scale = fat._check_inputs(q, k, v, sm_scale)
@@ -107,7 +112,8 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config):
     else:
         lean, meta = (_FWD_SMALL, {}) if N <= SMALL_N_MAX else (_FWD_LARGE, {})
     multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
-    args = fat._descriptors(q, k, v, o, *multiple)
+    host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
+    args = fat._descriptors(q, k, v, o, *multiple, host=host)
     entry = lean.first(key, (*args, lse), (N, sm_scale), grid, dict(meta, HEAD_DIM=D, CAUSAL=causal))
     kept = None
     if not isinstance(args[0], torch.Tensor):  # host-made: keep four with the chosen config's blocks
@@ -170,9 +176,6 @@ def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_
     delta_entry.info = (prepared, dkdv, dq_entry)
     return dq, dk, dv
 
-
-#: The trainable layer: the lean forward and backward, as ``flash_attention_backward_tuned.attention``.
-attention = trainable(attention_forward, attention_backward)
 
 #: The trainable layer: the lean forward and backward, as ``flash_attention_backward_tuned.attention``.
 attention = trainable(attention_forward, attention_backward)

@@ -24,7 +24,7 @@ from . import online_softmax_one_read as one
 from . import softmax as sm
 from . import vector_add as va
 from ._checks import power_of_two
-from .launch_lean import Lean
+from .launch_lean import Lean, _hooks_on
 from .launch_lean_attention import LEANS as _ATTENTION_LEANS
 from .launch_lean_attention import attention, attention_backward, attention_forward  # noqa: F401 (one API)
 from .online_softmax_split import exchange_span as split_exchange_span
@@ -65,6 +65,12 @@ def add(x, y, BLOCK=1024):
 
 # ---- lesson 02 ----
 _SOFTMAX = Lean(sm.softmax_kernel)
+#: Rows of at most SHORT_ROW_BLOCK columns get a program each with SHORT_ROW_WARPS warps instead of
+#: the lesson's persistent grid of 4 warps: with the launch cost gone, a short row's kernel is bound
+#: by how many loads are in flight, and a program per row puts every row's load in flight at once
+#: (on the H200, 4096 x 1024 fp16: 2 warps a row beat the persistent grid; research/launch/tune_probe.py).
+SHORT_ROW_BLOCK = 1024
+SHORT_ROW_WARPS = 2
 
 
 def softmax(x):
@@ -86,7 +92,10 @@ def softmax(x):
     n_rows, n_cols = x.shape
     BLOCK = triton.next_power_of_2(n_cols)
     warps, stages = sm._num_warps(BLOCK), sm._num_stages(BLOCK, x.element_size())
-    grid = (sm.num_programs(x, out, BLOCK, warps, stages),)
+    if BLOCK <= SHORT_ROW_BLOCK and not INTERPRET:
+        grid, warps = (n_rows,), SHORT_ROW_WARPS
+    else:
+        grid = (sm.num_programs(x, out, BLOCK, warps, stages),)
     _SOFTMAX.first(key, (x, out), (x.stride(0), out.stride(0), n_rows, n_cols), grid,
                    dict(BLOCK=BLOCK, NUM_STAGES=stages, num_warps=warps))  # the same result, written again
     return out
@@ -174,16 +183,29 @@ def matmul(a, b, config=None):
         hash(key)
     except (AttributeError, TypeError):  # not tensors, or not a dict of plain values: the lesson's errors
         return mm.matmul(a, b, config)
-    e = _MM_SMALL.get(key) or _MM_FIXED.get(key) or _MM_LARGE.get(key)
+    e = _MM_HOT.get(key) if not _hooks_on() else None
     if e is None:
-        return _matmul_first(key, a, b, config)
+        e = _MM_SMALL.get(key) or _MM_FIXED.get(key) or _MM_LARGE.get(key)
+        if e is None:
+            return _matmul_first(key, a, b, config)
+        if e.lean:
+            if len(_MM_HOT) >= 1024:
+                _MM_HOT.clear()
+            _MM_HOT[key] = e  # one lookup from now on
     M, N = a.shape[0], b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     if e.info:  # split-K: the workspace of this stream
-        e(a, b, c, *small.workspace(M, N, a.device, _stream_of(a.get_device())))
+        ws = _MM_WS.get((key, _stream_of(a.get_device())))
+        if ws is None:
+            ws = _MM_WS[(key, _stream_of(a.get_device()))] = small.workspace(M, N, a.device, _stream_of(a.get_device()))
+        e(a, b, c, *ws)
     else:
         e(a, b, c)
     return c
+
+
+_MM_HOT: dict = {}  # key -> lean entry, whichever of the three Leans made it
+_MM_WS: dict = {}  # (key, stream) -> that stream's split-K workspace for the key's (M, N)
 
 
 def _matmul_first(key, a, b, config):
