@@ -48,8 +48,11 @@ def _bench(args) -> int:
     for i, name in enumerate(names):
         print(f"== {name}")
         module = module_for(name)
-        new = bench.run(module.cases(), warmup=args.warmup, rep=args.rep)
-        if hasattr(module, "extra_rows"):
+        cases = module.cases()
+        if args.shape:  # only the cases of these shapes (the others are built, then dropped unmeasured)
+            cases = (c for c in cases if c.shape in args.shape)
+        new = bench.run(cases, warmup=args.warmup, rep=args.rep)
+        if hasattr(module, "extra_rows") and not args.shape:
             new += module.extra_rows(bench.provenance())
         path = bench.write_records(new, args.out, append=args.append or i > 0)  # saved lesson by lesson
         rows += new
@@ -130,6 +133,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--append", action="store_true")
     b.add_argument("--warmup", type=_nonnegative, default=25)
     b.add_argument("--rep", type=_nonnegative, default=100)
+    b.add_argument("--shape", action="append", default=[], metavar="SHAPE",
+                   help="measure only the cases of this shape (as the table writes it, e.g. 1024x1024x1024); repeatable")
     b.set_defaults(fn=_bench)
     d = sub.add_parser("doctor", parents=[common],
                        help="does a kernel run here; GPU or interpreter; versions; JupyterLab's widget extension")

@@ -5,6 +5,10 @@
 #   bash tools/gpu_pass.sh check OUT           # every grader and every notebook on the GPU
 #   bash tools/gpu_pass.sh tests OUT           # the unit tests on the GPU (GPU-only ones included; > 10 min)
 #   bash tools/gpu_pass.sh gputests OUT        # only the tests the CPU suite skips
+#   bash tools/gpu_pass.sh "figures verify" OUT # the rows lessons 08 and 09 quote (small matmuls and
+#                                              # attention, every softmax, add, rmsnorm and decode row),
+#                                              # proton's profile; then graders, notebooks 00-01, 03-04,
+#                                              # 07-09 and the GPU tests, side by side (correctness only)
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
 # Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ and unpack OUT/sweeps.tgz into tkcourse/data/.
 set -uo pipefail
@@ -28,6 +32,25 @@ bench)  # lesson by lesson into one table, so a lesson that fails or runs out of
     echo "bench $l exit $?" | tee -a "$OUT/gpu.txt"
   done
   grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-150 ;;
+figures)
+  { for l in vector_add softmax rmsnorm decode_attention; do
+      timeout 150 python3 -m tkcourse bench $l --out "$OUT/bench.csv" --append; echo "bench $l exit $?"; done
+    timeout 120 python3 -m tkcourse bench matmul --out "$OUT/bench.csv" --append \
+      --shape 512x512x512 --shape 1024x1024x1024 --shape 2048x2048x2048; echo "bench matmul exit $?"
+    timeout 150 python3 -m tkcourse bench flash_attention --out "$OUT/bench.csv" --append --shape B1-H16-N512-D64 \
+      --shape B1-H16-N512-D64-causal --shape B16-H32-N1024-D64 --shape B16-H32-N1024-D64-causal
+    echo "bench flash_attention exit $?"; } >> "$OUT/bench.log" 2>&1
+  grep -E "exit" "$OUT/bench.log" | tee -a "$OUT/gpu.txt"
+  timeout 90 python3 research/launch/proton_profile.py "$OUT/proton" > "$OUT/proton.log" 2>&1
+  echo "proton exit $?" | tee -a "$OUT/gpu.txt" ;;
+verify)  # correctness only, so the three run side by side
+  ( timeout 240 python3 -m tkcourse check > "$OUT/check.log" 2>&1; echo "graders exit $?" >> "$OUT/gpu.txt" ) &
+  ( env -u TKCOURSE_SOLUTIONS timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+      -k "00_ or 01_ or 03_ or 04_ or 07_ or 08_ or 09_" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
+  ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_traffic.py tests/test_launch_lean.py \
+      tests/test_flash_attention_backward.py -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
+    echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
+  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log" ;;
 sweeps)
   sw=$OUT/sweeps/sweeps; mkdir -p "$sw"
   python3 -m tkcourse.autotune matmul --dtype float16 --out "$sw" \
