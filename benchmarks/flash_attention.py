@@ -50,8 +50,14 @@ SMALL = [(1, 16, 512, 64)]
 
 def small_cases():
     """The forward at SMALL shapes: the lean path and readable launch, SDPA default and per backend."""
-    provs = dict(providers(), **{"sdpa-default": lambda q, k, v, causal: torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, is_causal=causal)})
+    from solutions.flash_attention_tuned import attention_forward as readable
+    from solutions.launch_lean_kernels import attention_forward
+
+    # The forward as inference calls it: attention_forward, no autograd Function around it.
+    provs = dict(providers(), **{
+        "triton": lambda q, k, v, causal: attention_forward(q, k, v, causal=causal)[0],
+        "triton-readable": lambda q, k, v, causal: readable(q, k, v, causal=causal)[0],
+        "sdpa-default": lambda q, k, v, causal: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)})
     for B, H, N, D in SMALL:
         for causal in (False, True):
             for name, f in provs.items():
@@ -91,7 +97,7 @@ def backward_case(provider: str, f, B: int, H: int, N: int, D: int, causal: bool
         q.grad = k.grad = v.grad = None
         o.backward(do, retain_graph=True)
     return Case("attention_bwd", provider, shape_name(B, H, N, D, causal), "float16", run,
-                flops=attention_flops(B, H, N, D, causal, backward=True))
+                flops=attention_flops(B, H, N, D, causal, backward=True), graph=False)
 
 
 def peak_memory_gb(f, B: int, H: int, N: int, D: int, causal: bool) -> float:

@@ -158,8 +158,8 @@ def resolve(text: str, among: Iterable[str] | None = None, what: str = "lesson")
 
 
 def resolve_all(texts: Iterable[str], among: Iterable[str], what: str = "lesson") -> list[str]:
-    """Each of ``texts`` resolved (duplicates dropped, the order given kept; a lesson of several parts
-    gives each of its parts that ``among`` holds); all of ``among`` in course order when ``texts`` is
+    """Each of ``texts`` resolved (duplicates dropped, the order given kept; a lesson of several parts,
+    named by number or notebook, gives each of its parts that ``among`` holds); all of ``among`` in course order when ``texts`` is
     empty."""
     among = list(among)
     texts = list(texts)
@@ -168,7 +168,8 @@ def resolve_all(texts: Iterable[str], among: Iterable[str], what: str = "lesson"
     out: list[str] = []
     for t in texts:
         name = resolve(t, among, what)
-        for part in [p for p in parts(name) if p in among] or [name]:
+        typed = str(t).strip().lower()  # a part's own name is that part alone; 09 or 09_... is all of them
+        for part in [p for p in parts(name) if p in among and typed not in parts(name)] or [name]:
             if part not in out:
                 out.append(part)
     return out

@@ -49,7 +49,7 @@ def cases():
         out.append((f"attention fwd B1 H16 N512 D64 {tag} (course)",
                     lambda c=causal: attention_forward(q, k, v, causal=c),
                     lambda c=causal: torch.testing.assert_close(
-                        attention_forward(q, k, v, causal=c), F.scaled_dot_product_attention(q, k, v, is_causal=c),
+                        attention_forward(q, k, v, causal=c)[0], F.scaled_dot_product_attention(q, k, v, is_causal=c),
                         atol=2e-2, rtol=2e-2)))
         out.append((f"attention fwd B1 H16 N512 D64 {tag} (SDPA)",
                     lambda c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c), None))
@@ -94,7 +94,9 @@ def main():
     tree = json.loads(path.read_text())
     root = tree[0] if isinstance(tree, list) else tree
     lines, table = walk(root)
-    head = (f"proton profile, {torch.cuda.get_device_name(0)}, triton {triton.__version__}, torch {torch.__version__}; "
+    import datetime
+    head = (f"proton profile, {torch.cuda.get_device_name(0)}, triton {triton.__version__}, torch {torch.__version__}, "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; "
             f"{CALLS} calls a scope; GPU time (inclusive) per node\n"
             "command: PYTHONPATH=$PWD python3 research/launch/proton_profile.py OUT\n\n")
     (out / "launch.txt").write_text(head + "\n".join(lines) + "\n")

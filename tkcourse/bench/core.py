@@ -181,6 +181,9 @@ class Case:
     fn: Callable[[], object]
     bytes: int = 0
     flops: int = 0
+    #: False: no ``graph_ms`` (a call that a CUDA graph cannot capture, such as autograd's backward;
+    #: a failed capture can leave torch's CUDA random generator unusable for the rest of the process).
+    graph: bool = True
 
     @property
     def metric(self) -> str:
@@ -231,6 +234,9 @@ def _host_and_graph(c: Case, progress, i: int) -> dict:
     """``host_us`` and ``graph_ms`` of one case; a failure leaves its column empty and says why."""
     out = {}
     for column, timer, scale in (("host_us", lambda: host_us(c.fn, n=100), 1), ("graph_ms", lambda: graph_ms(c.fn), 1)):
+        if column == "graph_ms" and not c.graph:
+            out[column] = None
+            continue
         try:
             out[column] = round(timer() * scale, 6)
         except Exception as e:  # noqa: BLE001  (an uncapturable call: the row keeps its eager time)
