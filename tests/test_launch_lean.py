@@ -4,6 +4,8 @@ entry per compile-relevant key (dtype, shape, stride, alignment), and, on a GPU,
 import pytest
 import torch
 
+from tkcourse import mode
+
 import tkcourse  # noqa: F401  (mode first)
 from solutions import flash_attention_backward as fab
 from solutions import flash_attention_tuned as fat
@@ -20,6 +22,11 @@ GPU = torch.cuda.is_available()
 
 
 def _close(a, b, tol=1e-4):
+    """On a GPU, tl.dot on fp32 inputs runs in TF32 (10-bit mantissa, ~1e-3 relative per product, as
+    solutions/matmul.py says): an fp32 matmul or attention is then ~1e-2 off in absolute terms, which
+    the H200 run of this file showed failing a 1e-3 tolerance. The interpreter is exact fp32."""
+    if not mode.INTERPRET and a.dtype == torch.float32 and tol < 2e-2:
+        tol = 2e-2
     torch.testing.assert_close(a.float(), b.float(), atol=tol, rtol=tol)
 
 
@@ -57,7 +64,7 @@ def test_split_k_adds_every_part_and_resets_its_counters(split):
     cfg = dict(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, SPLIT_K=split, num_warps=4, num_stages=2)
     for _ in range(2):  # the second launch needs the counters the first reset
         _close(small.matmul(a, b, cfg), a @ b, 1e-3)
-    assert small._WORKSPACE[(a.device, 0)][1].abs().sum().item() == 0
+    assert all(counts.abs().sum().item() == 0 for _, counts in small._WORKSPACE.values())  # any stream
 
 
 def test_attention_forward_and_backward():
