@@ -29,11 +29,11 @@ from tkcourse.mode import INTERPRET, validate
 from ._occupancy import programs_per_sm, sm_count
 from .online_softmax import online_stats, reference, step_states
 from .online_softmax_split import (
-    combine_parts,
-    publish_part,
-    exchange_span,
     _two_pass,
     checked_parts_and_block,
+    combine_parts,
+    exchange_span,
+    publish_part,
 )
 
 __all__ = ["softmax", "reference", "step_states"]

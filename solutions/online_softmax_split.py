@@ -28,8 +28,8 @@ from .online_softmax import (
     NUM_STAGES,
     NUM_WARPS,
     _online_softmax_kernel,
-    online_stats,
     _write_softmax,
+    online_stats,
     reference,
     step_states,
 )

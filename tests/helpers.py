@@ -1,8 +1,10 @@
 """What several test files share (pytest puts tests/ on sys.path: `from helpers import ...`)."""
 
 import torch
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
-from tkcourse import check, mode
+from tkcourse import check, mode  # first: the interpreter is chosen before triton is imported
 
 
 def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
@@ -28,3 +30,24 @@ def assert_grader_catches(lesson, module, name, hint=None):
     if hint is not None:
         assert hint in bad.hint, f"{name}: {bad}"
     return rep
+
+
+@triton.jit
+def _copy(src_ptr, dst_ptr, n, SHIFT: tl.constexpr, MASK_LOAD: tl.constexpr, BLOCK: tl.constexpr):
+    """dst[i + SHIFT] = src[i] for i < n; the store is masked, the load only with MASK_LOAD."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(src_ptr + offs, mask=mask) if MASK_LOAD else tl.load(src_ptr + offs)
+    tl.store(dst_ptr + offs + SHIFT, x, mask=mask)
+
+
+def copied_out_of_bounds(result, bug):
+    """``result`` copied by a Triton kernel into a torch.zeros output, with the out-of-bounds ``bug``:
+    "store far" (every store 100000 elements past the end) or "load past" (the last block's load
+    unmasked). The planted kernels of the attention graders return this."""
+    src = result.contiguous()
+    out = torch.zeros_like(src)  # zero-filled: the canary after torch.empty* does not guard it
+    n, block = src.numel(), 512  # graded sizes are rarely multiples of 512: the last block is partial
+    shift = 100_000 if bug == "store far" else 0
+    _copy[(triton.cdiv(n, block),)](src, out, n, SHIFT=shift, MASK_LOAD=bug != "load past", BLOCK=block)
+    return out

@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 from helpers import assert_grader_catches
+from helpers import copied_out_of_bounds as _copied
 
 from solutions import decode_attention as da
 from solutions import decode_attention_tuned as dat
@@ -76,24 +77,6 @@ def test_lesson_checks_the_values(change, words):
 
 
 # ----- the grader ------------------------------------------------------------------------------
-
-
-@triton.jit
-def _copy(src_ptr, dst_ptr, n, SHIFT: tl.constexpr, MASK_LOAD: tl.constexpr, BLOCK: tl.constexpr):
-    """dst[i + SHIFT] = src[i] for i < n; the store is masked, the load only with MASK_LOAD."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(src_ptr + offs, mask=mask) if MASK_LOAD else tl.load(src_ptr + offs)
-    tl.store(dst_ptr + offs + SHIFT, x, mask=mask)
-
-
-def _copied(result, bug):
-    """``result`` copied by a Triton kernel into a zero-filled output, storing far past its end or loading past it."""
-    src, out = result.contiguous(), torch.zeros_like(result)
-    n, block = src.numel(), 512
-    _copy[(triton.cdiv(n, block),)](src, out, n, SHIFT=100_000 if bug == "store far" else 0,
-                                    MASK_LOAD=bug != "load past", BLOCK=block)
-    return out
 
 
 @triton.jit

@@ -15,30 +15,11 @@ import torch
 import triton
 import triton.language as tl
 from helpers import assert_grader_catches
+from helpers import copied_out_of_bounds as _copied
 
 from tkcourse import check
 from tkcourse.check.flash_attention import reference as fwd_reference
 from tkcourse.check.flash_attention_backward import backward as model_backward
-
-
-@triton.jit
-def _copy(src_ptr, dst_ptr, n, SHIFT: tl.constexpr, MASK_LOAD: tl.constexpr, BLOCK: tl.constexpr):
-    """dst[i + SHIFT] = src[i] for i < n; the store is masked, the load only with MASK_LOAD."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(src_ptr + offs, mask=mask) if MASK_LOAD else tl.load(src_ptr + offs)
-    tl.store(dst_ptr + offs + SHIFT, x, mask=mask)
-
-
-def _copied(result, bug):
-    """``result`` copied by a Triton kernel into a torch.zeros output, with the out-of-bounds ``bug``:
-    "store far" (every store 100000 elements past the end) or "load past" (the last block's load unmasked)."""
-    src = result.contiguous()
-    out = torch.zeros_like(src)  # zero-filled: the canary after torch.empty* does not guard it
-    n, block = src.numel(), 512  # graded sizes are rarely multiples of 512: the last block is partial
-    shift = 100_000 if bug == "store far" else 0
-    _copy[(triton.cdiv(n, block),)](src, out, n, SHIFT=shift, MASK_LOAD=bug != "load past", BLOCK=block)
-    return out
 
 
 def _assert_caught(lesson, module, bug, hint):

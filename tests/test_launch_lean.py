@@ -4,8 +4,6 @@ entry per compile-relevant key (dtype, shape, stride, alignment), and, on a GPU,
 import pytest
 import torch
 
-from tkcourse import mode
-
 import tkcourse  # noqa: F401  (mode first)
 from solutions import flash_attention_backward as fab
 from solutions import flash_attention_tuned as fat
@@ -16,6 +14,7 @@ from solutions import online_softmax_one_read as one
 from solutions import softmax as sm
 from solutions import vector_add as va
 from solutions.launch_lean import Lean, _jit_of
+from tkcourse import mode
 from tkcourse.mode import DEVICE
 
 GPU = torch.cuda.is_available()
