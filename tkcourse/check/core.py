@@ -524,20 +524,29 @@ def _diagnosis(diagnose, o, e, wrong) -> str:
         return ""
 
 
-def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, **compare_kwargs) -> Case:
-    """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
-    for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
-    the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
+@dataclass
+class GradedCall:
+    """What one graded call left: its output, the poisoned allocations and the tracer's launches, and
+    the inputs as they were before (``snap``), for the checks that follow."""
 
-    ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say). ``oob_hint(bad, hint)``
-    may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``).
-    """
-    inputs = input_names(fn, args)
+    out: object
+    allocs: list
+    traces: list
+    inputs: dict
+    snap: "Snapshot"
+    fn_name: str
+
+
+def graded_call(label, fn, args, *, kwargs=None, trace: bool = True, oob_hint=None) -> "GradedCall | Case":
+    """``fn(*args, **kwargs)`` under poisoned allocations and the tracer: a ``GradedCall``, or the Case of
+    an out-of-bounds access (``oob_case``, with the lesson's ``oob_hint(bad, hint)`` where it gives one)
+    or of a raised error. ``None`` arguments (an optional input left out) are not inputs."""
+    inputs = {k: v for k, v in input_names(fn, args).items() if v is not None}
     fn_name = getattr(fn, "__name__", "function")
     snap = Snapshot(inputs)
     traces = []
     try:
-        if trace and traceable(list(args) + list((kwargs or {}).values())):
+        if trace and traceable([a for a in args if a is not None] + list((kwargs or {}).values())):
             out, allocs, traces = traced_call(fn, *args, **(kwargs or {}))
         else:
             out, allocs = call(fn, *args, **(kwargs or {}))
@@ -548,21 +557,42 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
         return case
     except Exception as exc:
         return error_case(label, exc)
+    return GradedCall(out, allocs, traces, inputs, snap, fn_name)
+
+
+def written_case(label, out, expected, graded: GradedCall, **compare_kwargs) -> Case:
+    """``compare``; a failure of an output that hid its unwritten elements (a filled output) is graded
+    again with the tracer's help, so the hint can name the grid or the mask."""
+    case = compare(label, out, expected, allocs=graded.allocs, **compare_kwargs)
+    if case.status == "fail" and graded.traces:
+        case = _unwritten_case(label, out, expected, graded.traces, graded.allocs, compare_kwargs) or case
+    return case
+
+
+def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, **compare_kwargs) -> Case:
+    """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
+    for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
+    the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
+
+    ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say). ``oob_hint(bad, hint)``
+    may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``).
+    A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
+    """
+    g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint)
+    if isinstance(g, Case):
+        return g
+    out = g.out
     if isinstance(out, tuple) and not hasattr(out, "_fields"):
         return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
-                    f"your {fn_name} returns a tuple: return only the output tensor (return out, not return out, ...)")
-    bad = alias_case(label, out, inputs, fn_name)
+                    f"your {g.fn_name} returns a tuple: return only the output tensor (return out, not return out, ...)")
+    bad = alias_case(label, out, g.inputs, g.fn_name)
     if bad is not None:
         return bad
-    case = compare(label, out, expected, allocs=allocs, **compare_kwargs)
+    case = written_case(label, out, expected, g, **compare_kwargs)
     if case.status == "todo":
         return case
-    changed = snap.case(label, fn_name)
-    if changed is not None:
-        return changed
-    if case.status == "fail" and traces:
-        case = _unwritten_case(label, out, expected, traces, allocs, compare_kwargs) or case
-    return case
+    changed = g.snap.case(label, g.fn_name)
+    return changed if changed is not None else case
 
 
 def _never_stored(out: torch.Tensor, traces) -> torch.Tensor | None:

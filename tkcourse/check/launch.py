@@ -18,8 +18,8 @@ import contextlib
 import torch
 import triton
 
-from .. import mode, traffic
-from .core import Case, compare, error_case, oob_case, padded, refuses, traced_call, transposed
+from .. import mode
+from .core import Case, error_case, graded_call, padded, refuses, transposed, written_case
 
 HELPERS = ("_num_warps", "_num_stages", "num_programs")  # the lesson-02 planning helpers a plan calls once
 
@@ -87,23 +87,18 @@ def _counted_words(counts) -> str:
 
 def _graded(label, fn, x, fn_name="softmax"):
     """(case, output): ``fn(x)`` traced, under poisoned allocations, compared with softmax in float64."""
-    expected = torch.softmax(x.double(), dim=-1)
-    before = x.detach().clone()
-    try:
-        out, allocs, _ = traced_call(fn, x)
-    except traffic.OutOfBoundsError as exc:
-        return oob_case(label, exc), None
-    except Exception as exc:  # noqa: BLE001  (whatever the learner's code raised)
-        return error_case(label, exc), None
-    if isinstance(out, tuple):
-        return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
+    g = graded_call(label, fn, (x,))
+    if isinstance(g, Case):
+        return g, None
+    if isinstance(g.out, tuple):
+        return Case(label, "fail", f"returned a tuple of {len(g.out)}, not a torch.Tensor",
                     f"your {fn_name} returns a tuple: return only the output tensor"), None
-    case = compare(label, out, expected, allocs=allocs, dtype=x.dtype, atol=1e-3 if x.dtype == torch.float16 else 1e-5,
-                   rtol=1e-2 if x.dtype == torch.float16 else 1e-4)
-    if case.status == "pass" and not torch.equal(x, before):
-        case = Case(label, "fail", "the call changed its input x",
-                    f"your {fn_name} changed its input x: a kernel must only read its inputs")
-    return case, out
+    f16 = x.dtype == torch.float16
+    case = written_case(label, g.out, torch.softmax(x.double(), dim=-1), g, dtype=x.dtype,
+                        atol=1e-3 if f16 else 1e-5, rtol=1e-2 if f16 else 1e-4)
+    if case.status == "pass":
+        case = g.snap.case(label, fn_name) or case
+    return case, g.out
 
 
 def _inputs(gen):

@@ -13,17 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from .. import mode, traffic
+from .. import mode
 from .core import (
     Case,
-    Snapshot,
-    _unwritten_case,
     alias_case,
-    call,
-    compare,
-    error_case,
-    input_names,
-    oob_case,
+    graded_call,
     padded,
     random_sizes,
     refuses,
@@ -31,8 +25,7 @@ from .core import (
     sliced_rows,
     storage_overlap,
     tolerance,
-    traceable,
-    traced_call,
+    written_case,
 )
 
 # (shape, note); H = shape[-1]. "eps 0.1" comes before "tiny values": with eps that large, eps left out and
@@ -164,22 +157,11 @@ def _rows_hint(n_rows):
 
 def graded(label, fn, x, w, eps, r, dtype, note=""):
     """One call of ``fn(x, w, eps, r)``: the sum (with the residual), then y, then the inputs untouched."""
-    args = (x, w, eps, r)
-    inputs = {k: v for k, v in input_names(fn, args).items() if v is not None}
-    snap = Snapshot(inputs)
     n_rows = x.numel() // x.shape[-1]
-    traces = []
-    try:
-        if traceable([a for a in args if a is not None]):
-            out, allocs, traces = traced_call(fn, *args)
-        else:
-            out, allocs = call(fn, *args)
-    except traffic.OutOfBoundsError as exc:
-        case = oob_case(label, exc)
-        case.hint = _rows_hint(n_rows)(exc.out_of_bounds, case.hint) or case.hint
-        return case
-    except Exception as exc:
-        return error_case(label, exc)
+    g = graded_call(label, fn, (x, w, eps, r), oob_hint=_rows_hint(n_rows))
+    if isinstance(g, Case):
+        return g
+    out = g.out
     y_exp, h_exp = _expected(x, w, eps, r, dtype)
     if out is None:
         return Case(label, "todo", "rmsnorm returned None", "return the output: y, or (y, h) with the residual")
@@ -202,7 +184,7 @@ def graded(label, fn, x, w, eps, r, dtype, note=""):
                         "y and h = x + residual are one tensor (or overlap): each needs its own output, "
                         "y, h = torch.empty_like(x), torch.empty_like(x)")
     for what, t, _, _ in outs:
-        bad = alias_case(f"{label}: {what}", t, inputs, "rmsnorm")
+        bad = alias_case(f"{label}: {what}", t, g.inputs, "rmsnorm")
         if bad is not None:
             if what != "y":
                 bad.hint += (" (vLLM's fused_add_rms_norm updates the residual in place; this lesson's API "
@@ -212,14 +194,10 @@ def graded(label, fn, x, w, eps, r, dtype, note=""):
     if dtype == torch.float32:
         rtol = 1e-4  # a GPU's tl.rsqrt is approximate, and a long row's fp32 sum rounds
     for what, t, expected, diagnose in outs:
-        case = compare(f"{label}: {what}", t, expected, dtype=dtype, allocs=allocs, atol=atol, rtol=rtol,
-                       diagnose=diagnose)
-        if case.status == "fail" and traces:
-            case = _unwritten_case(f"{label}: {what}", t, expected, traces, allocs,
-                                   dict(dtype=dtype, atol=atol, rtol=rtol, diagnose=diagnose)) or case
+        case = written_case(f"{label}: {what}", t, expected, g, dtype=dtype, atol=atol, rtol=rtol, diagnose=diagnose)
         if case.status != "pass":
             return case
-    changed = snap.case(label, "rmsnorm")
+    changed = g.snap.case(label, "rmsnorm")
     return changed if changed is not None else Case(label, "pass")
 
 
