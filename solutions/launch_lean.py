@@ -33,11 +33,17 @@ import triton
 
 from tkcourse.mode import INTERPRET
 
-__all__ = ["Lean", "MAX_ENTRIES"]
+__all__ = ["Lean", "MAX_ENTRIES", "tensor_key"]
 
 #: Entries a ``Lean`` keeps before it forgets them all (a new shape per call would otherwise grow
 #: the table without bound; a forgotten key costs one ordinary launch, never a new compile).
 MAX_ENTRIES = 1024
+
+
+def tensor_key(x) -> tuple:
+    """What a compile sees of a tensor argument, for a key: dtype, shape, strides, the 16-byte alignment
+    of its pointer (``data_ptr() & 15``) and its device."""
+    return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device())
 
 
 def _jit_of(kernel):

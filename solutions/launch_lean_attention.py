@@ -16,13 +16,9 @@ from . import flash_attention_backward_tuned as fabt
 from . import flash_attention_tuned as fat
 from .flash_attention_autograd import trainable
 from .launch_lean import Lean
+from .launch_lean import tensor_key as _t
 
 __all__ = ["attention_forward", "attention", "attention_backward", "LEANS"]
-
-
-def _t(x):
-    """What the compile sees of a tensor: dtype, shape, strides, alignment, device."""
-    return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device())
 
 
 # ---- lessons 06 and 07: attention forward (tuned kernel), backward (autotuned kernels) ----

@@ -25,6 +25,7 @@ from . import softmax as sm
 from . import vector_add as va
 from ._checks import power_of_two
 from .launch_lean import Lean, _hooks_on
+from .launch_lean import tensor_key as _t
 from .launch_lean_attention import LEANS as _ATTENTION_LEANS
 from .launch_lean_attention import attention, attention_backward, attention_forward  # noqa: F401 (one API)
 from .online_softmax_split import exchange_span as split_exchange_span
@@ -32,11 +33,6 @@ from .online_softmax_split import split_plan
 
 __all__ = ["add", "softmax", "online_softmax", "matmul", "attention_forward", "attention", "attention_backward",
            "LEANS"]
-
-
-def _t(x):
-    """What the compile sees of a tensor: dtype, shape, strides, alignment, device."""
-    return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device())
 
 
 # ---- lesson 01 ----
