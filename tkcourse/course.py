@@ -109,7 +109,7 @@ def notebook(name: str) -> str:
 
 
 def _rank(name: str) -> tuple[int, int]:
-    lesson = name if name in _NAMES and name not in _PART_LESSON else _PART_LESSON.get(name, name)
+    lesson = _PART_LESSON.get(name, name)
     return _NAMES.index(lesson), (parts(lesson).index(name) if name in parts(lesson) else 0)
 
 
@@ -127,8 +127,8 @@ def _listing(names: Iterable[str]) -> str:
     seen: dict[str, list[str]] = {}
     for n in in_order(names):
         seen.setdefault(notebook(n), []).append(n)
-    return ", ".join(nb if len(ns) == 1 and ns[0] in _NAMES and not (set(parts(ns[0])) - {ns[0]})
-                     else f"{nb} ({', '.join(ns)})" for nb, ns in seen.items())
+    return ", ".join(f"{nb} ({', '.join(ns)})" if len(parts(_PART_LESSON.get(ns[0], ns[0]))) > 1 else nb
+                     for nb, ns in seen.items())
 
 
 def resolve(text: str, among: Iterable[str] | None = None, what: str = "lesson") -> str:
