@@ -185,15 +185,17 @@ def matmul(a, b, config=None):
         if e is None:
             return _matmul_first(key, a, b, config)
         if e.lean:
-            if len(_MM_HOT) >= 1024:
+            if len(_MM_HOT) >= 1024:  # bounded as Lean's own tables are
                 _MM_HOT.clear()
+                _MM_WS.clear()
             _MM_HOT[key] = e  # one lookup from now on
     M, N = a.shape[0], b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     if e.info:  # split-K: the workspace of this stream
-        ws = _MM_WS.get((key, _stream_of(a.get_device())))
+        stream = _stream_of(a.get_device())
+        ws = _MM_WS.get((key, stream))
         if ws is None:
-            ws = _MM_WS[(key, _stream_of(a.get_device()))] = small.workspace(M, N, a.device, _stream_of(a.get_device()))
+            ws = _MM_WS[(key, stream)] = small.workspace(M, N, a.device, stream)
         e(a, b, c, *ws)
     else:
         e(a, b, c)
