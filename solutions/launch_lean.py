@@ -20,6 +20,13 @@ compiled for other inputs, silently wrong (say, one compiled for an aligned poin
 misaligned one). The lean launchers in ``launch_lean_kernels`` key on dtypes, shapes, strides,
 ``data_ptr() & 15`` and the device; their tests check that each of those gets its own entry.
 
+On triton 3.6 an entry goes one step further (``_Direct``): it calls the launcher's C function
+itself, past the Python wrapper (``CudaLauncher.__call__``, which makes a closure and looks up
+scratch allocators on every call), and a kernel that takes host-made tensor descriptors gets each
+descriptor's encoded CUtensorMap from a table keyed by the tensor's address: a map depends only on
+the address, the shape, the strides, the block and the dtype, and all but the address are the key's,
+so an address seen before needs no new ``cuTensorMapEncodeTiled``. Elsewhere entries call ``run``.
+
 In Triton's interpreter, with a launch hook set (a profiler such as proton listens there), or on
 a Triton whose ``CompiledKernel`` lacks ``run``/``function``/``packed_metadata``, an entry launches
 through ``kernel[grid]`` instead, with the config chosen on the first call: same results, the
@@ -33,7 +40,7 @@ import triton
 
 from tkcourse.mode import INTERPRET
 
-__all__ = ["Lean", "MAX_ENTRIES", "tensor_key"]
+__all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key"]
 
 #: Entries a ``Lean`` keeps before it forgets them all (a new shape per call would otherwise grow
 #: the table without bound; a forgotten key costs one ordinary launch, never a new compile).
@@ -67,6 +74,7 @@ class _Fallback:
 
     __slots__ = ("kernel", "grid", "static", "meta", "info")
     lean = False
+    tensor_descriptors = False
 
     def __init__(self, kernel, grid, static, meta, info=None):
         self.kernel, self.grid, self.static, self.meta, self.info = kernel, grid, static, meta, info
@@ -80,6 +88,7 @@ class _Compiled:
 
     __slots__ = ("run", "function", "packed", "grid", "tail", "device", "stream", "meta", "info")
     lean = True
+    tensor_descriptors = False
 
     def __init__(self, compiled, grid, tail, device, stream, meta, info=None):
         self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
@@ -89,6 +98,90 @@ class _Compiled:
         g = self.grid
         self.run(g[0], g[1], g[2], self.stream(self.device), self.function, self.packed, None, None, None,
                  *args, *self.tail)
+
+
+#: Entries call the launcher's C function directly where the Triton is one whose launcher this module
+#: knows (3.6); False makes every entry call ``CompiledKernel.run`` (what the probes compare against).
+DIRECT = triton.__version__.startswith("3.6.")
+
+
+def _direct(compiled):
+    """``(C launch function, cooperative, pdl, {position: tensordesc metadata})`` of triton 3.6's CUDA
+    launcher, or None where this launch cannot skip ``run`` (another Triton or backend, a kernel that
+    needs scratch memory allocated per launch, descriptors decomposed by the frontend)."""
+    run, md = compiled.run, compiled.metadata
+    if getattr(md, "global_scratch_size", 1) or getattr(md, "profile_scratch_size", 1):
+        return None
+    launch = getattr(run, "launch", None)
+    coop, pdl = getattr(run, "launch_cooperative_grid", None), getattr(run, "launch_pdl", None)
+    sig = list(compiled.src.signature.values())
+    positions = [i for i, s in enumerate(sig) if isinstance(s, str) and s.startswith("tensordesc")]
+    metas = {}
+    if positions:  # the launcher is triton's wrap_handle_tensordesc closure around the C function
+        cells = dict(zip(getattr(getattr(launch, "__code__", None), "co_freevars", ()), getattr(launch, "__closure__", None) or ()))
+        launch = cells["launcher"].cell_contents if "launcher" in cells else None
+        given = getattr(md, "tensordesc_meta", None)
+        if not given or len(given) != len(positions):
+            return None
+        metas = dict(zip(positions, given))
+    if type(launch).__name__ != "builtin_function_or_method" or coop is None or pdl is None:
+        return None
+    return launch, coop, pdl, metas
+
+
+class _Direct:
+    """An entry that calls triton 3.6's C launch function: the launch alone, on the current stream."""
+
+    __slots__ = ("launch", "function", "packed", "grid", "tail", "device", "stream", "meta", "info", "coop", "pdl")
+    lean = True
+    tensor_descriptors = False  # the caller passes descriptors where the kernel takes them
+
+    def __init__(self, compiled, direct, grid, tail, device, stream, meta, info=None):
+        self.launch, self.coop, self.pdl = direct[0], direct[1], direct[2]
+        self.function, self.packed = compiled.function, compiled.packed_metadata
+        self.grid, self.tail, self.device, self.stream, self.meta, self.info = grid, tail, device, stream, meta, info
+
+    def __call__(self, *args):
+        g = self.grid
+        self.launch(g[0], g[1], g[2], self.stream(self.device), self.function, self.coop, self.pdl, None, None,
+                    self.packed, None, None, None, *args, *self.tail)
+
+
+class _DirectDescriptors(_Direct):
+    """A ``_Direct`` entry of a kernel taking host-made tensor descriptors: the caller passes the
+    tensors, and each descriptor's encoded map comes from ``maps`` (keyed by position and address)."""
+
+    __slots__ = ("templates", "maps")
+    tensor_descriptors = True  # the caller passes the tensors themselves
+
+    def __init__(self, compiled, direct, grid, tail, device, stream, meta, info, templates):
+        super().__init__(compiled, direct, grid, tail, device, stream, meta, info)
+        self.templates = {i: (templates[i], m) for i, m in direct[3].items()}  # position -> (descriptor, metadata)
+        self.maps: dict = {}
+
+    def __call__(self, *args):
+        flat, maps = [], self.maps
+        for i, a in enumerate(args):
+            t = self.templates.get(i)
+            if t is None:
+                flat.append(a)
+                continue
+            key = (i, a.data_ptr())
+            m = maps.get(key)
+            if m is None:
+                m = maps[key] = self._encode(a, *t)
+            flat.extend(m)
+        g = self.grid
+        self.launch(g[0], g[1], g[2], self.stream(self.device), self.function, self.coop, self.pdl, None, None,
+                    self.packed, None, None, None, *flat, *self.tail)
+
+    def _encode(self, tensor, template, meta):
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+
+        if len(self.maps) >= MAX_ENTRIES:
+            self.maps.clear()
+        template.base = tensor  # the map reads the base's address; shape, strides and block are the template's
+        return tuple(make_tensordesc_arg(template, meta))
 
 
 class Lean:
@@ -113,8 +206,12 @@ class Lean:
             return None  # the ordinary path, which calls the hooks
         return self.entries.get(key)
 
-    def first(self, key, args, static=(), grid=None, meta=None, info=None):
-        """Launch through ``kernel[grid]`` (tuning an autotuned kernel once), keep the entry, return it."""
+    def first(self, key, args, static=(), grid=None, meta=None, info=None, templates=None):
+        """Launch through ``kernel[grid]`` (tuning an autotuned kernel once), keep the entry, return it.
+
+        ``templates``: for a kernel taking host-made tensor descriptors, a function of the chosen config
+        giving ``{position: TensorDescriptor}`` with that config's blocks; with it, an entry that can
+        encode descriptors itself (``_DirectDescriptors``) takes the tensors at those positions."""
         meta = dict(meta or {})
         self.compiles += 1
         if len(self.entries) >= MAX_ENTRIES:
@@ -132,11 +229,12 @@ class Lean:
             if best is not None:  # an autotuner: what it chose for this key
                 chosen.update(best.all_kwargs())
             g = _grid3(grid, named, chosen)
-            entry = self._compiled(compiled, g, tuple(static), chosen, info, len(args) + len(static))
+            entry = self._compiled(compiled, g, tuple(static), chosen, info, len(args) + len(static),
+                                   None if templates is None else templates(chosen))
         self.entries[key] = entry
         return entry
 
-    def _compiled(self, compiled, grid, static, chosen, info, n_runtime):
+    def _compiled(self, compiled, grid, static, chosen, info, n_runtime, templates=None):
         params = self.jit.params
         constexprs = [p.name for p in params if p.is_constexpr]
         runtime_first = all(not p.is_constexpr for p in params[:n_runtime]) and len(params) - n_runtime == len(constexprs)
@@ -152,7 +250,13 @@ class Lean:
 
         tail = static + tuple(chosen[name] for name in constexprs)
         active = driver.active
-        return _Compiled(compiled, grid, tail, active.get_current_device(), active.get_current_stream, chosen, info)
+        device, stream = active.get_current_device(), active.get_current_stream
+        direct = _direct(compiled) if DIRECT else None
+        if direct is not None and not direct[3]:
+            return _Direct(compiled, direct, grid, tail, device, stream, chosen, info)
+        if direct is not None and templates is not None:
+            return _DirectDescriptors(compiled, direct, grid, tail, device, stream, chosen, info, templates)
+        return _Compiled(compiled, grid, tail, device, stream, chosen, info)
 
 
 def _grid3(grid, named: dict, chosen: dict) -> tuple[int, int, int]:

@@ -14,6 +14,8 @@ from tkcourse.mode import INTERPRET
 from . import flash_attention_backward as fab
 from . import flash_attention_backward_tuned as fabt
 from . import flash_attention_tuned as fat
+from . import launch_lean
+from ._occupancy import sm_count
 from .flash_attention_autograd import trainable
 from .launch_lean import Lean
 from .launch_lean import tensor_key as _t
@@ -32,6 +34,12 @@ SMALL_N_FWD_CONFIGS = [
     for bm, bn, w, s in [(32, 64, 2, 2), (32, 64, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (64, 64, 4, 3),
                          (64, 128, 4, 2), (128, 64, 8, 3)]
 ]
+#: Small N on a grid of at most one wave (B·H·⌈N/64⌉ programs of 64 rows fit on the SMs at once):
+#: this config, not the autotuner. Timed one by one in CUDA graphs at B1 H16 N512 D64 on the H200
+#: (``research/launch/host_breakdown.py``, part S), it was the fastest of SMALL_N_FWD_CONFIGS causal
+#: and not, under a microsecond ahead of 64x128 and 2-6 ahead of the rest; the autotuner, timing each
+#: config eagerly, picked a slower one in some runs. The 64-row blocks give 128 programs for 132 SMs there.
+ONE_WAVE_FWD_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
 _fwd_small_tuned = None
 if not INTERPRET:
     _fwd_small_tuned = triton.autotune(configs=SMALL_N_FWD_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
@@ -41,11 +49,14 @@ _FWD_SMALL = Lean(_fwd_small_tuned or fat._attn_fwd_tuned)
 _FWD_LARGE = Lean(fat._attn_fwd_autotuned or fat._attn_fwd_tuned)
 _FWD_FIXED = Lean(fat._attn_fwd_tuned)  # the interpreter's config, and N below fat.AUTOTUNE_MIN_N
 _FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made descriptors
-#: Host-made tensor descriptors on the lean path. A host-made descriptor is re-encoded by the launcher
-#: on every call (``cuTensorMapEncodeTiled``, one per tensor: Q, K, V, O), microseconds each, which a
-#: small problem's kernel does not hide; descriptors made in the kernel cost GPU time instead.
-#: ``attention_forward(..., host_descriptors=True)`` asks for the host-made ones.
-HOST_DESCRIPTORS = False
+#: Host-made tensor descriptors on the lean path. Descriptors made in the kernel cost GPU time (each
+#: program encodes its own and fences it), which a small problem's kernel does not hide. Host-made
+#: ones cost host time instead: the ordinary launcher re-encodes each on every call
+#: (``cuTensorMapEncodeTiled``, one per tensor: Q, K, V, O), microseconds each. A direct entry
+#: (``launch_lean._DirectDescriptors``, triton 3.6) encodes an address once and keeps the map, so
+#: there the lean path takes host-made descriptors, elsewhere in-kernel ones.
+#: ``attention_forward(..., host_descriptors=...)`` asks for one or the other.
+HOST_DESCRIPTORS = launch_lean.DIRECT
 
 
 def _qkv_key(q, k, v, causal, sm_scale, impl):
@@ -76,15 +87,17 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
     if e is None:
         return _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors)
-    prepared = e.info[0]
+    prepared, kept, lse_template = e.info
     if not prepared:
         q, k, v = fab._prepare(q), fab._prepare(k), fab._prepare(v)
-    B, H, N, D = q.shape
     o = torch.empty_like(q)
-    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    if not INTERPRET and e.info[1] is None:
+    lse = torch.empty_like(lse_template)  # one float expanded to (B, H, N): see launch_lean_kernels._hot_entry
+    if e.tensor_descriptors:  # host-made descriptors, which the entry encodes from the tensors
+        e(q, k, v, o, lse)
+        return o, lse
+    if not INTERPRET and kept is None:
         triton.set_allocator(fat.tma_scratch)  # in-kernel descriptors need scratch (a ContextVar: per thread)
-    e(*_descs(q, k, v, o, e.meta, e.info[1]), lse)
+    e(*_descs(q, k, v, o, e.meta, kept), lse)
     return o, lse
 
 
@@ -105,16 +118,23 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptor
         lean, meta = _FWD_FIXED, dict(fat.INTERPRET_CONFIG, WARP_SPECIALIZE=False)
     elif N < fat.AUTOTUNE_MIN_N:
         lean, meta = _FWD_FIXED, dict(fat.SMALL_N_CONFIG, WARP_SPECIALIZE=False)
+    elif N <= SMALL_N_MAX and B * H * triton.cdiv(N, ONE_WAVE_FWD_CONFIG["BLOCK_M"]) <= sm_count(q.device.index):
+        lean, meta = _FWD_FIXED, dict(ONE_WAVE_FWD_CONFIG, WARP_SPECIALIZE=False)
     else:
         lean, meta = (_FWD_SMALL, {}) if N <= SMALL_N_MAX else (_FWD_LARGE, {})
     multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
     host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
     args = fat._descriptors(q, k, v, o, *multiple, host=host)
-    entry = lean.first(key, (*args, lse), (N, sm_scale), grid, dict(meta, HEAD_DIM=D, CAUSAL=causal))
+    made = not isinstance(args[0], torch.Tensor)  # host-made descriptors
+    templates = None
+    if made:  # four with the chosen config's blocks, for an entry that encodes them itself
+        templates = lambda m: dict(enumerate(fat._descriptors(q, k, v, o, m["BLOCK_M"], m["BLOCK_N"])))  # noqa: E731
+    entry = lean.first(key, (*args, lse), (N, sm_scale), grid, dict(meta, HEAD_DIM=D, CAUSAL=causal),
+                       templates=templates)
     kept = None
-    if not isinstance(args[0], torch.Tensor):  # host-made: keep four with the chosen config's blocks
+    if made and not entry.tensor_descriptors:  # host-made, re-encoded by run: keep four to rebase
         kept = fat._descriptors(q, k, v, o, entry.meta["BLOCK_M"], entry.meta["BLOCK_N"])
-    entry.info = (prepared, kept)
+    entry.info = (prepared, kept, torch.empty((), device=q.device, dtype=torch.float32).expand(B, H, N))
     return o, lse
 
 
