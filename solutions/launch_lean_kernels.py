@@ -6,8 +6,16 @@ host side (``launch_lean.Lean``): the key of a call is a tuple of what the compi
 (dtypes, shapes, strides, each pointer's ``data_ptr() & 15``, the device, the options). A key seen
 before was checked then, so the call skips the argument checks and the config choice, and
 launches the kept ``CompiledKernel``. A new key takes the lesson's path: the same checks and
-errors, then ``kernel[grid]`` (and the autotuner, once). Outputs are new ``torch.empty`` tensors,
-which PyTorch's caching allocator hands out 512-byte aligned, so their alignment never varies.
+errors, then ``kernel[grid]`` (and the autotuner, once). Outputs are new tensors, which PyTorch's
+caching allocator hands out 512-byte aligned, so their alignment never varies.
+
+Two habits of the hot paths, each worth microseconds a call on the H200's host
+(``research/launch/host_breakdown.py``): outputs come from ``torch.empty_like`` (of the input, or
+of a one-element template expanded to the output's shape), about half the cost of
+``torch.empty(shape, dtype=..., device=...)``, whose keyword arguments are parsed on every call;
+and a lean entry gets addresses as ints (``data_ptr()``), where a tensor would cost the launcher a
+driver query (``cuPointerGetAttribute``) per pointer to check that it is on the GPU. The key has
+checked the device already.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import triton
 
 from tkcourse.mode import INTERPRET, validate
 
+from . import launch_lean
 from . import launch_matmul_small as small
 from . import matmul as mm
 from . import online_softmax as osm
@@ -24,7 +33,7 @@ from . import online_softmax_one_read as one
 from . import softmax as sm
 from . import vector_add as va
 from ._checks import power_of_two
-from .launch_lean import Lean, _hooks_on
+from .launch_lean import Lean, _hooks_on, tensor_key
 from .launch_lean import tensor_key as _t
 from .launch_lean_attention import LEANS as _ATTENTION_LEANS
 from .launch_lean_attention import attention, attention_backward, attention_forward  # noqa: F401 (one API)
@@ -32,7 +41,7 @@ from .online_softmax_split import exchange_span as split_exchange_span
 from .online_softmax_split import split_plan
 
 __all__ = ["add", "softmax", "online_softmax", "matmul", "attention_forward", "attention", "attention_backward",
-           "LEANS"]
+           "LEANS", "SLOTS", "forget"]
 
 
 # ---- lesson 01 ----
@@ -49,7 +58,10 @@ def add(x, y, BLOCK=1024):
     if e is not None:
         x, y = x.contiguous(), y.contiguous()
         out = torch.empty_like(x)
-        e(x, y, out)
+        if e.lean:  # addresses as ints: the launcher then skips a driver query per pointer (module docstring)
+            e(x.data_ptr(), y.data_ptr(), out.data_ptr())
+        else:
+            e(x, y, out)
         return out
     validate(x, y, names=["x", "y"], ndim=1, same_shape=True)
     BLOCK = power_of_two("BLOCK", BLOCK)
@@ -79,12 +91,16 @@ def softmax(x):
     if e is not None:
         if x.stride(1) != 1:
             x = x.contiguous()
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        e(x, out)
+        out = torch.empty_like(x)  # (the cheapest allocation torch has: see the module's docstring)
+        if e.lean:
+            e(x.data_ptr(), out.data_ptr())
+        else:
+            e(x, out)
         return out
-    out = sm.softmax(x)  # the lesson's checks and errors, and its launch this once
+    sm.softmax(x)  # the lesson's checks and errors, and its launch this once
     if x.stride(1) != 1:
         x = x.contiguous()
+    out = torch.empty_like(x)  # as every later call makes it: the same row stride
     n_rows, n_cols = x.shape
     BLOCK = triton.next_power_of_2(n_cols)
     warps, stages = sm._num_warps(BLOCK), sm._num_stages(BLOCK, x.element_size())
@@ -108,7 +124,9 @@ def online_softmax(x, parts=None, block=None, one_read=True):
 
     Explicit ``parts``/``block``/``one_read=False`` and rows that need the split step take the step
     modules' ordinary launch. The one-read kernels' ints sit between their tensors (x, out, strides,
-    sizes, slots), so they are passed on every call; ``slots`` must be zeros at each launch."""
+    sizes, slots), so they are passed on every call. Their exchange slots must be zero at each
+    launch: compiled with RESET, the kernels leave them zero, so each (key, stream) keeps one set,
+    zeroed once when made (as the split-K matmul keeps its counters), instead of a new one a call."""
     if parts is not None or block is not None or not one_read:
         return one.softmax(x, parts=parts, block=block, one_read=one_read)
     try:
@@ -119,22 +137,26 @@ def online_softmax(x, parts=None, block=None, one_read=True):
     if e is not None:
         if x.stride(1) != 1:
             x = x.contiguous()
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        out = torch.empty_like(x)
         kind = e.info[0]
         if kind == "rows":
             e(x, out)
         else:
-            slots = torch.zeros(e.info[1], dtype=torch.int64, device=x.device)
+            slots = e.info[2].get(_stream_of(x.get_device())) if e.info[2] else None
+            if slots is None:
+                slots = _slots(e, x)
+            n_rows, n_cols = x.shape
+            args = (x.data_ptr(), out.data_ptr(), slots.data_ptr()) if e.lean else (x, out, slots)
             if kind == "one_read":
-                e(x, out, x.stride(0), out.stride(0), x.shape[1], slots)
+                e(args[0], args[1], x.stride(0), out.stride(0), n_cols, args[2])
             else:
-                e(x, out, x.stride(0), out.stride(0), x.shape[0], x.shape[1], slots)
+                e(args[0], args[1], x.stride(0), out.stride(0), n_rows, n_cols, args[2])
         return out
     validate(x, names=["x"], ndim=2)
     if x.stride(1) != 1:
         x = x.contiguous()
     n_rows, n_cols = x.shape
-    out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    out = torch.empty_like(x)
     plan = one.one_read_plan(n_cols, x.device)
     if plan is None:
         parts, block = split_plan(n_cols, x.element_size())
@@ -144,66 +166,128 @@ def online_softmax(x, parts=None, block=None, one_read=True):
                       dict(BLOCK=block, NUM_STAGES=osm.NUM_STAGES, num_warps=osm.NUM_WARPS), info=("rows",))
         return out
     parts, part, warps = plan
-    lanes = one.persistent_lanes(x, out, parts, part, warps)
-    meta = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=split_exchange_span(warps), num_warps=warps)
-    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)
+    lanes = one.persistent_lanes(x, out, parts, part, warps, reset=True)
+    meta = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=split_exchange_span(warps), RESET=True,
+                num_warps=warps)
+    words = n_rows * (parts + 1)  # each row's PARTS words, then each row's count (RESET)
+    slots = torch.zeros(words, dtype=torch.int64, device=x.device)
     static = (one.MAX_POLLS, split_exchange_span(warps))
     if lanes is None:
-        _ONE_READ.first(key, (x, out, x.stride(0), out.stride(0), n_cols, slots), static, (parts * n_rows,), meta,
-                        info=("one_read", (n_rows, parts)))
+        e = _ONE_READ.first(key, (x, out, x.stride(0), out.stride(0), n_cols, slots), static, (parts * n_rows,),
+                            meta, info=("one_read", words, {}))
     else:
-        _LANES.first(key, (x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots), static, (parts * lanes,),
-                     meta, info=("lanes", (n_rows, parts)))
+        e = _LANES.first(key, (x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots), static,
+                         (parts * lanes,), meta, info=("lanes", words, {}))
+    _keep_slots(e, x, slots)
     return out
+
+
+#: The one-read kernels' exchange slots, left zero by each launch: per entry, per stream.
+SLOTS: dict = {}  # (entry's key, stream) -> slots, for tests and probes; the entries hold the same tensors
+
+
+def _slots(e, x):
+    """New exchange slots for entry ``e`` on the current stream of x's device (two launches on one
+    stream never overlap; a CUDA graph captured on its own stream gets its own), zeroed once."""
+    slots = torch.zeros(e.info[1], dtype=torch.int64, device=x.device)
+    _keep_slots(e, x, slots)
+    return slots
+
+
+def _keep_slots(e, x, slots):
+    by_stream = e.info[2]
+    if len(by_stream) >= 64:  # streams come and go: bounded
+        by_stream.clear()
+    stream = _stream_of(x.get_device())
+    by_stream[stream] = slots
+    if len(SLOTS) >= 1024:
+        SLOTS.clear()
+    SLOTS[(tensor_key(x), stream)] = slots
 
 
 # ---- lesson 03: split-K for small products, the lesson's autotuned kernel for large ones ----
 _MM_SMALL = Lean(small._matmul_small_autotuned or small._matmul_split_k_kernel)  # tuned once per key
 _MM_FIXED = Lean(small._matmul_split_k_kernel)  # tiny products, or a config given
 _MM_LARGE = Lean(mm._matmul_autotuned)
+_MM_TMA = Lean(small.matmul_tma_kernel)  # small products on triton 3.6: TMA loads, descriptors kept
+#: Small products take the TMA kernel where host-made descriptors are cheap (``launch_lean.DIRECT``):
+#: its loads need no address arithmetic, which at these sizes is a share of the kernel's time.
+MATMUL_TMA = launch_lean.DIRECT
 
 
 def _stream_of(device_index):
     """The current stream's handle (the split-K workspace belongs to a stream); 0 in the interpreter."""
-    if INTERPRET:
-        return 0
-    from triton.runtime import driver
+    global _current_stream
+    if _current_stream is None:
+        if INTERPRET:
+            _current_stream = lambda index: 0  # noqa: E731
+        else:
+            from triton.runtime import driver
 
-    return driver.active.get_current_stream(device_index)
+            _current_stream = driver.active.get_current_stream
+    return _current_stream(device_index)
+
+
+_current_stream = None  # the driver's stream lookup, found on the first call
 
 
 def matmul(a, b, config=None):
     """``a @ b``, as ``matmul.matmul``; ``config`` (the lesson's keys) launches exactly that config."""
     try:
-        key = (_t(a), _t(b), None if config is None else (tuple(config.items()), tuple(map(type, config.values()))))
-        hash(key)
+        key = (_t(a), _t(b)) if config is None else (_t(a), _t(b), tuple(config.items()),
+                                                      tuple(map(type, config.values())))
+        hot = None if _hooks_on() else _MM_HOT.get(key)  # the lookup hashes: TypeError for an unhashable value
     except (AttributeError, TypeError):  # not tensors, or not a dict of plain values: the lesson's errors
         return mm.matmul(a, b, config)
-    e = _MM_HOT.get(key) if not _hooks_on() else None
-    if e is None:
-        e = _MM_SMALL.get(key) or _MM_FIXED.get(key) or _MM_LARGE.get(key)
+    if hot is None:
+        e = _MM_TMA.get(key) or _MM_SMALL.get(key) or _MM_FIXED.get(key) or _MM_LARGE.get(key)
         if e is None:
             return _matmul_first(key, a, b, config)
-        if e.lean:
-            if len(_MM_HOT) >= 1024:  # bounded as Lean's own tables are
-                _MM_HOT.clear()
-                _MM_WS.clear()
-            _MM_HOT[key] = e  # one lookup from now on
-    M, N = a.shape[0], b.shape[1]
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if e.info:  # split-K: the workspace of this stream
-        stream = _stream_of(a.get_device())
-        ws = _MM_WS.get((key, stream))
-        if ws is None:
-            ws = _MM_WS[(key, stream)] = small.workspace(M, N, a.device, stream)
-        e(a, b, c, *ws)
-    else:
+        hot = _hot_entry(key, e, a, b)
+    e, template, ws = hot
+    c = torch.empty_like(template)
+    if ws is None:  # the lesson's kernel: no workspace
         e(a, b, c)
+    elif ws is True:  # split-K: the workspace of this stream
+        stream = _stream_of(a.get_device())
+        w = _MM_WS.get((key, stream))
+        if w is None:
+            w = _MM_WS[(key, stream)] = small.workspace(a.shape[0], b.shape[1], a.device, stream)
+        e(a, b, c, *w)
+    elif ws == "tma":  # host-made descriptors: from the tensors, by a direct entry, or made here
+        if e.tensor_descriptors:
+            e(a, b, c)
+        else:
+            e(*small.tma_descriptors(a, b, c, e.meta))
+    else:  # SPLIT_K = 1: a workspace argument the kernel never touches
+        e(a, b, c, *ws)
     return c
 
 
-_MM_HOT: dict = {}  # key -> lean entry, whichever of the three Leans made it
+_MM_HOT: dict = {}  # key -> (entry, C's template, workspace), whichever of the three Leans made the entry
 _MM_WS: dict = {}  # (key, stream) -> that stream's split-K workspace for the key's (M, N)
+
+
+def _hot_entry(key, e, a, b):
+    """``(entry, template, workspace)`` of a key, kept in ``_MM_HOT`` for a lean entry. ``template`` is
+    one element expanded to C's shape (no memory of C's size): ``torch.empty_like`` of it gives a new
+    contiguous C, the cheapest allocation torch has (``torch.empty(shape, dtype=, device=)`` costs
+    about twice as much: its arguments are parsed). ``workspace``: None for the lesson's kernel, True
+    for split-K (one per stream), the kept one where SPLIT_K = 1 (passed, never touched)."""
+    M, N = a.shape[0], b.shape[1]
+    template = torch.empty((), dtype=a.dtype, device=a.device).expand(M, N)
+    ws = None
+    if e.info == "tma":
+        ws = "tma"
+    elif e.info:
+        ws = True if e.meta.get("SPLIT_K", 1) > 1 else small.workspace(M, N, a.device, _stream_of(a.get_device()))
+    hot = (e, template, ws)
+    if e.lean:
+        if len(_MM_HOT) >= 1024:  # bounded as Lean's own tables are
+            _MM_HOT.clear()
+            _MM_WS.clear()
+        _MM_HOT[key] = hot  # one lookup from now on
+    return hot
 
 
 def _matmul_first(key, a, b, config):
@@ -217,6 +301,12 @@ def _matmul_first(key, a, b, config):
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     ints = (M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     mnk = M * N * K
+    if cfg is None and not INTERPRET and MATMUL_TMA and mnk <= small.TMA_MAX_MNK and small.tma_ok(a, b):
+        meta = small.tma_config(mnk)
+        grid = (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+        _MM_TMA.first(key, tuple(small.tma_descriptors(a, b, c, meta)), (M, N, K), grid, meta, info="tma",
+                      templates=lambda m: dict(enumerate(small.tma_descriptors(a, b, c, m))))
+        return c
     if cfg is None and not INTERPRET and mnk > small.SMALL_MAX_MNK:
         _MM_LARGE.first(key, (a, b, c), ints, lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),))
         return c
@@ -233,6 +323,16 @@ def _matmul_first(key, a, b, config):
     return c
 
 
+def forget():
+    """Drop every kept entry, workspace and slot table: the next call of each key is a first call
+    again (for tests and probes that compare launch paths; compiled kernels stay in Triton's cache)."""
+    for lean in LEANS.values():
+        lean.entries.clear()
+    _MM_HOT.clear()
+    _MM_WS.clear()
+    SLOTS.clear()
+
+
 #: Every lean launcher's table, for tests and lesson 08 (entries, compiles).
 LEANS = dict(add=_ADD, softmax=_SOFTMAX, one_read=_ONE_READ, lanes=_LANES, online=_ONLINE, matmul_small=_MM_SMALL,
-             matmul_fixed=_MM_FIXED, matmul_large=_MM_LARGE, **_ATTENTION_LEANS)
+             matmul_fixed=_MM_FIXED, matmul_large=_MM_LARGE, matmul_tma=_MM_TMA, **_ATTENTION_LEANS)

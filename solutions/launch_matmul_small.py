@@ -83,6 +83,79 @@ def _matmul_split_k_kernel(
             tl.atomic_xchg(count_ptr + tile, 0)  # ready for the next launch
 
 
+@triton.jit
+def matmul_tma_kernel(
+    a_desc, b_desc, c_desc,  # tensor descriptors of A (M, K), B (K, N), C (M, N), each row-major
+    M, N, K,  # problem size
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # tile of C, K step
+    GROUP_M: tl.constexpr,  # tile rows per group in the grouped order (lesson 03)
+):
+    """The lesson's tile loop with its loads and store made by the TMA unit (Hopper's tensor memory
+    accelerator): a descriptor names the whole matrix and the block, and one thread asks for a tile,
+    which arrives in shared memory, out-of-range rows and columns read as zeros. No addresses and no
+    masks in registers, so a small tile's few K steps spend their time in ``tl.dot``."""
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pids_per_group = GROUP_M * num_pid_n
+    first_pid_m = (pid // pids_per_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (pid % pids_per_group) % group_size_m
+    pid_n = (pid % pids_per_group) // group_size_m
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
+        b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
+        acc = tl.dot(a, b, acc)
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+
+
+def tma_ok(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether A and B suit ``matmul_tma_kernel``: row-major, 16-byte aligned bases and row strides."""
+    size = a.element_size()
+    return all(t.stride(1) == 1 and (t.stride(0) * size) % 16 == 0 and t.data_ptr() % 16 == 0 for t in (a, b))
+
+
+def tma_descriptors(a, b, c, meta):
+    """Host-made descriptors of A, B and C with the blocks of ``meta`` (a config's constexprs)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    return [TensorDescriptor(t, list(t.shape), [t.stride(0), 1], block)
+            for t, block in ((a, [bm, bk]), (b, [bk, bn]), (c, [bm, bn]))]
+
+
+def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: dict) -> torch.Tensor:
+    """``a @ b`` with ``matmul_tma_kernel`` and one config (``FIXED_CONFIG``'s keys, SPLIT_K left out),
+    through ``kernel[grid]``; A and B must pass ``tma_ok``. For probes and tests."""
+    if not tma_ok(a, b):
+        raise ValueError("matmul_tma needs row-major A and B with 16-byte aligned bases and row strides")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    cfg = {k: v for k, v in config.items() if k != "SPLIT_K"}
+    descs = tma_descriptors(a, b, c, cfg)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    matmul_tma_kernel[grid](*descs, M, N, K, **cfg)
+    return c
+
+
+#: TMA tiles by problem size (M·N·K up to the bound), for the lean path where host-made descriptors
+#: are cheap (``launch_lean._DirectDescriptors``): the fastest in CUDA graphs on the H200
+#: (``research/launch/host_breakdown.py``, part D).
+TMA_CONFIGS = {
+    640**3: dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3),
+    1280**3: dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=5),
+    2560**3: dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
+}
+TMA_MAX_MNK = max(TMA_CONFIGS)
+
+
+def tma_config(mnk: int) -> dict:
+    """The TMA config for a product of ``mnk`` multiply-adds (at most TMA_MAX_MNK)."""
+    return dict(TMA_CONFIGS[min(bound for bound in TMA_CONFIGS if mnk <= bound)])
+
+
 def _config(bm, bn, bk, split, warps, stages, group=8):
     return triton.Config(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group, SPLIT_K=split),
                          num_warps=warps, num_stages=stages)

@@ -52,6 +52,18 @@ def _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PAR
 
 
 @triton.jit
+def _release_row(slots_ptr, counts_ptr, row, PARTS: tl.constexpr):
+    """RESET: count this program out of its row's exchange. The row's last program (all the others
+    have read the words) zeroes the row's words and its count, so the slots are zero again at the
+    next launch: a caller can keep them, and a CUDA graph can replay the launch."""
+    tl.debug_barrier()  # every thread of this program has read the row's words
+    done = tl.atomic_add(counts_ptr + row, 1, sem="acq_rel")
+    if done == PARTS - 1:
+        tl.store(slots_ptr + row * PARTS + tl.arange(0, PARTS), tl.zeros((PARTS,), dtype=tl.int64))
+        tl.atomic_xchg(counts_ptr + row, 0)
+
+
+@triton.jit
 def _part_stats(x):
     """A part held in registers (fp32): ``e = exp(x - shift)`` and the part's ``(m_p, l_p)``; ``shift``
     is m_p, or 0 for a part with no column in the row (then e = 0 and l_p = 0)."""
@@ -82,6 +94,7 @@ def one_read_softmax_kernel(
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
     SPAN: tl.constexpr,  # entries of combine_parts' agreement tensor: 64 * num_warps
+    RESET: tl.constexpr = False,  # slots has a count per row after the words, and is left zero at exit
 ):
     """The GPU plan: each program reads its part of a row once and keeps it in registers.
 
@@ -106,6 +119,8 @@ def one_read_softmax_kernel(
     if PARTS > 1:
         publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
         m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
+        if RESET:  # the counts follow the rows' words: rows = programs // PARTS
+            _release_row(slots_ptr, slots_ptr + tl.num_programs(0), row, PARTS)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
@@ -127,6 +142,7 @@ def lanes_softmax_kernel(
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
     SPAN: tl.constexpr,  # entries of combine_parts' agreement tensor: 64 * num_warps
+    RESET: tl.constexpr = False,  # slots has a count per row after the words, and is left zero at exit
 ):
     """Few long rows: the one-read kernel on a persistent grid of ``lanes * PARTS`` programs.
 
@@ -150,6 +166,8 @@ def lanes_softmax_kernel(
                          mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
                          eviction_policy="evict_first")
         m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
+        if RESET:
+            _release_row(slots_ptr, slots_ptr + n_rows * PARTS, row, PARTS)
         y = e * (tl.exp(shift - m) / l)
         tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
                  eviction_policy="evict_first")
@@ -219,19 +237,20 @@ def one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
 _LANES_FIT: dict = {}  # programs of lanes_softmax_kernel an SM holds, per (device, dtype, PARTS, PART, warps)
 
 
-def persistent_lanes(x, out, parts, part, num_warps) -> int | None:
+def persistent_lanes(x, out, parts, part, num_warps, reset=False) -> int | None:
     """Lanes of the persistent grid for rows of at least LANES_MIN_COLS columns (None: shorter rows,
-    one program per part): as many as fit at once, ``lanes * parts`` programs."""
+    one program per part): as many as fit at once, ``lanes * parts`` programs (``reset``: of the
+    kernel compiled with RESET)."""
     n_rows, n_cols = x.shape
     if n_cols < LANES_MIN_COLS:
         return None
-    key = (x.device.index, x.dtype, parts, part, num_warps)
+    key = (x.device.index, x.dtype, parts, part, num_warps, reset)
     if key not in _LANES_FIT:
         slots = torch.zeros(1, dtype=torch.int64, device=x.device)
         _LANES_FIT[key] = programs_per_sm(lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
                                           slots, MAX_POLLS, exchange_span(num_warps), PARTS=parts, PART=part,
-                                          FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), num_warps=num_warps,
-                                          device_index=x.device.index)
+                                          FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), RESET=reset,
+                                          num_warps=num_warps, device_index=x.device.index)
     fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
     return min(fit, n_rows) if fit >= 1 else None
 

@@ -140,3 +140,56 @@ def test_gpu_results_and_graph_capture():
         graph.replay()
         torch.cuda.synchronize()
         _close(out, expected, 3e-2)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU")
+@pytest.mark.parametrize("shape", [(512, 16384), (64, 262144)])  # one-read kernel; the lanes kernel
+def test_gpu_online_softmax_slots_reset_by_each_launch(shape):
+    """Compiled with RESET, the one-read kernels leave their exchange slots zero, so the lean path keeps
+    one set per key and stream: right on every call and on every replay of a captured graph."""
+    lean.forget()
+    x = torch.randn(*shape, device="cuda", dtype=torch.float16)
+    expected = sm.reference(x)
+    for _ in range(3):
+        _close(lean.online_softmax(x), expected, 3e-2)
+    kept = [s for (key, _), s in lean.SLOTS.items() if key[1] == x.shape]
+    assert kept and all(s.abs().sum().item() == 0 for s in kept)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = lean.online_softmax(x)
+    for _ in range(3):
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        _close(out, expected, 3e-2)
+    assert all(s.abs().sum().item() == 0 for s in lean.SLOTS.values())
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU")
+def test_gpu_direct_entries_and_kept_descriptor_maps():
+    """On triton 3.6 the entries call the C launch function (``launch_lean._Direct``), and attention's
+    host-made descriptors are encoded once an address: a call with tensors seen before adds no map."""
+    from solutions import launch_lean
+
+    if not launch_lean.DIRECT:
+        pytest.skip("direct entries are for triton 3.6")
+    lean.forget()
+    x = torch.randn(256, 1000, device="cuda", dtype=torch.float16)
+    _close(lean.softmax(x), sm.reference(x), 3e-2)
+    assert type(lean.LEANS["softmax"].get(launch_lean.tensor_key(x))).__name__ == "_Direct"
+    q, k, v = (torch.randn(1, 16, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    for causal in (False, True):
+        expected = fat.reference(q, k, v, causal)
+        outs = [lean.attention_forward(q, k, v, causal)[0] for _ in range(3)]  # outputs alive: new addresses
+        for o in outs:
+            _close(o, expected, 3e-2)
+        entries = [e for t in lean.LEANS.values() for e in t.entries.values() if e.tensor_descriptors]
+        assert entries, "host-made descriptors kept by a direct entry"
+        for _ in range(3):
+            lean.attention_forward(q, k, v, causal)  # the output freed each time: its address comes back
+        maps = sum(len(e.maps) for e in entries)
+        for _ in range(10):
+            lean.attention_forward(q, k, v, causal)
+        assert sum(len(e.maps) for e in entries) <= maps + 2  # a map per call would add 10
+        inkernel = lean.attention_forward(q, k, v, causal, host_descriptors=False)[0]
+        _close(inkernel, expected, 3e-2)
