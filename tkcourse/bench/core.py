@@ -108,14 +108,21 @@ def measure(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> tuple
 HOST_BURST = 10
 
 
-def host_us(fn: Callable[[], object], n: int = 200, burst: int = HOST_BURST) -> float:
+#: Calls ``host_us`` times for a bench row: 50 bursts, so that the median is steady to a few percent.
+HOST_CALLS = 500
+
+
+def host_us(fn: Callable[[], object], n: int = HOST_CALLS, burst: int = HOST_BURST) -> float:
     """Host microseconds per call of ``fn``, from the call to its return (Python, the launcher, the driver).
 
     ``n`` calls in bursts of ``burst`` queued back to back, the GPU idle at the start of each burst
     (a synchronize, not timed); the median over the bursts of the wall clock per call. A burst never
     fills the launch queue, so the figure is the host's cost whether or not the GPU is the bottleneck.
+    Python's garbage collector is off while it runs (as ``timeit`` does), so that a collection
+    started by the allocations of one case is not charged to whichever case happens to be running.
     """
     _refuse_in_interpreter()
+    import gc
     import time
 
     import torch
@@ -124,12 +131,18 @@ def host_us(fn: Callable[[], object], n: int = 200, burst: int = HOST_BURST) -> 
     torch.cuda.synchronize()
     burst = max(1, min(burst, n))
     per_call = []
-    for _ in range(max(1, n // burst)):
-        start = time.perf_counter()
-        for _ in range(burst):
-            fn()
-        per_call.append((time.perf_counter() - start) / burst)
-        torch.cuda.synchronize()
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(max(1, n // burst)):
+            start = time.perf_counter()
+            for _ in range(burst):
+                fn()
+            per_call.append((time.perf_counter() - start) / burst)
+            torch.cuda.synchronize()
+    finally:
+        if collecting:
+            gc.enable()
     per_call.sort()
     return per_call[len(per_call) // 2] * 1e6
 
@@ -233,7 +246,7 @@ def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, 
 def _host_and_graph(c: Case, progress, i: int) -> dict:
     """``host_us`` and ``graph_ms`` of one case; a failure leaves its column empty and says why."""
     out = {}
-    for column, timer, scale in (("host_us", lambda: host_us(c.fn, n=100), 1), ("graph_ms", lambda: graph_ms(c.fn), 1)):
+    for column, timer, scale in (("host_us", lambda: host_us(c.fn), 1), ("graph_ms", lambda: graph_ms(c.fn), 1)):
         if column == "graph_ms" and not c.graph:
             out[column] = None
             continue
