@@ -9,6 +9,7 @@
 #                                              # attention, every softmax, add, rmsnorm and decode row),
 #                                              # proton's profile; then graders, notebooks 00-01, 03-04,
 #                                              # 07-09 and the GPU tests, side by side (correctness only)
+#   bash tools/gpu_pass.sh figures08 OUT       # the same figures without lesson 09's rows
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
 # Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ and unpack OUT/sweeps.tgz into tkcourse/data/.
 set -uo pipefail
@@ -32,8 +33,9 @@ bench)  # lesson by lesson into one table, so a lesson that fails or runs out of
     echo "bench $l exit $?" | tee -a "$OUT/gpu.txt"
   done
   grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-150 ;;
-figures)
-  { for l in vector_add softmax rmsnorm decode_attention; do
+figures|figures08)  # figures08: lesson 08's rows only (add, softmax, small matmuls and attention)
+  lessons="vector_add softmax rmsnorm decode_attention"; [ "$step" = figures08 ] && lessons="vector_add softmax"
+  { for l in $lessons; do
       timeout 150 python3 -m tkcourse bench $l --out "$OUT/bench.csv" --append; echo "bench $l exit $?"; done
     timeout 120 python3 -m tkcourse bench matmul --out "$OUT/bench.csv" --append \
       --shape 512x512x512 --shape 1024x1024x1024 --shape 2048x2048x2048; echo "bench matmul exit $?"
