@@ -160,3 +160,23 @@ def test_a_lesson_of_two_parts_resolves_to_both():
     assert course.notebook("rmsnorm") == course.notebook("decode_attention") == "09_decode_attention"
     assert course.lesson_of("rmsnorm") == "decode_attention" and course.lesson_of("launch_lean") == "launch"
     assert course.lesson_of("_checks") is None
+
+
+def test_bench_saves_each_row_as_it_is_measured(tmp_path, monkeypatch):
+    """A bench run stopped part way (a timeout, say) keeps the rows it measured: each is written as
+    soon as it is measured, not when the lesson ends."""
+    from tkcourse import bench, mode
+
+    monkeypatch.setattr(mode, "INTERPRET", False)
+    out = tmp_path / "bench.csv"
+
+    def stopped_run(cases, on_row=None, **kwargs):
+        for i in range(2):
+            on_row(dict(kernel="k", provider="p", shape=str(i), dtype="float16", metric="GB/s", median=1.0,
+                        p20=1.0, p80=1.0, ms=0.01, bytes=1, flops=0))
+        raise KeyboardInterrupt  # what a timeout's signal does mid-lesson
+
+    monkeypatch.setattr(bench, "run", stopped_run)
+    monkeypatch.setattr(bench.core, "module_for", lambda name: types.SimpleNamespace(cases=lambda: []))
+    assert cli.main(["bench", "vector_add", "--out", str(out)]) != 0  # interrupted: says so
+    assert [r["shape"] for r in bench.load_records(out)] == ["0", "1"]

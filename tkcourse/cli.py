@@ -44,18 +44,26 @@ def _bench(args) -> int:
         print("No GPU here: timings in Triton's interpreter say nothing about GPU speed, so nothing is measured.\n"
               f"The recorded H200 table is {bench.RECORDED}.")
         return 1
-    rows = []
-    for i, name in enumerate(names):
+    rows, written = [], []
+
+    def save(new):  # each row as it is measured: a run stopped by a timeout keeps what it measured
+        path = bench.write_records(new, args.out, append=args.append or bool(written))
+        written.append(path)
+        return path
+
+    path = None
+    for name in names:
         print(f"== {name}")
         module = module_for(name)
         cases = module.cases()
         if args.shape:  # only the cases of these shapes (the others are built, then dropped unmeasured)
             cases = (c for c in cases if c.shape in args.shape)
-        new = bench.run(cases, warmup=args.warmup, rep=args.rep)
-        if hasattr(module, "extra_rows") and not args.shape:
-            new += module.extra_rows(bench.provenance())
-        path = bench.write_records(new, args.out, append=args.append or i > 0)  # saved lesson by lesson
-        rows += new
+        new = bench.run(cases, warmup=args.warmup, rep=args.rep, on_row=lambda row: save([row]))
+        extra = module.extra_rows(bench.provenance()) if hasattr(module, "extra_rows") and not args.shape else []
+        if extra or not written:  # (a lesson with no rows still leaves a table behind)
+            save(extra)
+        path = written[-1]
+        rows += new + extra
     print(f"\n{len(rows)} rows -> {path}")
     from .bench.summary import summary_table
 

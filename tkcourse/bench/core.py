@@ -217,11 +217,13 @@ def provenance(command: str | None = None) -> dict:
 
 
 def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, progress=print,
-        host: bool = True) -> list[dict]:
+        host: bool = True, on_row=None) -> list[dict]:
     """Measure each case; a case that fails is reported and skipped, the others go on.
 
     ``host``: also each case's ``host_us`` and ``graph_ms`` (see the module's docstring); a call that
-    a CUDA graph cannot capture gets an empty ``graph_ms`` and a line saying why.
+    a CUDA graph cannot capture gets an empty ``graph_ms`` and a line saying why. ``on_row``: called
+    with each row as soon as it is measured (the CLI saves it then, so a run stopped by a timeout
+    keeps the rows it measured).
     """
     prov, rows = provenance(command), []
     for i, c in enumerate(cases, 1):  # lazily: each case's tensors are freed before the next is built
@@ -236,6 +238,8 @@ def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, 
         if host:
             row.update(_host_and_graph(c, progress, i))
         rows.append(row)
+        if on_row is not None:
+            on_row(row)
         extra = f"  host {row['host_us']:.1f} us" if row.get("host_us") is not None else ""
         extra += f"  graph {row['graph_ms'] * 1e3:.1f} us" if row.get("graph_ms") is not None else ""
         progress(f"[{i}] {c.kernel:<22} {c.provider:<14} {c.shape:<22} {c.dtype:<9} "
