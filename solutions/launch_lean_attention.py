@@ -1,7 +1,9 @@
 """Lesson 08: attention forward (lesson 06's tuned kernel) and backward (lesson 07's autotuned kernels)
 behind lean launch paths, with the step modules' APIs; the mechanism and the keys are those of
 ``launch_lean`` and ``launch_lean_kernels`` (dtypes, shapes, strides, alignment, device, options).
-Host-made tensor descriptors are kept with their entry: only their base changes from call to call.
+Host-made tensor descriptors: a direct entry (triton 3.6) keeps each address's encoded map
+(``launch_lean._DirectDescriptors``); elsewhere four descriptors are kept with the entry and only
+their base changes from call to call.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Lesson 08: matmul for problems too small to fill the GPU with the lesson's tiles (split-K).
+"""Lesson 08: matmul for problems too small to fill the GPU with the lesson's tiles (split-K), and
+with TMA loads (``matmul_tma_kernel``) where host-made descriptors are cheap.
 
 At 1024³ the lesson's 128x256 tiles make 32 programs for an H200's 132 SMs; 64x128 tiles make 128,
 each walking the whole K = 1024. Split-K (as in CUTLASS's "serial split-K") also splits K over
@@ -6,6 +7,12 @@ each walking the whole K = 1024. Split-K (as in CUTLASS's "serial split-K") also
 workspace, and counts itself in on the tile's counter; the last one to arrive adds the partials
 and writes C. Nobody waits, so any order the GPU runs the programs in is fine, and the last
 program resets the counter to 0, so the counters are zeroed once, when the workspace is made.
+
+On triton 3.6 the lean path takes ``matmul_tma_kernel`` for products up to ``TMA_MAX_MNK``: the
+lesson's loop, its tiles fetched by the TMA unit from host-made descriptors, which a direct entry
+encodes once an address (``launch_lean._DirectDescriptors``). In CUDA graphs on the H200 it gave
+0.93-0.99x cuBLAS at 1024³ and 2048³, where the pointer kernel's best tile gave 0.91x
+(``research/launch/host_breakdown.py``, part T).
 
 The workspace belongs to one (device, stream): kernels on one stream run in order, so two
 matmuls never share a counter at the same time (a CUDA graph captured on its own stream gets its
