@@ -34,6 +34,18 @@ from tkcourse.mode import INTERPRET
 
 
 @triton.jit
+def _grouped_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row, column) of C's tile number ``tile`` in lesson 03's grouped order: GROUP_M tile rows at a
+    time, column by column, so that programs running together share the blocks they read in L2."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pids_per_group = GROUP_M * num_pid_n
+    first_pid_m = (tile // pids_per_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    return first_pid_m + (tile % pids_per_group) % group_size_m, (tile % pids_per_group) // group_size_m
+
+
+@triton.jit
 def _matmul_split_k_kernel(
     a_ptr, b_ptr, c_ptr,  # A (M, K), B (K, N), C (M, N), any strides
     ws_ptr,  # fp32 workspace: SPLIT_K partial (BLOCK_M, BLOCK_N) tiles per tile of C
@@ -47,13 +59,7 @@ def _matmul_split_k_kernel(
     pid = tl.program_id(axis=0)
     tile = pid // SPLIT_K
     split = pid % SPLIT_K
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pids_per_group = GROUP_M * num_pid_n
-    first_pid_m = (tile // pids_per_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (tile % pids_per_group) % group_size_m
-    pid_n = (tile % pids_per_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     k_steps = tl.cdiv(K, BLOCK_K)
     per_split = tl.cdiv(k_steps, SPLIT_K)
@@ -101,14 +107,7 @@ def matmul_tma_kernel(
     accelerator): a descriptor names the whole matrix and the block, and one thread asks for a tile,
     which arrives in shared memory, out-of-range rows and columns read as zeros. No addresses and no
     masks in registers, so a small tile's few K steps spend their time in ``tl.dot``."""
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pids_per_group = GROUP_M * num_pid_n
-    first_pid_m = (pid // pids_per_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + (pid % pids_per_group) % group_size_m
-    pid_n = (pid % pids_per_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(axis=0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])

@@ -193,3 +193,23 @@ def test_gpu_direct_entries_and_kept_descriptor_maps():
         assert sum(len(e.maps) for e in entries) <= maps + 2  # a map per call would add 10
         inkernel = lean.attention_forward(q, k, v, causal, host_descriptors=False)[0]
         _close(inkernel, expected, 3e-2)
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 64), (100, 72, 40), (33, 128, 96)])
+def test_tma_matmul_reads_partial_tiles_as_zeros(shape):
+    """The TMA kernel has no masks: rows and columns past the matrix read as zeros and are not stored."""
+    M, N, K = shape
+    a, b = torch.randn(M, K, device=DEVICE), torch.randn(K, N, device=DEVICE)
+    cfg = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
+    _close(small.matmul_tma(a, b, cfg), a @ b, 1e-3)
+
+
+def test_tma_matmul_refuses_what_a_descriptor_cannot_describe():
+    a = torch.randn(40, 40, device=DEVICE)
+    assert small.tma_ok(a, a)
+    assert small.tma_ok(a[:, :39], a[:39])  # a row stride of 160 bytes: a view TMA can read
+    odd = torch.randn(40, 41, device=DEVICE)[:, :40]  # rows 164 bytes apart
+    for bad in (a.T, odd, torch.randn(1601, device=DEVICE)[1:].view(40, 40)):  # column-major; row stride; misaligned base
+        assert not small.tma_ok(bad, a) and not small.tma_ok(a, bad)
+        with pytest.raises(ValueError, match="row-major"):
+            small.matmul_tma(bad, bad, dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=2))
