@@ -125,8 +125,9 @@ def online_softmax(x, parts=None, block=None, one_read=True):
     Explicit ``parts``/``block``/``one_read=False`` and rows that need the split step take the step
     modules' ordinary launch. The one-read kernels' ints sit between their tensors (x, out, strides,
     sizes, slots), so they are passed on every call. Their exchange slots must be zero at each
-    launch: compiled with RESET, the kernels leave them zero, so each (key, stream) keeps one set,
-    zeroed once when made (as the split-K matmul keeps its counters), instead of a new one a call."""
+    launch: each (key, stream) keeps one set, zeroed by ``zero_()`` before each launch (a memset
+    on the stream, where ``torch.zeros`` a call also allocated). With ONLINE_RESET the kernels
+    leave them zero themselves and the memset goes (see ONLINE_RESET)."""
     if parts is not None or block is not None or not one_read:
         return one.softmax(x, parts=parts, block=block, one_read=one_read)
     try:
@@ -145,6 +146,8 @@ def online_softmax(x, parts=None, block=None, one_read=True):
             slots = e.info[2].get(_stream_of(x.get_device())) if e.info[2] else None
             if slots is None:
                 slots = _slots(e, x)
+            elif not e.meta["RESET"]:
+                slots.zero_()
             n_rows, n_cols = x.shape
             args = (x.data_ptr(), out.data_ptr(), slots.data_ptr()) if e.lean else (x, out, slots)
             if kind == "one_read":
@@ -166,9 +169,9 @@ def online_softmax(x, parts=None, block=None, one_read=True):
                       dict(BLOCK=block, NUM_STAGES=osm.NUM_STAGES, num_warps=osm.NUM_WARPS), info=("rows",))
         return out
     parts, part, warps = plan
-    lanes = one.persistent_lanes(x, out, parts, part, warps, reset=True)
-    meta = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=split_exchange_span(warps), RESET=True,
-                num_warps=warps)
+    lanes = one.persistent_lanes(x, out, parts, part, warps, reset=ONLINE_RESET)
+    meta = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=split_exchange_span(warps),
+                RESET=ONLINE_RESET, num_warps=warps)
     words = n_rows * (parts + 1)  # each row's PARTS words, then each row's count (RESET)
     slots = torch.zeros(words, dtype=torch.int64, device=x.device)
     static = (one.MAX_POLLS, split_exchange_span(warps))
@@ -182,13 +185,22 @@ def online_softmax(x, parts=None, block=None, one_read=True):
     return out
 
 
-#: The one-read kernels' exchange slots, left zero by each launch: per entry, per stream.
+#: The one-read kernels compiled with RESET: the last program of a row zeroes the row's exchange
+#: words, so the slots are zero again after every launch and the lean path needs no memset a call
+#: (about 5 us of host). Off: on the H200 the count-out atomic (acquire-release, so a fence per
+#: program) made the kernel 18-30% slower at the bench shapes (2710 against 3630 GB/s at 4096x32768,
+#: ``research/launch/logs/final_pass2_bench.log``), below lesson 05's 75%-of-copy target; the memset
+#: costs the GPU about as much as ``torch.zeros`` did. Entries keep the value they were made with
+#: (``forget()`` after changing it).
+ONLINE_RESET = False
+
+#: The one-read kernels' exchange slots: per entry, per stream.
 SLOTS: dict = {}  # (entry's key, stream) -> slots, for tests and probes; the entries hold the same tensors
 
 
 def _slots(e, x):
     """New exchange slots for entry ``e`` on the current stream of x's device (two launches on one
-    stream never overlap; a CUDA graph captured on its own stream gets its own), zeroed once."""
+    stream never overlap; a CUDA graph captured on its own stream gets its own), made zero."""
     slots = torch.zeros(e.info[1], dtype=torch.int64, device=x.device)
     _keep_slots(e, x, slots)
     return slots

@@ -143,17 +143,19 @@ def test_gpu_results_and_graph_capture():
 
 
 @pytest.mark.skipif(not GPU, reason="needs a GPU")
+@pytest.mark.parametrize("reset", [False, True])
 @pytest.mark.parametrize("shape", [(512, 16384), (64, 262144)])  # one-read kernel; the lanes kernel
-def test_gpu_online_softmax_slots_reset_by_each_launch(shape):
-    """Compiled with RESET, the one-read kernels leave their exchange slots zero, so the lean path keeps
-    one set per key and stream: right on every call and on every replay of a captured graph."""
+def test_gpu_online_softmax_kept_slots(shape, reset, monkeypatch):
+    """The lean path keeps one set of exchange slots per key and stream, zeroed before each launch, or
+    (ONLINE_RESET) left zero by the kernels themselves: right on every call and every graph replay."""
+    monkeypatch.setattr(lean, "ONLINE_RESET", reset)
     lean.forget()
     x = torch.randn(*shape, device="cuda", dtype=torch.float16)
     expected = sm.reference(x)
     for _ in range(3):
         _close(lean.online_softmax(x), expected, 3e-2)
     kept = [s for (key, _), s in lean.SLOTS.items() if key[1] == x.shape]
-    assert kept and all(s.abs().sum().item() == 0 for s in kept)
+    assert kept and all((s.abs().sum().item() == 0) == reset for s in kept)  # RESET: zero again at exit
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = lean.online_softmax(x)
@@ -162,7 +164,7 @@ def test_gpu_online_softmax_slots_reset_by_each_launch(shape):
         graph.replay()
         torch.cuda.synchronize()
         _close(out, expected, 3e-2)
-    assert all(s.abs().sum().item() == 0 for s in lean.SLOTS.values())
+    lean.forget()
 
 
 @pytest.mark.skipif(not GPU, reason="needs a GPU")
