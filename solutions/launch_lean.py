@@ -181,7 +181,10 @@ class _DirectDescriptors(_Direct):
         if len(self.maps) >= MAX_ENTRIES:
             self.maps.clear()
         template.base = tensor  # the map reads the base's address; shape, strides and block are the template's
-        return tuple(make_tensordesc_arg(template, meta))
+        try:
+            return tuple(make_tensordesc_arg(template, meta))
+        finally:
+            template.base = None  # the map holds the address only: the tensor is not kept alive
 
 
 class Lean:
