@@ -41,7 +41,7 @@ from .online_softmax_split import exchange_span as split_exchange_span
 from .online_softmax_split import split_plan
 
 __all__ = ["add", "softmax", "online_softmax", "matmul", "attention_forward", "attention", "attention_backward",
-           "LEANS", "SLOTS", "forget"]
+           "LEANS", "kept_slots", "forget"]
 
 
 # ---- lesson 01 ----
@@ -194,8 +194,13 @@ def online_softmax(x, parts=None, block=None, one_read=True):
 #: (``forget()`` after changing it).
 ONLINE_RESET = False
 
-#: The one-read kernels' exchange slots: per entry, per stream.
-SLOTS: dict = {}  # (entry's key, stream) -> slots, for tests and probes; the entries hold the same tensors
+
+def kept_slots(x=None) -> list:
+    """The exchange slots the one-read entries keep (each entry's ``info[2]``: one set per stream),
+    of the entry for inputs like ``x``, or of all; for tests and probes."""
+    key = None if x is None else tensor_key(x)
+    return [slots for lean in (_ONE_READ, _LANES) for k, e in lean.entries.items() if key in (None, k)
+            for slots in e.info[2].values()]
 
 
 def _slots(e, x):
@@ -212,9 +217,6 @@ def _keep_slots(e, x, slots):
         by_stream.clear()
     stream = _stream_of(x.get_device())
     by_stream[stream] = slots
-    if len(SLOTS) >= 1024:
-        SLOTS.clear()
-    SLOTS[(tensor_key(x), stream)] = slots
 
 
 # ---- lesson 03: split-K for small products, the lesson's autotuned kernel for large ones ----
@@ -336,13 +338,12 @@ def _matmul_first(key, a, b, config):
 
 
 def forget():
-    """Drop every kept entry, workspace and slot table: the next call of each key is a first call
+    """Drop every kept entry (with its slots) and workspace: the next call of each key is a first call
     again (for tests and probes that compare launch paths; compiled kernels stay in Triton's cache)."""
     for lean in LEANS.values():
         lean.entries.clear()
     _MM_HOT.clear()
     _MM_WS.clear()
-    SLOTS.clear()
 
 
 #: Every lean launcher's table, for tests and lesson 08 (entries, compiles).

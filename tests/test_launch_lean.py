@@ -154,7 +154,7 @@ def test_gpu_online_softmax_kept_slots(shape, reset, monkeypatch):
     expected = sm.reference(x)
     for _ in range(3):
         _close(lean.online_softmax(x), expected, 3e-2)
-    kept = [s for (key, _), s in lean.SLOTS.items() if key[1] == x.shape]
+    kept = lean.kept_slots(x)
     assert kept and all((s.abs().sum().item() == 0) == reset for s in kept)  # RESET: zero again at exit
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
