@@ -84,6 +84,17 @@ def row(part, name, fn, gpu=False):
     return r
 
 
+def tile_time(part, matmul, a, b, cfg, ref):
+    """``(graph microseconds, relative error)`` of ``matmul(a, b, cfg)``, or None (said why) if it fails."""
+    try:
+        c = matmul(a, b, cfg)
+        err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+        return graph_ms(lambda: matmul(a, b, cfg)) * 1e3, err
+    except Exception as exc:  # noqa: BLE001
+        print(f"{part} {cfg} failed: {type(exc).__name__} {str(exc)[:100]}", flush=True)
+        return None
+
+
 def paths(direct: bool):
     launch_lean.DIRECT = direct
     K.forget()
@@ -159,7 +170,7 @@ if "B" in PARTS:
         x = torch.randn(M, N, dtype=torch.float16, device=dev)
         ref = torch.softmax(x.float(), dim=-1)
         errs = [(K.online_softmax(x).float() - ref).abs().max().item() for _ in range(3)]
-        slots = [s for (k, _), s in K.SLOTS.items() if k == tensor_key(x)]
+        slots = K.kept_slots(x)
         left = [int(s.abs().sum().item()) for s in slots]
         # graph replays
         stream = torch.cuda.Stream()
@@ -223,14 +234,9 @@ if "D" in PARTS:
             cub = graph_ms(lambda: a @ b) * 1e3
             for bm, bn, bk, split, w, st, gm in configs:
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=gm, SPLIT_K=split, num_warps=w, num_stages=st)
-                try:
-                    c = small.matmul(a, b, cfg)
-                    err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
-                    t = graph_ms(lambda cfg=cfg: small.matmul(a, b, cfg)) * 1e3
-                except Exception as exc:  # noqa: BLE001
-                    print(f"D {cfg} failed: {type(exc).__name__} {str(exc)[:100]}", flush=True)
-                    continue
-                res.append((t, (bm, bn, bk, split, w, st, gm), err))
+                timed = tile_time("D", small.matmul, a, b, cfg, ref)
+                if timed:
+                    res.append((timed[0], (bm, bn, bk, split, w, st, gm), timed[1]))
             cub2 = graph_ms(lambda: a @ b) * 1e3
             res.sort()
             lean_t = graph_ms(lambda: K.matmul(a, b)) * 1e3
@@ -256,14 +262,9 @@ if "T" in PARTS:
             res = []
             for bm, bn, bk, w, st in tma:
                 cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=w, num_stages=st)
-                try:
-                    c = small.matmul_tma(a, b, cfg)
-                    err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
-                    t = graph_ms(lambda cfg=cfg: small.matmul_tma(a, b, cfg)) * 1e3
-                except Exception as exc:  # noqa: BLE001
-                    print(f"T {n} {cfg} failed: {type(exc).__name__} {str(exc)[:100]}", flush=True)
-                    continue
-                res.append((t, (bm, bn, bk, w, st), err))
+                timed = tile_time(f"T {n}", small.matmul_tma, a, b, cfg, ref)
+                if timed:
+                    res.append((timed[0], (bm, bn, bk, w, st), timed[1]))
             cub2 = graph_ms(lambda: a @ b) * 1e3
             res.sort()
             best = min(cub, cub2)
