@@ -20,6 +20,7 @@ the recorded H200 figures measure it. ``impl="simple"`` runs the lesson's kernel
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tkcourse.mode import INTERPRET
@@ -152,6 +153,7 @@ def _attn_fwd_tuned(
     BLOCK_M: tl.constexpr,  # queries per program
     BLOCK_N: tl.constexpr,  # keys per loop step
     WARP_SPECIALIZE: tl.constexpr,  # warp-specialized K/V loop
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch: wait for the kernel before
 ):
     start_m = tl.program_id(0)
     if CAUSAL:  # heaviest query blocks (most keys) first: a better-balanced tail
@@ -171,6 +173,8 @@ def _attn_fwd_tuned(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) in: exp(x·s) = exp2(x·s·log2 e)
+    if PDL:  # nothing before this reads or writes memory (launch_matmul_small.matmul_tma_kernel says why)
+        gdc_wait()
     q = desc_q.load([row0 + start_m * BLOCK_M, 0])
 
     if CAUSAL:
@@ -190,6 +194,8 @@ def _attn_fwd_tuned(
             acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, offs_m, n_full, N, N, qk_scale,
                                                  BLOCK_N, True, CAUSAL, False)
 
+    if PDL:
+        gdc_launch_dependents()
     acc = acc / l_i[:, None]
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # base 2 -> natural log
     tl.store(LSE + bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)

@@ -40,7 +40,7 @@ import triton
 
 from tkcourse.mode import INTERPRET
 
-__all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key"]
+__all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key", "pdl_ok"]
 
 #: Entries a ``Lean`` keeps before it forgets them all (a new shape per call would otherwise grow
 #: the table without bound; a forgotten key costs one ordinary launch, never a new compile).
@@ -51,6 +51,16 @@ def tensor_key(x) -> tuple:
     """What a compile sees of a tensor argument, for a key: dtype, shape, strides, the 16-byte alignment
     of its pointer (``data_ptr() & 15``) and its device."""
     return (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device())
+
+
+def pdl_ok(device) -> bool:
+    """Whether kernels on ``device`` may be launched with programmatic dependent launch: a GPU of
+    compute capability 9.0 or later (Hopper's ``griddepcontrol``), never the interpreter."""
+    if INTERPRET:
+        return False
+    import torch
+
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _jit_of(kernel):
@@ -239,7 +249,7 @@ class Lean:
 
     def _compiled(self, compiled, grid, static, chosen, info, n_runtime, templates=None):
         params = self.jit.params
-        constexprs = [p.name for p in params if p.is_constexpr]
+        constexprs = [p for p in params if p.is_constexpr]
         runtime_first = all(not p.is_constexpr for p in params[:n_runtime]) and len(params) - n_runtime == len(constexprs)
         try:
             compiled._init_handles()
@@ -251,7 +261,7 @@ class Lean:
                              {k: v for k, v in chosen.items() if k not in ("pre_hook",)}, info)
         from triton.runtime import driver
 
-        tail = static + tuple(chosen[name] for name in constexprs)
+        tail = static + tuple(chosen[p.name] if p.name in chosen else p.default for p in constexprs)  # defaults kept
         active = driver.active
         device, stream = active.get_current_device(), active.get_current_stream
         direct = _direct(compiled) if DIRECT else None

@@ -37,11 +37,12 @@ SMALL_N_FWD_CONFIGS = [
                          (64, 128, 4, 2), (128, 64, 8, 3)]
 ]
 #: Small N on a grid of at most one wave (B·H·⌈N/64⌉ programs of 64 rows fit on the SMs at once):
-#: this config, not the autotuner. Timed one by one in CUDA graphs at B1 H16 N512 D64 on the H200
-#: (``research/launch/host_breakdown.py``, part S), it was the fastest of SMALL_N_FWD_CONFIGS causal
-#: and not, under a microsecond ahead of 64x128 and 2-6 ahead of the rest; the autotuner, timing each
-#: config eagerly, picked a slower one in some runs. The 64-row blocks give 128 programs for 132 SMs there.
-ONE_WAVE_FWD_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
+#: this config, not the autotuner. On the H200 at B1 H16 N512 D64, 64x64 blocks with 3 stages were the
+#: fastest of SMALL_N_FWD_CONFIGS one by one in CUDA graphs (``research/launch/host_breakdown.py``,
+#: part S); 64x128 with 3 stages, not among them, was faster still, causal and not (half the key
+#: steps per program; ``research/launch/pdl_probe.py``, part A). The autotuner, timing each config
+#: eagerly, picked a slower one in some runs. The 64-row blocks give 128 programs for 132 SMs there.
+ONE_WAVE_FWD_CONFIG = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3)
 _fwd_small_tuned = None
 if not INTERPRET:
     _fwd_small_tuned = triton.autotune(configs=SMALL_N_FWD_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
@@ -59,6 +60,11 @@ _FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made de
 #: there the lean path takes host-made descriptors, elsewhere in-kernel ones.
 #: ``attention_forward(..., host_descriptors=...)`` asks for one or the other.
 HOST_DESCRIPTORS = launch_lean.DIRECT
+#: The forward launched with programmatic dependent launch where the GPU has it (as
+#: ``launch_lean_kernels.MATMUL_PDL``). At B1 H16 N512 D64 on the H200, eight forwards in one CUDA
+#: graph: 7.1 us each with it, 7.7 without (causal 7.6 against 8.2; ``research/launch/pdl_probe.py``).
+#: Read when a key's entry is made.
+FWD_PDL = True
 
 
 def _qkv_key(q, k, v, causal, sm_scale, impl):
@@ -124,6 +130,8 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptor
         lean, meta = _FWD_FIXED, dict(ONE_WAVE_FWD_CONFIG, WARP_SPECIALIZE=False)
     else:
         lean, meta = (_FWD_SMALL, {}) if N <= SMALL_N_MAX else (_FWD_LARGE, {})
+    if FWD_PDL and launch_lean.pdl_ok(q.device):
+        meta.update(PDL=True, launch_pdl=True)
     multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
     host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
     args = fat._descriptors(q, k, v, o, *multiple, host=host)

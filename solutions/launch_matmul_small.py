@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tkcourse.mode import INTERPRET
 
@@ -102,17 +103,29 @@ def matmul_tma_kernel(
     M, N, K,  # problem size
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # tile of C, K step
     GROUP_M: tl.constexpr,  # tile rows per group in the grouped order (lesson 03)
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (see below)
 ):
     """The lesson's tile loop with its loads and store made by the TMA unit (Hopper's tensor memory
     accelerator): a descriptor names the whole matrix and the block, and one thread asks for a tile,
     which arrives in shared memory, out-of-range rows and columns read as zeros. No addresses and no
-    masks in registers, so a small tile's few K steps spend their time in ``tl.dot``."""
+    masks in registers, so a small tile's few K steps spend their time in ``tl.dot``.
+
+    ``PDL``: the kernel is launched with programmatic dependent launch (``launch_pdl=True``), so the
+    GPU may start its programs while the kernel before it on the stream is still finishing. Each
+    program then waits (``gdc_wait``) until that kernel is done and its writes are visible before it
+    touches memory: A and B may be that kernel's output, and C's memory may be what it still reads.
+    What overlaps is the launch itself: getting the programs onto the SMs. ``gdc_launch_dependents``
+    lets the next kernel, if it is launched the same way, do the same with this one's tail."""
     pid_m, pid_n = _grouped_tile(tl.program_id(axis=0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if PDL:
+        gdc_wait()
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         a = a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])
         b = b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])
         acc = tl.dot(a, b, acc)
+    if PDL:
+        gdc_launch_dependents()
     c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
 
 
@@ -148,10 +161,11 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: dict) -> torch.Tensor:
 
 #: TMA tiles by problem size (M·N·K up to the bound), for the lean path where host-made descriptors
 #: are cheap (``launch_lean._DirectDescriptors``): the fastest in CUDA graphs on the H200
-#: (``research/launch/host_breakdown.py``, part D).
+#: (``research/launch/host_breakdown.py``, part T). Up to 1280^3, 7 stages: all 16 K steps of a
+#: 1024^3 tile but the last few are in flight at once (``research/launch/pdl_probe.py``, part M).
 TMA_CONFIGS = {
     640**3: dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=3),
-    1280**3: dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=5),
+    1280**3: dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, num_warps=4, num_stages=7),
     2560**3: dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3),
 }
 TMA_MAX_MNK = max(TMA_CONFIGS)

@@ -197,6 +197,52 @@ def test_gpu_direct_entries_and_kept_descriptor_maps():
         _close(inkernel, expected, 3e-2)
 
 
+@pytest.mark.skipif(not GPU, reason="needs a GPU")
+def test_gpu_pdl_kernels_wait_for_the_kernel_before():
+    """With programmatic dependent launch a kernel may start before the one before it ends: the TMA
+    matmul and the attention forward must still read what that kernel wrote, and the kernel after
+    must read what they wrote, eager and in a CUDA graph (whose kernels then overlap)."""
+    from solutions import launch_lean
+
+    if not (launch_lean.DIRECT and launch_lean.pdl_ok(torch.device("cuda"))):
+        pytest.skip("the PDL paths are triton 3.6's direct entries on a Hopper GPU or later")
+    lean.forget()
+    x = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.float16) / 32
+    q, k, v = (torch.randn(1, 16, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+
+    def chain():
+        c = lean.matmul(lean.matmul(x * 2.0, b), b) + 1.0  # written just before, read just after
+        o = lean.attention_forward(lean.attention_forward(q * 1.0, k, v)[0], k, v)[0] * 1.0
+        return c, o
+
+    def expected():
+        o = fat.reference(fat.reference(q, k, v, False), k, v, False)
+        return (x.float() * 2) @ b.float() @ b.float() + 1, o
+
+    chain()
+    pdl = {name for name, table in lean.LEANS.items() for e in table.entries.values() if getattr(e, "pdl", 0)}
+    assert pdl == {"matmul_tma", "fwd_fixed"}, "the TMA matmul and the one-wave forward launch with PDL"
+    for got, want in zip(chain(), expected()):
+        _close(got, want, 3e-2)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        chain()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = chain()
+    for _ in range(5):
+        x.normal_()
+        q.normal_()
+        graph.replay()
+        torch.cuda.synchronize()
+        for got, want in zip(outs, expected()):
+            _close(got, want, 3e-2)
+    lean.forget()
+
+
 @pytest.mark.parametrize("shape", [(64, 64, 64), (100, 72, 40), (33, 128, 96)])
 def test_tma_matmul_reads_partial_tiles_as_zeros(shape):
     """The TMA kernel has no masks: rows and columns past the matrix read as zeros and are not stored."""
