@@ -186,13 +186,13 @@ def online_softmax(x, parts=None, block=None, one_read=True):
 
 
 #: The one-read kernels compiled with RESET: the last program of a row zeroes the row's exchange
-#: words, so the slots are zero again after every launch and the lean path launches no memset a
-#: call (host time the H200 run below measured: 10.4 us a call against torch's 7.1). Off: on the H200 the count-out atomic (acquire-release, so a fence per
-#: program) made the kernel 18-30% slower at the bench shapes (2710 against 3630 GB/s at 4096x32768,
-#: ``research/launch/logs/final_pass2_bench.log``), below lesson 05's 75%-of-copy target; the memset
-#: costs the GPU about as much as ``torch.zeros`` did. Entries keep the value they were made with
-#: (``forget()`` after changing it).
-ONLINE_RESET = False
+#: words, so the slots are zero again after every launch and the lean path launches no memset a call
+#: (the memset, ``zero_()``, cost the host about 5 us of a 16 us call on the H200). A program counts
+#: itself out with a release (not acquire-release) atomic and looks at the count after its store: the
+#: first version, whose acquire-release count held up each program's store, made the kernel 18-30%
+#: slower (``research/launch/logs/final_pass2_bench.log``). Entries keep the value they were made
+#: with (``forget()`` after changing it).
+ONLINE_RESET = True
 
 
 def kept_slots(x=None) -> list:

@@ -52,15 +52,24 @@ def _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PAR
 
 
 @triton.jit
-def _release_row(slots_ptr, counts_ptr, row, PARTS: tl.constexpr):
-    """RESET: count this program out of its row's exchange. The row's last program (all the others
-    have read the words) zeroes the row's words and its count, so the slots are zero again at the
-    next launch: a caller can keep them, and a CUDA graph can replay the launch."""
+def _count_out(counts_ptr, row):
+    """RESET, first half: count this program out of its row's exchange once it has read the row's
+    words, and return the count before this one. Release: this program's publish and reads come
+    before its count, for whichever program counts out last. The caller looks at the result only
+    after its own store (``_reset_row``), so the atomic's round trip to L2 overlaps that work."""
     tl.debug_barrier()  # every thread of this program has read the row's words
-    done = tl.atomic_add(counts_ptr + row, 1, sem="acq_rel")
-    if done == PARTS - 1:
+    return tl.atomic_add(counts_ptr + row, 1, sem="release")
+
+
+@triton.jit
+def _reset_row(slots_ptr, counts_ptr, row, before, PARTS: tl.constexpr):
+    """RESET, second half: the row's last program to count out (``before == PARTS - 1``) zeroes the
+    row's count and words, so the slots are zero again at the next launch: a caller can keep them,
+    and a CUDA graph can replay the launch. The count is read with acquire, which orders every other
+    program's publish and reads (released with its count) before the zeros."""
+    if before == PARTS - 1:
+        tl.atomic_xchg(counts_ptr + row, 0, sem="acquire")
         tl.store(slots_ptr + row * PARTS + tl.arange(0, PARTS), tl.zeros((PARTS,), dtype=tl.int64))
-        tl.atomic_xchg(counts_ptr + row, 0)
 
 
 @triton.jit
@@ -120,11 +129,14 @@ def one_read_softmax_kernel(
         publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
         m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
         if RESET:  # the counts follow the rows' words: rows = programs // PARTS
-            _release_row(slots_ptr, slots_ptr + tl.num_programs(0), row, PARTS)
+            before = _count_out(slots_ptr + tl.num_programs(0), row)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
+    if PARTS > 1:
+        if RESET:
+            _reset_row(slots_ptr, slots_ptr + tl.num_programs(0), row, before, PARTS)
 
 
 @triton.jit
@@ -167,10 +179,12 @@ def lanes_softmax_kernel(
                          eviction_policy="evict_first")
         m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
         if RESET:
-            _release_row(slots_ptr, slots_ptr + n_rows * PARTS, row, PARTS)
+            before = _count_out(slots_ptr + n_rows * PARTS, row)
         y = e * (tl.exp(shift - m) / l)
         tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
                  eviction_policy="evict_first")
+        if RESET:
+            _reset_row(slots_ptr, slots_ptr + n_rows * PARTS, row, before, PARTS)
 
 
 #: GPU plan, one read (``one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS

@@ -254,3 +254,54 @@ def test_cli_lab_passes_its_options_on():
     assert out.returncode == 0 and "--no-browser" in out.stdout, out.stderr[-500:]
     out = subprocess.run([sys.executable, "-m", "tkcourse", "check", "--bogus"], capture_output=True, text=True)
     assert out.returncode == 2 and "unrecognized arguments: --bogus" in out.stderr
+
+
+def _fake_gpu(monkeypatch):
+    """The bench's timers run on a CPU: no interpreter refusal, synchronize a no-op, eager times fixed."""
+    from tkcourse.bench import core
+
+    monkeypatch.setattr(core, "_refuse_in_interpreter", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(core, "measure", lambda fn, warmup=25, rep=100: (fn(), (0.01, 0.009, 0.011))[1])
+    monkeypatch.setattr(core, "graph_ms", lambda fn: 0.008)
+
+
+def test_host_times_of_a_rows_providers_are_taken_in_turns(monkeypatch):
+    """A slow spell of the host must fall on every provider of a row alike: their bursts alternate."""
+    _fake_gpu(monkeypatch)
+    order = []
+    fns = [lambda name=name: order.append(name) for name in "abc"]
+    times = bench.host_us_interleaved(fns, n=60, burst=3, rounds=4)
+    assert len(times) == 3 and all(t > 0 for t in times)
+    runs = [name for i, name in enumerate(order) if i == 0 or order[i - 1] != name]
+    assert runs == ["a", "b", "c"] + list("abc") * 4  # the warm-up call each, then 4 rounds of turns
+    assert [order.count(n) for n in "abc"] == [1 + 60, 1 + 60, 1 + 60]  # all n calls each, in bursts
+
+
+def test_bench_run_interleaves_host_times_within_a_shape_only(monkeypatch):
+    """run() measures a shape's cases together (host times in turns) and keeps the cases' order."""
+    from tkcourse.bench import core
+
+    _fake_gpu(monkeypatch)
+    groups = []
+    real = core.host_us_interleaved
+
+    def spy(fns, *args, **kwargs):
+        groups.append(len(fns))
+        return real(fns, n=20, burst=2, rounds=2)
+
+    monkeypatch.setattr(core, "host_us_interleaved", spy)
+
+    def broken():
+        raise RuntimeError("no such kernel")
+
+    cases = [bench.Case("k", p, shape, "float32", fn, bytes=8) for shape in ("8", "16")
+             for p, fn in (("triton", lambda: None), ("torch", lambda: None))]
+    cases.insert(1, bench.Case("k", "bad", "8", "float32", broken, bytes=8))
+    lines = []
+    rows = bench.run(cases, progress=lines.append)
+    assert [(r["provider"], r["shape"]) for r in rows] == [("triton", "8"), ("torch", "8"), ("triton", "16"),
+                                                           ("torch", "16")]
+    assert groups == [2, 2]  # one interleaved measurement per shape, the failed case left out
+    assert all(r["host_us"] > 0 and r["graph_ms"] == 0.008 for r in rows)
+    assert any("bad" in line and "FAILED" in line for line in lines)

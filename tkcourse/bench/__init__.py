@@ -8,6 +8,7 @@ every plot reads. Recorded H200 results ship in ``tkcourse/data/h200/bench.csv``
 from .core import (  # noqa: F401
     COLUMNS,
     HOST_BURST,
+    HOST_ROUNDS,
     METRICS,
     OPTIONAL,
     RECORDED,
@@ -18,6 +19,7 @@ from .core import (  # noqa: F401
     bytes_moved,
     graph_ms,
     host_us,
+    host_us_interleaved,
     lessons,
     load_records,
     matmul_flops,

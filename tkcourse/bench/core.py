@@ -12,7 +12,8 @@ before these columns existed: the reader gives None):
 
 * ``host_us``: host microseconds per call, from the call to its return (``host_us()``): calls queued
   back to back in short bursts (``HOST_BURST`` calls, the GPU idle at the start of each), wall clock
-  per call, median over the bursts. A burst is far shorter than CUDA's launch queue, so a call never
+  per call, median over the bursts; a row's providers take their bursts in turns
+  (``host_us_interleaved``). A burst is far shorter than CUDA's launch queue, so a call never
   waits for the GPU to make room: the figure is the host's cost even where the GPU is the bottleneck
   (``ms`` then exceeds it). A call that synchronizes (``.item()``, a fresh ``cudaMalloc``) waits for the
   GPU; no benchmarked call does.
@@ -26,6 +27,7 @@ import csv
 import datetime
 import importlib
 import io
+import itertools
 import math
 import platform
 import sys
@@ -111,6 +113,11 @@ HOST_BURST = 10
 #: Calls ``host_us`` times for a bench row: 50 bursts, so that the median is steady to a few percent.
 HOST_CALLS = 500
 
+#: Rounds ``host_us_interleaved`` spreads each call's bursts over: a bench row's providers take turns,
+#: five bursts each a round, so a slow spell of the host (another process, a clock change) falls on
+#: all of them alike instead of on whichever happened to be running.
+HOST_ROUNDS = 10
+
 
 def host_us(fn: Callable[[], object], n: int = HOST_CALLS, burst: int = HOST_BURST) -> float:
     """Host microseconds per call of ``fn``, from the call to its return (Python, the launcher, the driver).
@@ -121,30 +128,43 @@ def host_us(fn: Callable[[], object], n: int = HOST_CALLS, burst: int = HOST_BUR
     Python's garbage collector is off while it runs (as ``timeit`` does), so that a collection
     started by the allocations of one case is not charged to whichever case happens to be running.
     """
+    return host_us_interleaved([fn], n, burst, rounds=1)[0]
+
+
+def host_us_interleaved(fns: list, n: int = HOST_CALLS, burst: int = HOST_BURST,
+                        rounds: int = HOST_ROUNDS) -> list[float]:
+    """``host_us`` of each of ``fns``, their bursts taken in turns: ``rounds`` rounds, each giving
+    every function its share of the ``n // burst`` bursts, one function after the other. What the
+    bench measures a row's providers with, so that their ratio is not the host's drift between them."""
     _refuse_in_interpreter()
     import gc
     import time
 
     import torch
 
-    fn()
+    for fn in fns:
+        fn()
     torch.cuda.synchronize()
     burst = max(1, min(burst, n))
-    per_call = []
+    bursts = max(1, n // burst)
+    rounds = max(1, min(rounds, bursts))
+    per_call: list[list[float]] = [[] for _ in fns]
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(max(1, n // burst)):
-            start = time.perf_counter()
-            for _ in range(burst):
-                fn()
-            per_call.append((time.perf_counter() - start) / burst)
-            torch.cuda.synchronize()
+        for r in range(rounds):
+            share = bursts // rounds + (r < bursts % rounds)  # the bursts of this round, per function
+            for times, fn in zip(per_call, fns):
+                for _ in range(share):
+                    start = time.perf_counter()
+                    for _ in range(burst):
+                        fn()
+                    times.append((time.perf_counter() - start) / burst)
+                    torch.cuda.synchronize()
     finally:
         if collecting:
             gc.enable()
-    per_call.sort()
-    return per_call[len(per_call) // 2] * 1e6
+    return [sorted(t)[len(t) // 2] * 1e6 for t in per_call]
 
 
 def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
@@ -221,45 +241,58 @@ def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, 
     """Measure each case; a case that fails is reported and skipped, the others go on.
 
     ``host``: also each case's ``host_us`` and ``graph_ms`` (see the module's docstring); a call that
-    a CUDA graph cannot capture gets an empty ``graph_ms`` and a line saying why. ``on_row``: called
-    with each row as soon as it is measured (the CLI saves it then, so a run stopped by a timeout
-    keeps the rows it measured).
+    a CUDA graph cannot capture gets an empty ``graph_ms`` and a line saying why. Consecutive cases
+    of one shape and dtype (a row's providers) are measured together: eager and graph times case by
+    case, then their ``host_us`` interleaved (``host_us_interleaved``). ``on_row``: called with each
+    row as soon as its shape is measured (the CLI saves it then, so a run stopped by a timeout keeps
+    the rows it measured).
     """
-    prov, rows = provenance(command), []
-    for i, c in enumerate(cases, 1):  # lazily: each case's tensors are freed before the next is built
-        try:
-            med, p20, p80 = measure(c.fn, warmup=warmup, rep=rep)
-        except Exception as e:  # keep going: one broken case must not lose a whole run
-            progress(f"[{i}] {c.kernel} {c.provider} {c.shape} {c.dtype}: FAILED {type(e).__name__}: {str(e)[:300]}")
-            continue
-        row = dict(kernel=c.kernel, provider=c.provider, shape=c.shape, dtype=c.dtype, metric=c.metric,
-                   median=round(c.rate(med), 4), p20=round(c.rate(p80), 4), p80=round(c.rate(p20), 4),
-                   ms=round(med, 6), bytes=c.bytes, flops=c.flops, **prov)
-        if host:
-            row.update(_host_and_graph(c, progress, i))
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
-        extra = f"  host {row['host_us']:.1f} us" if row.get("host_us") is not None else ""
-        extra += f"  graph {row['graph_ms'] * 1e3:.1f} us" if row.get("graph_ms") is not None else ""
-        progress(f"[{i}] {c.kernel:<22} {c.provider:<14} {c.shape:<22} {c.dtype:<9} "
-                 f"{row['median']:>9.1f} {c.metric}{extra}")
+    prov, rows, i = provenance(command), [], 0
+    for _, group in itertools.groupby(cases, key=lambda c: (c.shape, c.dtype)):  # lazily, a shape at a time
+        measured = []
+        for c in group:
+            i += 1
+            try:
+                med, p20, p80 = measure(c.fn, warmup=warmup, rep=rep)
+            except Exception as e:  # keep going: one broken case must not lose a whole run
+                progress(f"[{i}] {c.kernel} {c.provider} {c.shape} {c.dtype}: FAILED {type(e).__name__}: {str(e)[:300]}")
+                continue
+            row = dict(kernel=c.kernel, provider=c.provider, shape=c.shape, dtype=c.dtype, metric=c.metric,
+                       median=round(c.rate(med), 4), p20=round(c.rate(p80), 4), p80=round(c.rate(p20), 4),
+                       ms=round(med, 6), bytes=c.bytes, flops=c.flops, **prov)
+            if host:
+                row["graph_ms"] = _timed(c, "graph_ms", lambda c=c: graph_ms(c.fn), progress, i) if c.graph else None
+            measured.append((i, c, row))
+        if host and measured:
+            for (j, c, row), t in zip(measured, _host_times([m[1] for m in measured], progress, [m[0] for m in measured])):
+                row["host_us"] = t
+        for j, c, row in measured:
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+            extra = f"  host {row['host_us']:.1f} us" if row.get("host_us") is not None else ""
+            extra += f"  graph {row['graph_ms'] * 1e3:.1f} us" if row.get("graph_ms") is not None else ""
+            progress(f"[{j}] {c.kernel:<22} {c.provider:<14} {c.shape:<22} {c.dtype:<9} "
+                     f"{row['median']:>9.1f} {c.metric}{extra}")
+        del measured  # this shape's tensors go before the next shape's are made
     return rows
 
 
-def _host_and_graph(c: Case, progress, i: int) -> dict:
-    """``host_us`` and ``graph_ms`` of one case; a failure leaves its column empty and says why."""
-    out = {}
-    for column, timer, scale in (("host_us", lambda: host_us(c.fn), 1), ("graph_ms", lambda: graph_ms(c.fn), 1)):
-        if column == "graph_ms" and not c.graph:
-            out[column] = None
-            continue
-        try:
-            out[column] = round(timer() * scale, 6)
-        except Exception as e:  # noqa: BLE001  (an uncapturable call: the row keeps its eager time)
-            progress(f"[{i}] {c.kernel} {c.provider} {c.shape}: no {column} ({type(e).__name__}: {str(e)[:160]})")
-            out[column] = None
-    return out
+def _timed(c: Case, column: str, timer, progress, i: int):
+    """``timer()`` rounded, or None and a line saying why (an uncapturable call keeps its eager time)."""
+    try:
+        return round(timer(), 6)
+    except Exception as e:  # noqa: BLE001
+        progress(f"[{i}] {c.kernel} {c.provider} {c.shape}: no {column} ({type(e).__name__}: {str(e)[:160]})")
+        return None
+
+
+def _host_times(cases: list, progress, numbers: list) -> list:
+    """``host_us`` of the cases, interleaved; if one of them fails there, each alone (the failing one None)."""
+    try:
+        return [round(t, 6) for t in host_us_interleaved([c.fn for c in cases])]
+    except Exception:  # noqa: BLE001
+        return [_timed(c, "host_us", lambda c=c: host_us(c.fn), progress, i) for c, i in zip(cases, numbers)]
 
 
 # ------------------------------------------------------------------------------------------
