@@ -41,7 +41,7 @@ from .online_softmax_split import exchange_span as split_exchange_span
 from .online_softmax_split import split_plan
 
 __all__ = ["add", "softmax", "online_softmax", "matmul", "attention_forward", "attention", "attention_backward",
-           "LEANS", "kept_slots", "forget"]
+           "LEANS", "kept_slots", "matmul_entries", "forget"]
 
 
 # ---- lesson 01 ----
@@ -187,12 +187,13 @@ def online_softmax(x, parts=None, block=None, one_read=True):
 
 #: The one-read kernels compiled with RESET: the last program of a row zeroes the row's exchange
 #: words, so the slots are zero again after every launch and the lean path launches no memset a call
-#: (the memset, ``zero_()``, cost the host about 5 us of a 16 us call on the H200). A program counts
-#: itself out with a release (not acquire-release) atomic and looks at the count after its store: the
-#: first version, whose acquire-release count held up each program's store, made the kernel 18-30%
-#: slower (``research/launch/logs/final_pass2_bench.log``). Entries keep the value they were made
-#: with (``forget()`` after changing it).
-ONLINE_RESET = True
+#: (the memset, ``zero_()``, costs the host about 5 us of a 16 us call on the H200). Off: on the H200
+#: the kernels with RESET moved 25% fewer bytes a second at the bench shapes (2724 against 3654 GB/s
+#: at 4096x32768, below lesson 05's 75%-of-copy target), both with an acquire-release count before
+#: each program's store and with a release count read after it (``research/launch/logs/``,
+#: ``final_pass2_bench.log`` and ``final_pass4_bench.log``), so the count's round trip is not the
+#: cost. Entries keep the value they were made with (``forget()`` after changing it).
+ONLINE_RESET = False
 
 
 def kept_slots(x=None) -> list:
@@ -342,6 +343,12 @@ def _matmul_first(key, a, b, config):
     ws = small.workspace(M, N, a.device, _stream_of(a.get_device()))
     lean.first(key, (a, b, c, *ws), ints, small.grid, meta, info=True)
     return c
+
+
+def matmul_entries() -> list:
+    """``(entry, C's template, workspace)`` of each matmul key with a kept hot path, oldest first (see
+    ``_hot_entry``); for tests and probes."""
+    return list(_MM_HOT.values())
 
 
 def forget():

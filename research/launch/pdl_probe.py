@@ -96,7 +96,7 @@ def tma_variant(a, b, cfg, pdl):
         K.forget()
         K.matmul(a, b)  # the first call makes the entry, the second its hot tuple
         K.matmul(a, b)
-        e, template, ws = K._MM_HOT[next(iter(K._MM_HOT))]
+        ((e, template, ws),) = K.matmul_entries()
         assert ws == "tma" and e.tensor_descriptors, "not the TMA kernel's direct entry"
         assert e.meta.get("PDL") == pdl and e.pdl == pdl, "PDL not as asked"
         assert e.meta["BLOCK_M"] == cfg["BLOCK_M"] and e.meta["num_stages"] == cfg["num_stages"]
