@@ -203,6 +203,7 @@ def test_gpu_pdl_kernels_wait_for_the_kernel_before():
     matmul and the attention forward must still read what that kernel wrote, and the kernel after
     must read what they wrote, eager and in a CUDA graph (whose kernels then overlap)."""
     from solutions import launch_lean
+    from tkcourse.bench import capture
 
     if not (launch_lean.DIRECT and launch_lean.pdl_ok(torch.device("cuda"))):
         pytest.skip("the PDL paths are triton 3.6's direct entries on a Hopper GPU or later")
@@ -225,14 +226,7 @@ def test_gpu_pdl_kernels_wait_for_the_kernel_before():
     assert pdl == {"matmul_tma", "fwd_fixed"}, "the TMA matmul and the one-wave forward launch with PDL"
     for got, want in zip(chain(), expected()):
         _close(got, want, 3e-2)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        chain()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = chain()
+    graph, outs = capture(chain)
     for _ in range(5):
         x.normal_()
         q.normal_()

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from solutions import launch_lean_attention as LA
 from solutions import launch_lean_kernels as K
 from solutions import launch_matmul_small as small
-from tkcourse.bench import graph_ms, measure
+from tkcourse.bench import capture, graph_ms, measure
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "pdl_probe")
 PARTS = set(sys.argv[2:]) or {"M", "A", "C"}
@@ -203,14 +203,7 @@ if "C" in PARTS:
 
             ref = ((x.float() * 2) @ b.float() @ b.float()) + 1
             errs = [err(chain(), ref) / float(ref.abs().max()) for _ in range(20)]
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                chain()
-            torch.cuda.current_stream().wait_stream(stream)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                out = chain()
+            g, out = capture(chain)
             gerrs = []
             for i in range(20):
                 x.copy_(torch.randn_like(x))

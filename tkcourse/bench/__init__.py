@@ -17,6 +17,7 @@ from .core import (  # noqa: F401
     RecordsNotFound,
     attention_flops,
     bytes_moved,
+    capture,
     graph_ms,
     host_us,
     host_us_interleaved,

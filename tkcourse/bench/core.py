@@ -167,15 +167,11 @@ def host_us_interleaved(fns: list, n: int = HOST_CALLS, burst: int = HOST_BURST,
     return [sorted(t)[len(t) // 2] * 1e6 for t in per_call]
 
 
-def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
-    """Median milliseconds of ``fn`` replayed from a CUDA graph: the GPU's work without the launch path.
-
-    ``fn`` is run twice on a side stream (compiling, autotuning), then captured once; the L2 cache is
-    flushed before each timed replay, as ``do_bench`` does. A launcher that cannot be captured raises.
-    """
-    _refuse_in_interpreter()
+def capture(fn: Callable[[], object]):
+    """``(graph, out)``: ``fn`` run twice on a side stream (compiling, autotuning, allocating what
+    it keeps), then captured once into a ``torch.cuda.CUDAGraph``; ``out`` is what the captured call
+    returned, the tensors each ``graph.replay()`` writes again. A call that cannot be captured raises."""
     import torch
-    from triton import runtime
 
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -186,8 +182,22 @@ def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        out = fn()
     torch.cuda.synchronize()
+    return graph, out
+
+
+def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
+    """Median milliseconds of ``fn`` replayed from a CUDA graph: the GPU's work without the launch path.
+
+    ``fn`` is run twice on a side stream (compiling, autotuning), then captured once; the L2 cache is
+    flushed before each timed replay, as ``do_bench`` does. A launcher that cannot be captured raises.
+    """
+    _refuse_in_interpreter()
+    import torch
+    from triton import runtime
+
+    graph, _ = capture(fn)
     cache = runtime.driver.active.get_empty_cache_for_benchmark()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
