@@ -305,3 +305,29 @@ def test_bench_run_interleaves_host_times_within_a_shape_only(monkeypatch):
     assert groups == [2, 2]  # one interleaved measurement per shape, the failed case left out
     assert all(r["host_us"] > 0 and r["graph_ms"] == 0.008 for r in rows)
     assert any("bad" in line and "FAILED" in line for line in lines)
+
+
+def test_merge_rows_replaces_by_key_adds_new_rows_and_keeps_the_rest(tmp_path):
+    """tools/merge_rows.py: how a GPU run's rows enter the recorded table (PROVENANCE.md says so)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("merge_rows", Path(__file__).parents[1] / "tools" / "merge_rows.py")
+    merge_rows = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(merge_rows)
+    table = bench.write_records([_row(), _row(provider="torch", median=2.0), _row(kernel="matmul", median=3.0)],
+                                tmp_path / "table.csv")
+    before = table.read_bytes().splitlines()
+    run = bench.write_records([_row(provider="torch", median=5.0), _row(shape="8192", median=6.0),
+                               _row(kernel="matmul", median=7.0)], tmp_path / "run.csv")
+    assert merge_rows.merge(table, run, kernels=["vector_add"]) == (1, 1)  # matmul's row of the run left out
+    rows = bench.load_records(table)
+    assert [(r["kernel"], r["provider"], r["shape"], r["median"]) for r in rows] == [
+        ("vector_add", "triton", "1024", 1.0), ("vector_add", "torch", "1024", 5.0), ("matmul", "triton", "1024", 3.0),
+        ("vector_add", "triton", "8192", 6.0)]
+    after = table.read_bytes().splitlines()
+    assert after[0] == before[0] and after[1] == before[1] and after[3] == before[3]  # untouched rows, byte for byte
+    other = tmp_path / "other.csv"
+    other.write_text("kernel,shape\nk,1\n")
+    with pytest.raises(SystemExit, match="not the table's"):
+        merge_rows.merge(table, other)

@@ -10,8 +10,11 @@
 #                                              # proton's profile; then graders, notebooks 00-01, 03-04,
 #                                              # 07-09 and the GPU tests, side by side (correctness only)
 #   bash tools/gpu_pass.sh figures08 OUT       # the same figures without lesson 09's rows
+#                                              # (NO_PROTON=1 before either: the bench rows only)
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
-# Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ and unpack OUT/sweeps.tgz into tkcourse/data/.
+# Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ (or merge some of its rows into it:
+# python3 tools/merge_rows.py tkcourse/data/h200/bench.csv OUT/bench.csv --kernel ...) and unpack
+# OUT/sweeps.tgz into tkcourse/data/.
 set -uo pipefail
 what=${1:?bench, sweeps and/or check}; OUT=${2:-artifacts/gpu}
 mkdir -p "$OUT"
