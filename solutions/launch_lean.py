@@ -11,7 +11,8 @@ computes itself, much more cheaply. ``Lean`` does that:
   and keeps the ``CompiledKernel`` it returns, the grid and the constexpr values;
 - every later call with that key calls ``CompiledKernel.run`` directly, with the stream looked up
   on the call (a stream kept from an earlier call would make a CUDA-graph capture record nothing:
-  the launch would go to the old stream, not the capturing one).
+  the launch would go to the old stream, not the capturing one). A caller that has looked the
+  stream up already for its own use passes it: ``entry.on(stream, *args)``.
 
 The key is the caller's job, and it must hold everything the compile depends on: dtypes, every
 int argument (their values: 1 and multiples of 16 compile differently), the 16-byte alignment of
@@ -92,6 +93,9 @@ class _Fallback:
     def __call__(self, *args):
         self.kernel[self.grid](*args, *self.static, **self.meta)
 
+    def on(self, stream, *args):  # kernel[grid] launches on the current stream itself
+        self.kernel[self.grid](*args, *self.static, **self.meta)
+
 
 class _Compiled:
     """An entry that calls ``CompiledKernel.run``: the launch alone, on the current stream."""
@@ -108,6 +112,11 @@ class _Compiled:
         g = self.grid
         self.run(g[0], g[1], g[2], self.stream(self.device), self.function, self.packed, None, None, None,
                  *args, *self.tail)
+
+    def on(self, stream, *args):
+        """The launch on ``stream``, the current stream's handle that the caller looked up already."""
+        g = self.grid
+        self.run(g[0], g[1], g[2], stream, self.function, self.packed, None, None, None, *args, *self.tail)
 
 
 #: Entries call the launcher's C function directly where the Triton is one whose launcher this module
@@ -156,6 +165,12 @@ class _Direct:
         self.launch(g[0], g[1], g[2], self.stream(self.device), self.function, self.coop, self.pdl, None, None,
                     self.packed, None, None, None, *args, *self.tail)
 
+    def on(self, stream, *args):
+        """The launch on ``stream``, the current stream's handle that the caller looked up already."""
+        g = self.grid
+        self.launch(g[0], g[1], g[2], stream, self.function, self.coop, self.pdl, None, None, self.packed,
+                    None, None, None, *args, *self.tail)
+
 
 class _DirectDescriptors(_Direct):
     """A ``_Direct`` entry of a kernel taking host-made tensor descriptors: the caller passes the
@@ -170,6 +185,9 @@ class _DirectDescriptors(_Direct):
         self.maps: dict = {}
 
     def __call__(self, *args):
+        self.on(self.stream(self.device), *args)
+
+    def on(self, stream, *args):
         flat, maps = [], self.maps
         for i, a in enumerate(args):
             t = self.templates.get(i)
@@ -182,7 +200,7 @@ class _DirectDescriptors(_Direct):
                 m = maps[key] = self._encode(a, *t)
             flat.extend(m)
         g = self.grid
-        self.launch(g[0], g[1], g[2], self.stream(self.device), self.function, self.coop, self.pdl, None, None,
+        self.launch(g[0], g[1], g[2], stream, self.function, self.coop, self.pdl, None, None,
                     self.packed, None, None, None, *flat, *self.tail)
 
     def _encode(self, tensor, template, meta):

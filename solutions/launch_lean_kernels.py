@@ -123,38 +123,61 @@ def online_softmax(x, parts=None, block=None, one_read=True):
     """Softmax of rows of any length, as ``online_softmax_one_read.softmax`` (lesson 05's fast path).
 
     Explicit ``parts``/``block``/``one_read=False`` and rows that need the split step take the step
-    modules' ordinary launch. The one-read kernels' ints sit between their tensors (x, out, strides,
-    sizes, slots), so they are passed on every call. Their exchange slots must be zero at each
-    launch: each (key, stream) keeps one set, zeroed by ``zero_()`` before each launch (a memset
-    on the stream, where ``torch.zeros`` a call also allocated). With ONLINE_RESET the kernels
-    leave them zero themselves and the memset goes (see ONLINE_RESET)."""
+    modules' ordinary launch. A key's lean entry sits in ``_ONLINE_HOT`` with the ints it passes (the
+    one-read kernels' ints sit between their pointers, so they go with every call) and its exchange
+    slots, one set per stream, kept from call to call: the kernels' words carry a tag that alternates
+    from launch to launch (``online_softmax_one_read.launch_tag``), so kept slots need no memset a
+    call (which cost the host about 5 us of a 16 us call on the H200, ``zero_()``), eagerly or in a
+    CUDA graph."""
     if parts is not None or block is not None or not one_read:
         return one.softmax(x, parts=parts, block=block, one_read=one_read)
     try:
         key = _t(x)
     except AttributeError:
         return one.softmax(x)
-    e = _ONE_READ.get(key) or _LANES.get(key) or _ONLINE.get(key)
-    if e is not None:
-        if x.stride(1) != 1:
-            x = x.contiguous()
-        out = torch.empty_like(x)
-        kind = e.info[0]
-        if kind == "rows":
-            e(x, out)
-        else:
-            slots = e.info[2].get(_stream_of(x.get_device())) if e.info[2] else None
-            if slots is None:
-                slots = _slots(e, x)
-            elif not e.meta["RESET"]:
-                slots.zero_()
-            n_rows, n_cols = x.shape
-            args = (x.data_ptr(), out.data_ptr(), slots.data_ptr()) if e.lean else (x, out, slots)
-            if kind == "one_read":
-                e(args[0], args[1], x.stride(0), out.stride(0), n_cols, args[2])
-            else:
-                e(args[0], args[1], x.stride(0), out.stride(0), n_rows, n_cols, args[2])
+    hot = None if _hooks_on() else _ONLINE_HOT.get(key)
+    if hot is None:
+        return _online_table(key, x)
+    e, ints, by_stream = hot
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    stream = _stream_of(key[4])
+    if by_stream is None:  # one part a row: the lesson's kernel, no exchange
+        e.on(stream, x.data_ptr(), out.data_ptr())
         return out
+    slots = by_stream.get(stream)
+    if slots is None:
+        slots = _new_slots(by_stream, stream, e.info[1], x.device)
+    e.on(stream, x.data_ptr(), out.data_ptr(), *ints, slots.data_ptr())
+    return out
+
+
+_ONLINE_HOT: dict = {}  # key -> (lean entry, the ints between its pointers, {stream: slots} or None)
+
+
+def _online_table(key, x):
+    """A key with no hot entry: an entry of the tables that launches with tensors (the interpreter, a
+    launch hook), or the first call, which keeps a lean entry in ``_ONLINE_HOT``."""
+    e = _ONE_READ.get(key) or _LANES.get(key) or _ONLINE.get(key)
+    if e is None:
+        return _online_first(key, x)
+    if x.stride(1) != 1:
+        x = x.contiguous()
+    out = torch.empty_like(x)
+    kind = e.info[0]
+    if kind == "rows":
+        e(x, out)
+        return out
+    slots = torch.zeros(e.info[1], dtype=torch.int64, device=x.device)
+    if kind == "one_read":
+        e(x, out, x.stride(0), out.stride(0), x.shape[1], slots)
+    else:
+        e(x, out, x.stride(0), out.stride(0), *x.shape, slots)
+    return out
+
+
+def _online_first(key, x):
     validate(x, names=["x"], ndim=2)
     if x.stride(1) != 1:
         x = x.contiguous()
@@ -165,59 +188,51 @@ def online_softmax(x, parts=None, block=None, one_read=True):
         parts, block = split_plan(n_cols, x.element_size())
         if parts > 1:  # long rows with no one-read plan: the split step, ordinary launch
             return one.softmax(x)
-        _ONLINE.first(key, (x, out), (x.stride(0), out.stride(0), n_cols), (n_rows,),
-                      dict(BLOCK=block, NUM_STAGES=osm.NUM_STAGES, num_warps=osm.NUM_WARPS), info=("rows",))
+        e = _ONLINE.first(key, (x, out), (x.stride(0), out.stride(0), n_cols), (n_rows,),
+                          dict(BLOCK=block, NUM_STAGES=osm.NUM_STAGES, num_warps=osm.NUM_WARPS), info=("rows",))
+        _keep_hot(key, e, (), None)
         return out
     parts, part, warps = plan
-    lanes = one.persistent_lanes(x, out, parts, part, warps, reset=ONLINE_RESET)
-    meta = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=split_exchange_span(warps),
-                RESET=ONLINE_RESET, num_warps=warps)
-    words = n_rows * (parts + 1)  # each row's PARTS words, then each row's count (RESET)
+    lanes = one.persistent_lanes(x, out, parts, part, warps)
+    meta = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * warps, SPAN=split_exchange_span(warps), num_warps=warps)
+    words = n_rows * parts
     slots = torch.zeros(words, dtype=torch.int64, device=x.device)
     static = (one.MAX_POLLS, split_exchange_span(warps))
     if lanes is None:
-        e = _ONE_READ.first(key, (x, out, x.stride(0), out.stride(0), n_cols, slots), static, (parts * n_rows,),
-                            meta, info=("one_read", words, {}))
+        ints = (x.stride(0), out.stride(0), n_cols)
+        e = _ONE_READ.first(key, (x, out, *ints, slots), static, (parts * n_rows,), meta, info=("one_read", words))
     else:
-        e = _LANES.first(key, (x, out, x.stride(0), out.stride(0), n_rows, n_cols, slots), static,
-                         (parts * lanes,), meta, info=("lanes", words, {}))
-    _keep_slots(e, x, slots)
+        ints = (x.stride(0), out.stride(0), n_rows, n_cols)
+        e = _LANES.first(key, (x, out, *ints, slots), static, (parts * lanes,), meta, info=("lanes", words))
+    by_stream: dict = {}
+    _keep_hot(key, e, ints, by_stream)
+    by_stream[_stream_of(x.get_device())] = slots  # launched once: its words tagged, as kept slots are
     return out
 
 
-#: The one-read kernels compiled with RESET: the last program of a row zeroes the row's exchange
-#: words, so the slots are zero again after every launch and the lean path launches no memset a call
-#: (the memset, ``zero_()``, costs the host about 5 us of a 16 us call on the H200). Off: on the H200
-#: the kernels with RESET moved 25% fewer bytes a second at the bench shapes (2724 against 3654 GB/s
-#: at 4096x32768, below lesson 05's 75%-of-copy target), both with an acquire-release count before
-#: each program's store and with a release count read after it (``research/launch/logs/``,
-#: ``final_pass2_bench.log`` and ``final_pass4_bench.log``), so the count's round trip is not the
-#: cost. Entries keep the value they were made with (``forget()`` after changing it).
-ONLINE_RESET = False
+def _keep_hot(key, e, ints, by_stream):
+    if not e.lean:  # launches with tensors: the tables keep it
+        return
+    if len(_ONLINE_HOT) >= 1024:  # bounded as Lean's own tables are
+        _ONLINE_HOT.clear()
+    _ONLINE_HOT[key] = (e, ints, by_stream)
 
 
 def kept_slots(x=None) -> list:
-    """The exchange slots the one-read entries keep (each entry's ``info[2]``: one set per stream),
-    of the entry for inputs like ``x``, or of all; for tests and probes."""
+    """The exchange slots the lean one-read entries keep (one set per stream), of the entry for
+    inputs like ``x``, or of all; for tests and probes."""
     key = None if x is None else tensor_key(x)
-    return [slots for lean in (_ONE_READ, _LANES) for k, e in lean.entries.items() if key in (None, k)
-            for slots in e.info[2].values()]
+    return [slots for k, (_, _, by_stream) in _ONLINE_HOT.items() if by_stream and key in (None, k)
+            for slots in by_stream.values()]
 
 
-def _slots(e, x):
-    """New exchange slots for entry ``e`` on the current stream of x's device (two launches on one
-    stream never overlap; a CUDA graph captured on its own stream gets its own), made zero."""
-    slots = torch.zeros(e.info[1], dtype=torch.int64, device=x.device)
-    _keep_slots(e, x, slots)
-    return slots
-
-
-def _keep_slots(e, x, slots):
-    by_stream = e.info[2]
+def _new_slots(by_stream, stream, words, device):
+    """Zeroed exchange slots for a stream that has none yet (two launches on one stream never overlap,
+    so they may share a set; a CUDA graph captured on its own stream gets its own)."""
     if len(by_stream) >= 64:  # streams come and go: bounded
         by_stream.clear()
-    stream = _stream_of(x.get_device())
-    by_stream[stream] = slots
+    slots = by_stream[stream] = torch.zeros(words, dtype=torch.int64, device=device)
+    return slots
 
 
 # ---- lesson 03: split-K for small products, the lesson's autotuned kernel for large ones ----
@@ -358,6 +373,7 @@ def forget():
         lean.entries.clear()
     _MM_HOT.clear()
     _MM_WS.clear()
+    _ONLINE_HOT.clear()
 
 
 #: Every lean launcher's table, for tests and lesson 08 (entries, compiles).

@@ -40,36 +40,26 @@ __all__ = ["softmax", "reference", "step_states"]
 
 
 @triton.jit
-def _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS: tl.constexpr,
+def _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, tag, PARTS: tl.constexpr,
                SPAN: tl.constexpr, FALLBACK_BLOCK: tl.constexpr):
     """Row ``row``'s ``(m, l)`` for a program that has published its part: combined from the parts'
-    words (``combine_parts``) or, when a part of the row has not run within ``max_polls`` polls, read
-    from the whole row by this program itself (pass 1 of the lesson)."""
-    m, l, complete = combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN)
+    words of this launch (``combine_parts``, tag ``tag``) or, when a part of the row has not run within
+    ``max_polls`` polls, read from the whole row by this program itself (pass 1 of the lesson)."""
+    m, l, complete = combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN, tag)
     if not complete:  # row: a Python int in the interpreter's lanes loop, hence tl.cast
         m, l = online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
     return m, l
 
 
 @triton.jit
-def _count_out(counts_ptr, row):
-    """RESET, first half: count this program out of its row's exchange once it has read the row's
-    words, and return the count before this one. Release: this program's publish and reads come
-    before its count, for whichever program counts out last. The caller looks at the result only
-    after its own store (``_reset_row``), so the atomic's round trip to L2 overlaps that work."""
-    tl.debug_barrier()  # every thread of this program has read the row's words
-    return tl.atomic_add(counts_ptr + row, 1, sem="release")
-
-
-@triton.jit
-def _reset_row(slots_ptr, counts_ptr, row, before, PARTS: tl.constexpr):
-    """RESET, second half: the row's last program to count out (``before == PARTS - 1``) zeroes the
-    row's count and words, so the slots are zero again at the next launch: a caller can keep them,
-    and a CUDA graph can replay the launch. The count is read with acquire, which orders every other
-    program's publish and reads (released with its count) before the zeros."""
-    if before == PARTS - 1:
-        tl.atomic_xchg(counts_ptr + row, 0, sem="acquire")
-        tl.store(slots_ptr + row * PARTS + tl.arange(0, PARTS), tl.zeros((PARTS,), dtype=tl.int64))
+def launch_tag(own_ptr, mask=True):
+    """This launch's tag for a row's exchange words (``publish_part``): the other tag than the one of
+    this program's own word, which the program published in the slots' last launch (0 on new, zeroed
+    slots: then the tag is 1). Every program of the row reads its own word and gets the same answer,
+    so slots kept from launch to launch need no zeroing: a launch's words differ from the last
+    launch's by their tag. Read from L2 (``.cg``: an L1 line may be a launch old). Issued before the
+    part's own load, the read also brings the row's words into L2 while the part streams in."""
+    return 1 - ((tl.load(own_ptr, mask=mask, other=0, cache_modifier=".cg") >> 32) & 1)
 
 
 @triton.jit
@@ -96,14 +86,13 @@ def one_read_softmax_kernel(
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
     out_row_stride,  # elements between the starts of two rows of out
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word; zero, or as the last launch left it
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
     SPAN: tl.constexpr,  # entries of combine_parts' agreement tensor: 64 * num_warps
-    RESET: tl.constexpr = False,  # slots has a count per row after the words, and is left zero at exit
 ):
     """The GPU plan: each program reads its part of a row once and keeps it in registers.
 
@@ -116,6 +105,8 @@ def one_read_softmax_kernel(
     correct, never a deadlock; on an idle GPU the parts of a row run together and nobody falls back.
     (The split kernel's ticket gives the same safety, but one counter that every program hits is a
     point of contention that cost more than the wait saves: see ``research/``, exchange_probe.)
+    The words carry a tag that alternates from launch to launch (``launch_tag``), so a caller may
+    keep the slots and launch again without zeroing them: in a CUDA graph too.
     """
     pid = tl.program_id(0)
     row = pid // PARTS
@@ -123,20 +114,18 @@ def one_read_softmax_kernel(
     x_row = x_ptr + row.to(tl.int64) * x_row_stride
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
+    if PARTS > 1:  # read before the part: the row's words come into L2 during its load
+        tag = launch_tag(slots_ptr + row * PARTS + part)
     e, shift, m_p, l_p = load_part(x_row, cols, mask)  # e stays in registers until the row's max is known
     scale = 1.0 / l_p
     if PARTS > 1:
-        publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
-        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
-        if RESET:  # the counts follow the rows' words: rows = programs // PARTS
-            before = _count_out(slots_ptr + tl.num_programs(0), row)
+        publish_part(slots_ptr, row, part, m_p, l_p, PARTS, tag)
+        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, tag, PARTS, SPAN,
+                          FALLBACK_BLOCK)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
-    if PARTS > 1:
-        if RESET:
-            _reset_row(slots_ptr, slots_ptr + tl.num_programs(0), row, before, PARTS)
 
 
 @triton.jit
@@ -147,44 +136,44 @@ def lanes_softmax_kernel(
     out_row_stride,  # elements between the starts of two rows of out
     n_rows,  # rows of x
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word; zero, or as the last launch left it
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
     PART: tl.constexpr,  # columns a program holds on chip; a power of two, PARTS * PART >= n_cols
     FALLBACK_BLOCK: tl.constexpr,  # columns per step of the fallback's read of the whole row
     SPAN: tl.constexpr,  # entries of combine_parts' agreement tensor: 64 * num_warps
-    RESET: tl.constexpr = False,  # slots has a count per row after the words, and is left zero at exit
 ):
     """Few long rows: the one-read kernel on a persistent grid of ``lanes * PARTS`` programs.
 
     The PARTS programs of lane k hold the parts of rows k, k + lanes, k + 2 * lanes, ... one row at a
     time, and the grid is one wave (as many programs as fit at once). Each program loads its part of
     the lane's NEXT row before it waits for this row's other parts, so a load is in flight through the
-    wait, where the one-read kernel had none. Same word exchange, wait and fallback.
+    wait, where the one-read kernel had none. Same word exchange (its tag read with the next row's
+    part), wait and fallback.
     """
     lanes = tl.num_programs(0) // PARTS
     lane = tl.program_id(0) // PARTS
     part = tl.program_id(0) % PARTS
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
+    tag_next = launch_tag(slots_ptr + lane * PARTS + part, lane < n_rows)
     x_next = tl.load(x_ptr + lane.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(lane < n_rows, n_cols, 0),
                      other=float("-inf"), eviction_policy="evict_first")  # no row for this lane: nothing read
     for row in tl.range(lane, n_rows, lanes, num_stages=1):  # row: a Python int in the interpreter, hence tl.cast
+        tag = tag_next
         e, shift, m_p, l_p = _part_stats(x_next.to(tl.float32))
-        publish_part(slots_ptr, row, part, m_p, l_p, PARTS)
+        publish_part(slots_ptr, row, part, m_p, l_p, PARTS, tag)
         nxt = row + lanes  # its load is in flight while this row's other parts are awaited
+        tag_next = launch_tag(slots_ptr + nxt * PARTS + part, nxt < n_rows)
         x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
                          mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
                          eviction_policy="evict_first")
-        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
-        if RESET:
-            before = _count_out(slots_ptr + n_rows * PARTS, row)
+        m, l = _row_stats(slots_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, tag, PARTS, SPAN,
+                          FALLBACK_BLOCK)
         y = e * (tl.exp(shift - m) / l)
         tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
                  eviction_policy="evict_first")
-        if RESET:
-            _reset_row(slots_ptr, slots_ptr + n_rows * PARTS, row, before, PARTS)
 
 
 #: GPU plan, one read (``one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
@@ -251,28 +240,30 @@ def one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
 _LANES_FIT: dict = {}  # programs of lanes_softmax_kernel an SM holds, per (device, dtype, PARTS, PART, warps)
 
 
-def persistent_lanes(x, out, parts, part, num_warps, reset=False) -> int | None:
+def persistent_lanes(x, out, parts, part, num_warps) -> int | None:
     """Lanes of the persistent grid for rows of at least LANES_MIN_COLS columns (None: shorter rows,
-    one program per part): as many as fit at once, ``lanes * parts`` programs (``reset``: of the
-    kernel compiled with RESET)."""
+    one program per part): as many as fit at once, ``lanes * parts`` programs."""
     n_rows, n_cols = x.shape
     if n_cols < LANES_MIN_COLS:
         return None
-    key = (x.device.index, x.dtype, parts, part, num_warps, reset)
+    key = (x.device.index, x.dtype, parts, part, num_warps)
     if key not in _LANES_FIT:
         slots = torch.zeros(1, dtype=torch.int64, device=x.device)
         _LANES_FIT[key] = programs_per_sm(lanes_softmax_kernel, x, out, x.stride(0), out.stride(0), n_rows, n_cols,
                                           slots, MAX_POLLS, exchange_span(num_warps), PARTS=parts, PART=part,
-                                          FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), RESET=reset,
+                                          FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps),
                                           num_warps=num_warps, device_index=x.device.index)
     fit = sm_count(x.device.index) * _LANES_FIT[key] // parts
     return min(fit, n_rows) if fit >= 1 else None
 
 
-def one_read_launch(x, out, parts, part, num_warps, max_polls=None, lanes=None):
-    """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one."""
+def one_read_launch(x, out, parts, part, num_warps, max_polls=None, lanes=None, slots=None):
+    """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one.
+    ``slots``: ``n_rows * parts`` int64 exchange words that earlier launches of this plan left (a
+    caller that keeps them saves a memset a call: ``launch_tag``), or None for new zeroed ones."""
     n_rows, n_cols = x.shape
-    slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # 0: not yet published
+    if slots is None:
+        slots = torch.zeros((n_rows, parts), dtype=torch.int64, device=x.device)  # every tag 0: this launch's is 1
     polls = MAX_POLLS if max_polls is None else max_polls
     common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), num_warps=num_warps)
     if lanes is None:

@@ -228,16 +228,23 @@ def test_one_read_plan_matches_torch_on_a_gpu(shape):
     _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
 
 
+def _published_words(x, parts, part):
+    """The (rows, parts) exchange words of ``x`` as ``publish_part`` writes them on zeroed slots:
+    each part's m in the low half, its l in the high half with tag 1 in l's lowest bit."""
+    n_rows, n_cols = x.shape
+    xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(n_rows, parts, part)
+    m_parts = xp.amax(-1)
+    l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
+    return (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | ((l_parts.view(torch.int32).long() | 1) << 32)
+
+
 @pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
 def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     """The multi-part path in the interpreter: publish every part's (m, l) word but part 0's
     beforehand, so no program waits (and none may fall back: no polls); each must combine the words."""
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
-    xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(3, parts, part)
-    m_parts = xp.amax(-1)
-    l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
-    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
+    words = _published_words(x, parts, part)
     words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
     out = torch.empty_like(x)
     one_read.one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
@@ -255,10 +262,7 @@ def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_co
     n_rows = 7
     x = _randn(n_rows, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
-    xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(n_rows, parts, part)
-    m_parts = xp.amax(-1)
-    l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
-    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
+    words = _published_words(x, parts, part)
     words[:, 0] = 0
     out = torch.empty_like(x)
     one_read.lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
@@ -276,6 +280,44 @@ def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols, lanes):
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
     _assert_softmax(one_read.one_read_launch(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
+
+
+@pytest.mark.parametrize("lanes", [None, 2])
+def test_one_read_kept_slots_alternate_their_tag(lanes):
+    """Slots kept from launch to launch, never zeroed: each launch tags its words with the other tag
+    than the last launch's (``launch_tag``), so a program never takes a word of the last launch for
+    one of this launch. In the interpreter the first parts of a row run before their siblings have
+    published: they must see the last launch's words as missing and fall back, while the last part
+    combines this launch's words. New inputs every launch: a stale word gives a wrong row."""
+    n_rows, n_cols, parts, part = 5, 300, 4, 128
+    slots = torch.zeros(n_rows * parts, dtype=torch.int64, device=DEV)
+    for launch in range(4):
+        x = _randn(n_rows, n_cols, scale=1.0 + 3 * launch, seed=launch)
+        _assert_softmax(one_read.one_read_launch(x, torch.empty_like(x), parts, part, 1, max_polls=2, lanes=lanes,
+                                                 slots=slots), x)
+        assert set(((slots >> 32) & 1).tolist()) == {1 - launch % 2}, "every word of a launch has its tag"
+
+
+@triton.jit
+def _stale_tag(own_ptr, mask=True):
+    """A planted mistake: every launch takes tag 1, so kept words of the last launch count as new."""
+    return tl.full((), 1, tl.int64)
+
+
+def test_kept_slots_with_one_tag_for_every_launch_are_wrong(monkeypatch):
+    """The check above bites: with the tag not alternating, the second launch combines the first
+    launch's words (another input's max and sum) and its rows come out wrong."""
+    if not mode.INTERPRET:
+        pytest.skip("the interpreter's program order makes the stale words certain to be read")
+    monkeypatch.setattr(one_read, "launch_tag", _stale_tag)
+    n_rows, n_cols, parts, part = 5, 300, 4, 128
+    slots = torch.zeros(n_rows * parts, dtype=torch.int64, device=DEV)
+    outs = []
+    for launch in range(2):
+        x = _randn(n_rows, n_cols, scale=1.0 + 3 * launch, seed=launch)
+        out = one_read.one_read_launch(x, torch.empty_like(x), parts, part, 1, max_polls=2, slots=slots)
+        outs.append((out - lesson.reference(x)).abs().max().item())
+    assert outs[0] < 1e-5 and outs[1] > 1e-2, outs
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")

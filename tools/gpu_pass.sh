@@ -11,6 +11,9 @@
 #                                              # 07-09 and the GPU tests, side by side (correctness only)
 #   bash tools/gpu_pass.sh figures08 OUT       # the same figures without lesson 09's rows
 #                                              # (NO_PROTON=1 before either: the bench rows only)
+#   bash tools/gpu_pass.sh online OUT          # the softmax rows (lessons 02 and 05), the kept-slots
+#                                              # probe, then lessons 02, 05 and 08's graders, notebooks
+#                                              # and GPU tests side by side
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
 # Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ (or merge some of its rows into it:
 # python3 tools/merge_rows.py tkcourse/data/h200/bench.csv OUT/bench.csv --kernel ...) and unpack
@@ -49,6 +52,19 @@ figures|figures08)  # figures08: lesson 08's rows only (add, softmax, small matm
   if [ -z "${NO_PROTON:-}" ]; then  # NO_PROTON=1: the bench rows only
     timeout 90 python3 research/launch/proton_profile.py "$OUT/proton" > "$OUT/proton.log" 2>&1
     echo "proton exit $?" | tee -a "$OUT/gpu.txt"; fi ;;
+online)  # the exchange of lesson 05's one-read kernels: its rows and probe, then its checks side by side
+  timeout 200 python3 -m tkcourse bench softmax --out "$OUT/bench.csv" --append > "$OUT/bench.log" 2>&1
+  echo "bench softmax exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 120 python3 research/launch/tag_probe.py "$OUT" > "$OUT/tag_probe.log" 2>&1; echo "tag_probe exit $?" | tee -a "$OUT/gpu.txt"
+  ( timeout 240 python3 -m tkcourse check softmax online_softmax launch > "$OUT/check.log" 2>&1
+    echo "graders exit $?" >> "$OUT/gpu.txt" ) &
+  ( env -u TKCOURSE_SOLUTIONS timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+      -k "02_ or 05_ or 08_" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
+  ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_launch_lean.py tests/test_online_softmax.py \
+      tests/test_softmax.py -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
+    echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
+  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log"
+  grep -E "^[KHG] " "$OUT/tag_probe.log"; grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 verify)  # correctness only, so the three run side by side
   ( timeout 240 python3 -m tkcourse check > "$OUT/check.log" 2>&1; echo "graders exit $?" >> "$OUT/gpu.txt" ) &
   ( env -u TKCOURSE_SOLUTIONS timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
