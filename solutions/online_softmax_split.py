@@ -10,8 +10,8 @@ functions (``online_softmax.online_stats``, ``_write_softmax``); this step adds 
 the pairs between programs, which ``online_softmax_one_read`` builds on.
 
 Same API as the lesson: ``softmax(x, parts=None, block=None)``; ``reference`` and ``step_states``
-are the lesson's. The exchange's pieces (``publish_part``, ``missing_words``, ``combine_words``,
-``combine_parts``, ``exchange_span``) are public: the one-read step and the probes in ``research/tuning/`` build on them.
+are the lesson's. The exchange's pieces (``publish_part``, ``combine_words``, ``combine_parts``,
+``exchange_span``) are public: the one-read step and the probes in ``research/tuning/`` build on them.
 """
 
 import torch
@@ -38,24 +38,15 @@ __all__ = ["softmax", "reference", "step_states"]
 
 
 @triton.jit
-def publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr, tag=1):
+def publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
     """Publish this part's (m, l) as ONE 64-bit word (m in the low half, l in the high half).
 
-    The word is its own flag: a reader sees either the word from before this launch or the whole
-    pair, never half of it, so no counter and no memory fence are needed. Which one it sees, the
-    word's tag says: bit 32, the lowest mantissa bit of l, holds ``tag`` (1 unit in the last place
-    of l, far below fp16's precision). On zeroed slots the tag is 1, so a published word is never 0.
-    (``online_softmax_one_read`` keeps its slots from launch to launch and alternates the tag.)
+    The word is its own flag: a reader sees either 0 (not yet published) or the whole pair, never
+    half of it, so no counter and no memory fence are needed. A published word is never 0: l >= 1
+    for a part with a value in it, and an empty part has m = -inf.
     """
-    l_bits = l.to(tl.int32, bitcast=True).to(tl.int64)
-    word = (m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (((l_bits & -2) | tag) << 32)
+    word = (m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (l.to(tl.int32, bitcast=True).to(tl.int64) << 32)
     tl.atomic_xchg(slots_ptr + row * PARTS + part, word, sem="relaxed")
-
-
-@triton.jit
-def missing_words(words, tag):
-    """1 for each word not yet published in this launch: its tag (bit 32) is not ``tag``."""
-    return ((words >> 32) & 1) != tag
 
 
 @triton.jit
@@ -69,9 +60,8 @@ def combine_words(words):
 
 
 @triton.jit
-def combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr, tag=1):
-    """Wait until the row's PARTS words are published (their tag is ``tag``: ``publish_part``),
-    reading them again at most ``max_polls`` times.
+def combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr):
+    """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
 
     Returns the row's ``(m, l)`` combined from the parts' pairs, and whether all parts were there
     (when not, the pair is meaningless and the caller computes the row's stats itself).
@@ -87,11 +77,11 @@ def combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl
     slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
     words = tl.load(slots, volatile=True)  # volatile: from L2 each time, never a stale L1 line
     polls = 0
-    while (tl.sum(missing_words(words, tag).to(tl.int32), axis=0) > 0) & (polls < max_polls):
+    while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
         words = tl.load(slots, volatile=True)
         polls += 1
     m, l = combine_words(words)
-    missing = tl.sum(missing_words(words, tag).to(tl.int32), axis=0)  # this warp's view
+    missing = tl.sum((words == 0).to(tl.int32), axis=0)  # this warp's view
     entry = tl.arange(0, SPAN)
     missing = tl.max(tl.where(entry < span, missing, 0), axis=0)  # every thread's view: one answer
     return m, l, missing == 0
@@ -106,7 +96,7 @@ def _split_softmax_kernel(
     n_cols,  # columns: the softmax length
     part_cols,  # columns per part, a multiple of BLOCK; part p covers [p * part_cols, (p + 1) * part_cols)
     ticket_ptr,  # int64 counter of work items handed out so far (zero at launch)
-    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, tag 1 once published (zero at launch)
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one word, 0 until published (zero at launch)
     PARTS: tl.constexpr,  # parts a row is split into; a power of two
     BLOCK: tl.constexpr,  # columns per step; a power of two
     NUM_STAGES: tl.constexpr,  # blocks a loop loads ahead (1: none)

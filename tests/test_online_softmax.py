@@ -228,14 +228,18 @@ def test_one_read_plan_matches_torch_on_a_gpu(shape):
     _assert_softmax(lesson.softmax(x[:, : shape[1] - 1]), x[:, : shape[1] - 1])  # strided rows
 
 
-def _published_words(x, parts, part):
-    """The (rows, parts) exchange words of ``x`` as ``publish_part`` writes them on zeroed slots:
-    each part's m in the low half, its l in the high half with tag 1 in l's lowest bit."""
+def _slots_with_parts_published(x, parts, part):
+    """Exchange slots (``one_read.slot_words``: two banks of (rows, parts) words) as a launch finds them
+    when every part but part 0 of each row has published already: the last launch took bank 0 (its
+    words there are not 0), so this launch takes bank 1, where the parts' (m, l) words sit as
+    ``publish_part`` writes them (m in the low half, l in the high half) and part 0's word is 0."""
     n_rows, n_cols = x.shape
     xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(n_rows, parts, part)
     m_parts = xp.amax(-1)
     l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
-    return (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | ((l_parts.view(torch.int32).long() | 1) << 32)
+    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
+    words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
+    return torch.stack([torch.full_like(words, 7), words]).contiguous()
 
 
 @pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
@@ -244,10 +248,9 @@ def test_one_read_combine_with_the_other_parts_already_published(parts, n_cols):
     beforehand, so no program waits (and none may fall back: no polls); each must combine the words."""
     x = _randn(3, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
-    words = _published_words(x, parts, part)
-    words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
+    slots = _slots_with_parts_published(x, parts, part)
     out = torch.empty_like(x)
-    one_read.one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, words.contiguous(), 0,
+    one_read.one_read_softmax_kernel[(parts * 3,)](x, out, x.stride(0), out.stride(0), n_cols, slots, 0,
                                                   one_read.exchange_span(4), PARTS=parts, PART=part, FALLBACK_BLOCK=128,
                                                   SPAN=one_read.exchange_span(4), num_warps=4)
     _assert_softmax(out, x)
@@ -262,11 +265,10 @@ def test_lanes_combine_with_the_other_parts_already_published(lanes, parts, n_co
     n_rows = 7
     x = _randn(n_rows, n_cols, scale=3.0)
     part = triton.next_power_of_2(-(-n_cols // parts))
-    words = _published_words(x, parts, part)
-    words[:, 0] = 0
+    slots = _slots_with_parts_published(x, parts, part)
     out = torch.empty_like(x)
     one_read.lanes_softmax_kernel[(parts * lanes,)](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
-                                                   words.contiguous(), 0, one_read.exchange_span(4), PARTS=parts, PART=part,
+                                                   slots, 0, one_read.exchange_span(4), PARTS=parts, PART=part,
                                                    FALLBACK_BLOCK=128, SPAN=one_read.exchange_span(4), num_warps=4)
     _assert_softmax(out, x)
 
@@ -282,42 +284,54 @@ def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols, lanes):
     _assert_softmax(one_read.one_read_launch(x, torch.empty_like(x), parts, part, 4, max_polls=0, lanes=lanes), x)
 
 
-@pytest.mark.parametrize("lanes", [None, 2])
-def test_one_read_kept_slots_alternate_their_tag(lanes):
-    """Slots kept from launch to launch, never zeroed: each launch tags its words with the other tag
-    than the last launch's (``launch_tag``), so a program never takes a word of the last launch for
-    one of this launch. In the interpreter the first parts of a row run before their siblings have
-    published: they must see the last launch's words as missing and fall back, while the last part
-    combines this launch's words. New inputs every launch: a stale word gives a wrong row."""
+def _kept_slot_launches(launches, lanes=None):
+    """``launches`` launches of the one-read kernels on one set of slots, never zeroed in between, each
+    on a new input: (the largest error of each launch, which bank held the words after it)."""
     n_rows, n_cols, parts, part = 5, 300, 4, 128
-    slots = torch.zeros(n_rows * parts, dtype=torch.int64, device=DEV)
-    for launch in range(4):
+    slots = torch.zeros(one_read.slot_words(n_rows, parts), dtype=torch.int64, device=DEV)
+    errors, banks = [], []
+    for launch in range(launches):
         x = _randn(n_rows, n_cols, scale=1.0 + 3 * launch, seed=launch)
-        _assert_softmax(one_read.one_read_launch(x, torch.empty_like(x), parts, part, 1, max_polls=2, lanes=lanes,
-                                                 slots=slots), x)
-        assert set(((slots >> 32) & 1).tolist()) == {1 - launch % 2}, "every word of a launch has its tag"
+        out = one_read.one_read_launch(x, torch.empty_like(x), parts, part, 1, max_polls=2, lanes=lanes, slots=slots)
+        errors.append((out.float() - lesson.reference(x).float()).abs().max().item())
+        full, empty = (slots.view(2, -1) != 0).all(1).tolist(), (slots.view(2, -1) == 0).all(1).tolist()
+        banks.append(next((b for b in (0, 1) if full[b] and empty[1 - b]), None))  # None: words in both banks
+    return errors, banks
+
+
+@pytest.mark.parametrize("lanes", [None, 2])
+def test_one_read_kept_slots_take_the_banks_in_turns(lanes):
+    """Slots kept from launch to launch, never zeroed by the caller: a launch publishes in one bank and
+    zeroes its words in the other, which the next launch takes (``exchange_bank``). In the interpreter
+    the first parts of a row run before their siblings have published: they must find the words
+    missing and fall back, while the last part combines this launch's words. A new input every
+    launch, so a word left from an earlier launch gives a wrong row."""
+    errors, banks = _kept_slot_launches(4, lanes)
+    assert max(errors) < 1e-5, errors
+    assert banks == [0, 1, 0, 1], "each launch's words in one bank, the other bank all zero"
 
 
 @triton.jit
-def _stale_tag(own_ptr, mask=True):
-    """A planted mistake: every launch takes tag 1, so kept words of the last launch count as new."""
-    return tl.full((), 1, tl.int64)
+def _no_clear(slots_ptr, own, bank, bank_words, mask=True):
+    """A planted mistake: the spare bank is never zeroed, so the launch after next finds old words."""
+    pass
 
 
-def test_kept_slots_with_one_tag_for_every_launch_are_wrong(monkeypatch):
-    """The check above bites: with the tag not alternating, the second launch combines the first
-    launch's words (another input's max and sum) and its rows come out wrong."""
+@triton.jit
+def _always_bank0(slots_ptr, own, bank_words, mask=True):
+    """A planted mistake: every launch takes bank 0, whose words the last launch left there."""
+    return tl.full((), 0, tl.int32)
+
+
+@pytest.mark.parametrize("mistake, first_wrong", [("clear_spare", 2), ("exchange_bank", 1)])
+def test_kept_slots_without_the_banks_in_turn_are_wrong(monkeypatch, mistake, first_wrong):
+    """The check above bites: with the spare bank left as it was, or one bank for every launch, a
+    later launch combines an earlier launch's words (another input's max and sum): wrong rows."""
     if not mode.INTERPRET:
-        pytest.skip("the interpreter's program order makes the stale words certain to be read")
-    monkeypatch.setattr(one_read, "launch_tag", _stale_tag)
-    n_rows, n_cols, parts, part = 5, 300, 4, 128
-    slots = torch.zeros(n_rows * parts, dtype=torch.int64, device=DEV)
-    outs = []
-    for launch in range(2):
-        x = _randn(n_rows, n_cols, scale=1.0 + 3 * launch, seed=launch)
-        out = one_read.one_read_launch(x, torch.empty_like(x), parts, part, 1, max_polls=2, slots=slots)
-        outs.append((out - lesson.reference(x)).abs().max().item())
-    assert outs[0] < 1e-5 and outs[1] > 1e-2, outs
+        pytest.skip("the interpreter's program order makes the old words certain to be read")
+    monkeypatch.setattr(one_read, mistake, _no_clear if mistake == "clear_spare" else _always_bank0)
+    errors, _ = _kept_slot_launches(3)
+    assert max(errors[:first_wrong]) < 1e-5 and errors[first_wrong] > 1e-2, errors
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")

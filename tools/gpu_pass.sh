@@ -55,7 +55,7 @@ figures|figures08)  # figures08: lesson 08's rows only (add, softmax, small matm
 online)  # the exchange of lesson 05's one-read kernels: its rows and probe, then its checks side by side
   timeout 200 python3 -m tkcourse bench softmax --out "$OUT/bench.csv" --append > "$OUT/bench.log" 2>&1
   echo "bench softmax exit $?" | tee -a "$OUT/gpu.txt"
-  timeout 120 python3 research/launch/tag_probe.py "$OUT" > "$OUT/tag_probe.log" 2>&1; echo "tag_probe exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 120 python3 research/launch/slots_probe.py "$OUT" > "$OUT/slots_probe.log" 2>&1; echo "slots_probe exit $?" | tee -a "$OUT/gpu.txt"
   ( timeout 240 python3 -m tkcourse check softmax online_softmax launch > "$OUT/check.log" 2>&1
     echo "graders exit $?" >> "$OUT/gpu.txt" ) &
   ( env -u TKCOURSE_SOLUTIONS timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
@@ -64,7 +64,7 @@ online)  # the exchange of lesson 05's one-read kernels: its rows and probe, the
       tests/test_softmax.py -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
   wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log"
-  grep -E "^[KHG] " "$OUT/tag_probe.log"; grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
+  grep -E "^[KHG] " "$OUT/slots_probe.log"; grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 verify)  # correctness only, so the three run side by side
   ( timeout 240 python3 -m tkcourse check > "$OUT/check.log" 2>&1; echo "graders exit $?" >> "$OUT/gpu.txt" ) &
   ( env -u TKCOURSE_SOLUTIONS timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \

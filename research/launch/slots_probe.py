@@ -1,12 +1,14 @@
-"""Probe (lessons 05 and 08, GPU only): the online softmax's exchange words kept from call to call,
-tagged per launch, against zeroing them before each launch (what the lean path did until then).
+"""Probe (lessons 05 and 08, GPU only): the online softmax's exchange slots kept from call to call
+against zeroing them before each launch (what the lean path did until then).
 
-The one-read kernels tag their words (``online_softmax_one_read.launch_tag``), so the lean path keeps
-one set of slots per stream and launches no memset. The same kernel with the slots zeroed before
-each launch (``zero_()``, then the kernel finds tag 1) is the earlier protocol's GPU and host work.
+The one-read kernels take two banks of words in turns and clear the spare one themselves
+(``online_softmax_one_read.exchange_bank``), so the lean path keeps one set of slots per stream and
+launches no memset. The same kernel with the slots zeroed before each launch (``zero_()``, then the
+kernel takes bank 0) is the earlier protocol's GPU and host work. (Its first run, of commit cf91f23,
+measured words tagged per launch instead of banks: ``logs/slots_probe_first.log``.)
 Asks, at the bench's three shapes (fp16), in one run:
 K. right on repeated calls and on CUDA-graph replays of a graph captured on a stream whose slots
-   were kept (no memset in the graph), with the tags alternating;
+   were kept (no memset in the graph), with the banks taken in turns;
 H. host microseconds a call (``tkcourse.bench.host_us_interleaved``: the bench's own timer, the
    three calls' bursts in turns): kept slots, zeroed slots, ``torch.softmax``;
 G. GPU time: ``do_bench`` medians (L2 flushed before each call) of the three, five rounds taken in
@@ -26,9 +28,10 @@ import torch
 import triton
 
 from solutions import launch_lean_kernels as K
+from solutions import online_softmax_one_read as one
 from tkcourse.bench.core import graph_ms, host_us_interleaved, measure
 
-out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts/tag_probe")
+out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts/slots_probe")
 out_dir.mkdir(parents=True, exist_ok=True)
 stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} {stamp}", flush=True)
@@ -37,11 +40,11 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
     x = torch.randn(M, N, dtype=torch.float16, device="cuda")
     ref = torch.softmax(x.float(), dim=-1)
     K.forget()
-    errs, tags = [], []
+    errs, banks = [], []
     for _ in range(3):
         errs.append((K.online_softmax(x).float() - ref).abs().max().item())
         (slots,) = K.kept_slots(x)
-        tags.append(sorted(set(((slots >> 32) & 1).tolist())))
+        banks.append([int((b != 0).sum().item()) for b in slots.view(2, -1)])  # words set in each bank
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -56,7 +59,14 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
         graph.replay()
         torch.cuda.synchronize()
         gerrs.append((y.float() - ref).abs().max().item())
-    print(f"K {M}x{N}: eager errors {errs}, tags {tags}, graph replay errors {gerrs}", flush=True)
+    parts, part, warps = one.one_read_plan(N, x.device)
+    lanes = one.persistent_lanes(x, y, parts, part, warps)
+    kernel, sizes = (one.one_read_softmax_kernel, (N,)) if lanes is None else (one.lanes_softmax_kernel, (M, N))
+    span = one.exchange_span(warps)
+    fit = one.programs_per_sm(kernel, x, y, x.stride(0), y.stride(0), *sizes, slots, one.MAX_POLLS, span, PARTS=parts,
+                              PART=part, FALLBACK_BLOCK=32 * warps, SPAN=span, num_warps=warps, device_index=x.device.index)
+    print(f"K {M}x{N}: plan {parts} parts of {part} on {warps} warps, lanes {lanes}, {fit} programs an SM; eager "
+          f"errors {errs}, words set in each bank {banks}, graph replay errors {gerrs}", flush=True)
 
     def zeroed(slots=slots):
         slots.zero_()
@@ -71,7 +81,7 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
     med = {k: sorted(v)[2] for k, v in eager.items()}
     graphs = {k: graph_ms(fn) * 1e3 for k, fn in calls.items()}
     gbs = {k: 2 * x.numel() * x.element_size() / (us * 1e-6) / 1e9 for k, us in med.items()}
-    row = dict(shape=f"{M}x{N}", errors=errs, graph_errors=gerrs, tags=tags, host_us=host, eager_us=eager,
+    row = dict(shape=f"{M}x{N}", plan=[parts, part, warps, lanes], programs_per_sm=fit, errors=errs, graph_errors=gerrs, banks=banks, host_us=host, eager_us=eager,
                eager_median_us=med, graph_us=graphs, gbs=gbs)
     rows.append(row)
     print(f"H {M}x{N}: host us kept {host['kept']:.2f}, zeroed {host['zeroed']:.2f}, torch {host['torch']:.2f} "
@@ -80,5 +90,5 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
           f"({gbs['zeroed']:.0f}), torch {med['torch']:.1f}; graph us kept {graphs['kept']:.1f}, "
           f"zeroed {graphs['zeroed']:.1f}, torch {graphs['torch']:.1f}", flush=True)
     K.forget()
-(out_dir / "tag_probe.json").write_text(json.dumps(dict(stamp=stamp, rows=rows), indent=1))
+(out_dir / "slots_probe.json").write_text(json.dumps(dict(stamp=stamp, rows=rows), indent=1))
 print("done", flush=True)
