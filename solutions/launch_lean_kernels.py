@@ -125,9 +125,8 @@ def online_softmax(x, parts=None, block=None, one_read=True):
     Explicit ``parts``/``block``/``one_read=False`` and rows that need the split step take the step
     modules' ordinary launch. A key's lean entry sits in ``_ONLINE_HOT`` with the ints it passes (the
     one-read kernels' ints sit between their pointers, so they go with every call) and its exchange
-    slots, one set per stream, kept from call to call: the kernels take the slots' two banks of words
-    in turns and zero the spare one themselves (``online_softmax_one_read.exchange_bank``), so kept
-    slots need no memset a call (which cost the host about 5 us of a 16 us call on the H200,
+    slots, one set per stream, kept from call to call: the kernels' words carry a tag that alternates
+    from launch to launch (``online_softmax_one_read.launch_tag``), so kept slots need no memset a call (which cost the host about 5 us of a 16 us call on the H200,
     ``zero_()``), eagerly or in a CUDA graph."""
     if parts is not None or block is not None or not one_read:
         return one.softmax(x, parts=parts, block=block, one_read=one_read)

@@ -40,42 +40,31 @@ __all__ = ["softmax", "reference", "step_states"]
 
 
 @triton.jit
-def _row_stats(words_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS: tl.constexpr,
-               SPAN: tl.constexpr, FALLBACK_BLOCK: tl.constexpr):
-    """Row ``row``'s ``(m, l)`` for a program that has published its part: combined from the parts'
-    words (``combine_parts``) or, when a part of the row has not run within ``max_polls`` polls, read
-    from the whole row by this program itself (pass 1 of the lesson)."""
-    m, l, complete = combine_parts(words_ptr, row, max_polls, span, PARTS, SPAN)
+def launch_tag(slots_ptr, own, mask=True):
+    """This launch's tag (0 or 1) for a row's exchange words, for the program whose word is ``own``
+    (row * PARTS + part): the other tag than its own word's, which the program published in the
+    slots' last launch (``publish_part`` puts the tag in bit 32, l's lowest mantissa bit; new, zeroed
+    slots: tag 0, so this launch's is 1). Every program of the row reads its own word and gets the
+    same answer, so slots kept from launch to launch need no memset before a launch, eagerly or in a
+    CUDA graph: a launch's words differ from the last launch's by their tag. The read goes to L2
+    (``.cg``: an L1 line may be a launch old); issued before the part's load, it also brings the row's
+    words into L2 while the part streams in."""
+    last = tl.load(slots_ptr + own, mask=mask, other=0, cache_modifier=".cg")
+    return 1 - ((last >> 32).to(tl.int32) & 1)
+
+
+@triton.jit
+def _exchange(slots_ptr, row, part, m_p, l_p, tag, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS: tl.constexpr,
+              SPAN: tl.constexpr, FALLBACK_BLOCK: tl.constexpr):
+    """Publish this part's ``(m_p, l_p)`` with tag ``tag`` and return row ``row``'s ``(m, l)``: combined
+    from the parts' words of this launch (``combine_parts``) or, when a part of the row has not run
+    within ``max_polls`` polls, read from the whole row by this program itself (pass 1 of the lesson).
+    ``tag`` may be a run-time value or a constant (a compile-time 0 or 1: see the one-read kernel)."""
+    publish_part(slots_ptr, row, part, m_p, l_p, PARTS, True, tag)
+    m, l, complete = combine_parts(slots_ptr, row, max_polls, span, PARTS, SPAN, True, tag)
     if not complete:  # row: a Python int in the interpreter's lanes loop, hence tl.cast
         m, l = online_stats(x_ptr + tl.cast(row, tl.int64) * x_row_stride, 0, n_cols, FALLBACK_BLOCK, 1)
     return m, l
-
-
-@triton.jit
-def exchange_bank(slots_ptr, own, bank_words, mask=True):
-    """Where this launch's bank of exchange words starts in the slots (0 or ``bank_words``), for the
-    program whose word is ``own`` (row * PARTS + part).
-
-    The slots hold two banks of ``bank_words`` words, and launches take turns: a launch publishes and
-    waits in one bank, and each of its programs then zeroes its own word in the other
-    (``clear_spare``), which the next launch finds zero. So slots kept from launch to launch need no
-    memset before a launch, eagerly or in a CUDA graph. Which bank is this launch's, the program's
-    own word in bank 0 says: published (never 0) if the last launch took bank 0, else 0 (also on
-    new, zeroed slots). Each program reads only its own word, so the programs of a row agree. The
-    read goes to L2 (``.cg``: an L1 line may be a launch old); issued before the part's load, it
-    also brings the row's words into L2 while the part streams in. The bank's words are
-    ``publish_part``'s, 0 until published. (An offset, not a pointer: fewer registers held through
-    the part's load, which would cost programs an SM.)"""
-    last_was_bank0 = tl.load(slots_ptr + own, mask=mask, other=0, cache_modifier=".cg") != 0
-    return tl.where(last_was_bank0, bank_words, 0)
-
-
-@triton.jit
-def clear_spare(slots_ptr, own, bank, bank_words, mask=True):
-    """Zero this program's word in the bank this launch did not use (``exchange_bank``): the next
-    launch's. Nobody reads that bank during this launch; the launch's end orders the store before the
-    next launch's reads."""
-    tl.store(slots_ptr + (bank_words - bank) + own, tl.zeros((), dtype=tl.int64), mask=mask)
 
 
 @triton.jit
@@ -102,7 +91,7 @@ def one_read_softmax_kernel(
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
     out_row_stride,  # elements between the starts of two rows of out
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (2, rows, PARTS): two banks of (m, l) words (exchange_bank); zero, or as the last launch left them
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one tagged word (launch_tag); zero, or as the last launch left it
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
@@ -121,8 +110,8 @@ def one_read_softmax_kernel(
     correct, never a deadlock; on an idle GPU the parts of a row run together and nobody falls back.
     (The split kernel's ticket gives the same safety, but one counter that every program hits is a
     point of contention that cost more than the wait saves: see ``research/``, exchange_probe.)
-    The words sit in one of two banks that launches take in turns (``exchange_bank``), so a caller
-    may keep the slots and launch again without zeroing them: in a CUDA graph too.
+    The words carry a tag that alternates from launch to launch (``launch_tag``), so a caller may
+    keep the slots and launch again without zeroing them: in a CUDA graph too.
     """
     pid = tl.program_id(0)
     row = pid // PARTS
@@ -131,19 +120,22 @@ def one_read_softmax_kernel(
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
     if PARTS > 1:  # before the part's load: the row's words come into L2 meanwhile
-        bank = exchange_bank(slots_ptr, pid, tl.num_programs(0))  # pid = row * PARTS + part
+        tag = launch_tag(slots_ptr, pid)  # pid = row * PARTS + part
     e, shift, m_p, l_p = load_part(x_row, cols, mask)  # e stays in registers until the row's max is known
     scale = 1.0 / l_p
-    if PARTS > 1:
-        words_ptr = slots_ptr + bank
-        publish_part(words_ptr, row, part, m_p, l_p, PARTS)
-        m, l = _row_stats(words_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
+    if PARTS > 1:  # a copy of the exchange for each tag, each comparing with a constant: a tag compared at
+        # run time in the wait took 16 more registers a thread here (96 at 64 parts of 2048: 21 programs an SM,
+        # where 25 fit); in the lanes kernel, which holds two parts, it took none and the copies took more
+        if tag == 1:
+            m, l = _exchange(slots_ptr, row, part, m_p, l_p, 1, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS,
+                             SPAN, FALLBACK_BLOCK)
+        else:
+            m, l = _exchange(slots_ptr, row, part, m_p, l_p, 0, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS,
+                             SPAN, FALLBACK_BLOCK)
         scale = tl.exp(shift - m) / l  # e is relative to this part's max: rescale it to the row's
     y = e * scale
     tl.store(out_ptr + row.to(tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
              eviction_policy="evict_first")
-    if PARTS > 1:
-        clear_spare(slots_ptr, pid, bank, tl.num_programs(0))
 
 
 @triton.jit
@@ -154,7 +146,7 @@ def lanes_softmax_kernel(
     out_row_stride,  # elements between the starts of two rows of out
     n_rows,  # rows of x
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (2, rows, PARTS): two banks of (m, l) words (exchange_bank); zero, or as the last launch left them
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one tagged word (launch_tag); zero, or as the last launch left it
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
@@ -167,7 +159,7 @@ def lanes_softmax_kernel(
     The PARTS programs of lane k hold the parts of rows k, k + lanes, k + 2 * lanes, ... one row at a
     time, and the grid is one wave (as many programs as fit at once). Each program loads its part of
     the lane's NEXT row before it waits for this row's other parts, so a load is in flight through the
-    wait, where the one-read kernel had none. Same word exchange (the next row's bank found with its
+    wait, where the one-read kernel had none. Same word exchange (the next row's tag read with its
     part's load), wait and fallback.
     """
     lanes = tl.num_programs(0) // PARTS
@@ -175,25 +167,22 @@ def lanes_softmax_kernel(
     part = tl.program_id(0) % PARTS
     cols = part * PART + tl.arange(0, PART)
     mask = cols < n_cols
-    bank_words = n_rows * PARTS
-    bank_next = exchange_bank(slots_ptr, lane * PARTS + part, bank_words, lane < n_rows)
+    tag_next = launch_tag(slots_ptr, lane * PARTS + part, lane < n_rows)
     x_next = tl.load(x_ptr + lane.to(tl.int64) * x_row_stride + cols, mask=cols < tl.where(lane < n_rows, n_cols, 0),
                      other=float("-inf"), eviction_policy="evict_first")  # no row for this lane: nothing read
     for row in tl.range(lane, n_rows, lanes, num_stages=1):  # row: a Python int in the interpreter, hence tl.cast
-        bank = bank_next
-        words_ptr = slots_ptr + bank
+        tag = tag_next
         e, shift, m_p, l_p = _part_stats(x_next.to(tl.float32))
-        publish_part(words_ptr, row, part, m_p, l_p, PARTS)
         nxt = row + lanes  # its load is in flight while this row's other parts are awaited
-        bank_next = exchange_bank(slots_ptr, nxt * PARTS + part, bank_words, nxt < n_rows)
+        tag_next = launch_tag(slots_ptr, nxt * PARTS + part, nxt < n_rows)
         x_next = tl.load(x_ptr + tl.cast(nxt, tl.int64) * x_row_stride + cols,
                          mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=float("-inf"),
                          eviction_policy="evict_first")
-        m, l = _row_stats(words_ptr, row, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS, SPAN, FALLBACK_BLOCK)
+        m, l = _exchange(slots_ptr, row, part, m_p, l_p, tag, x_ptr, x_row_stride, n_cols, max_polls, span, PARTS,
+                         SPAN, FALLBACK_BLOCK)
         y = e * (tl.exp(shift - m) / l)
         tl.store(out_ptr + tl.cast(row, tl.int64) * out_row_stride + cols, y.to(out_ptr.dtype.element_ty), mask=mask,
                  eviction_policy="evict_first")
-        clear_spare(slots_ptr, row * PARTS + part, bank, bank_words)
 
 
 #: GPU plan, one read (``one_read_softmax_kernel``): a row is split into at most ONE_READ_MAX_PARTS
@@ -278,18 +267,18 @@ def persistent_lanes(x, out, parts, part, num_warps) -> int | None:
 
 
 def slot_words(n_rows: int, parts: int) -> int:
-    """Exchange words the one-read kernels take for ``n_rows`` rows of ``parts`` parts: two banks."""
-    return 2 * n_rows * parts
+    """Exchange words the one-read kernels take for ``n_rows`` rows of ``parts`` parts: one a part."""
+    return n_rows * parts
 
 
 def one_read_launch(x, out, parts, part, num_warps, max_polls=None, lanes=None, slots=None):
     """The one-read kernel, a program per part of every row; or with ``lanes``, the persistent one.
-    ``slots``: the ``2 * n_rows * parts`` int64 exchange words (``slot_words``) that earlier launches of
-    this plan left (a caller that keeps them saves a memset a call: ``exchange_bank``), or None for
-    new zeroed ones."""
+    ``slots``: the ``n_rows * parts`` int64 exchange words (``slot_words``) that earlier launches of this
+    plan left (a caller that keeps them saves a memset a call: ``launch_tag``), or None for new zeroed
+    ones."""
     n_rows, n_cols = x.shape
     if slots is None:
-        slots = torch.zeros(slot_words(n_rows, parts), dtype=torch.int64, device=x.device)  # this launch: bank 0
+        slots = torch.zeros(slot_words(n_rows, parts), dtype=torch.int64, device=x.device)  # every tag 0: this one's 1
     polls = MAX_POLLS if max_polls is None else max_polls
     common = dict(PARTS=parts, PART=part, FALLBACK_BLOCK=32 * num_warps, SPAN=exchange_span(num_warps), num_warps=num_warps)
     if lanes is None:

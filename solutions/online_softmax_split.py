@@ -38,14 +38,18 @@ __all__ = ["softmax", "reference", "step_states"]
 
 
 @triton.jit
-def publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr):
+def publish_part(slots_ptr, row, part, m, l, PARTS: tl.constexpr, TAGGED: tl.constexpr = False, tag=1):
     """Publish this part's (m, l) as ONE 64-bit word (m in the low half, l in the high half).
 
     The word is its own flag: a reader sees either 0 (not yet published) or the whole pair, never
     half of it, so no counter and no memory fence are needed. A published word is never 0: l >= 1
-    for a part with a value in it, and an empty part has m = -inf.
+    for a part with a value in it, and an empty part has m = -inf. (``TAGGED``: the word's bit 32, l's
+    lowest mantissa bit, holds ``tag``, 0 or 1, for words kept from launch to launch: the one-read step.)
     """
-    word = (m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (l.to(tl.int32, bitcast=True).to(tl.int64) << 32)
+    l_bits = l.to(tl.int32, bitcast=True).to(tl.int64)
+    if TAGGED:
+        l_bits = (l_bits & -2) | tag
+    word = (m.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF) | (l_bits << 32)
     tl.atomic_xchg(slots_ptr + row * PARTS + part, word, sem="relaxed")
 
 
@@ -60,8 +64,20 @@ def combine_words(words):
 
 
 @triton.jit
-def combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr):
-    """Wait until the row's PARTS words are published, reading them again at most ``max_polls`` times.
+def _missing(words, TAGGED: tl.constexpr, tag):
+    """1 for each word not published yet: 0, or (TAGGED) a word whose tag is not ``tag``."""
+    if TAGGED:
+        missing = ((words >> 32) & 1) != tag
+    else:
+        missing = words == 0
+    return missing.to(tl.int32)
+
+
+@triton.jit
+def combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl.constexpr,
+                  TAGGED: tl.constexpr = False, tag=1):
+    """Wait until the row's PARTS words are published (not 0; ``TAGGED``: with tag ``tag``, as
+    ``publish_part`` writes them), reading them again at most ``max_polls`` times.
 
     Returns the row's ``(m, l)`` combined from the parts' pairs, and whether all parts were there
     (when not, the pair is meaningless and the caller computes the row's stats itself).
@@ -77,11 +93,11 @@ def combine_parts(slots_ptr, row, max_polls, span, PARTS: tl.constexpr, SPAN: tl
     slots = slots_ptr + row * PARTS + tl.arange(0, PARTS)
     words = tl.load(slots, volatile=True)  # volatile: from L2 each time, never a stale L1 line
     polls = 0
-    while (tl.sum((words == 0).to(tl.int32), axis=0) > 0) & (polls < max_polls):
+    while (tl.sum(_missing(words, TAGGED, tag), axis=0) > 0) & (polls < max_polls):
         words = tl.load(slots, volatile=True)
         polls += 1
     m, l = combine_words(words)
-    missing = tl.sum((words == 0).to(tl.int32), axis=0)  # this warp's view
+    missing = tl.sum(_missing(words, TAGGED, tag), axis=0)  # this warp's view
     entry = tl.arange(0, SPAN)
     missing = tl.max(tl.where(entry < span, missing, 0), axis=0)  # every thread's view: one answer
     return m, l, missing == 0

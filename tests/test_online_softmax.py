@@ -229,17 +229,17 @@ def test_one_read_plan_matches_torch_on_a_gpu(shape):
 
 
 def _slots_with_parts_published(x, parts, part):
-    """Exchange slots (``one_read.slot_words``: two banks of (rows, parts) words) as a launch finds them
-    when every part but part 0 of each row has published already: the last launch took bank 0 (its
-    words there are not 0), so this launch takes bank 1, where the parts' (m, l) words sit as
-    ``publish_part`` writes them (m in the low half, l in the high half) and part 0's word is 0."""
+    """Exchange slots ((rows, parts) words) as a launch on new, zeroed slots finds them when every part
+    but part 0 of each row has published already: each part's (m, l) as ``publish_part`` writes it (m
+    in the low half, l in the high half, tag 1 in l's lowest bit: a launch on zeroed slots takes tag
+    1, ``launch_tag``), and part 0's word still 0."""
     n_rows, n_cols = x.shape
     xp = torch.nn.functional.pad(x.float(), (0, parts * part - n_cols), value=float("-inf")).view(n_rows, parts, part)
     m_parts = xp.amax(-1)
     l_parts = torch.exp(xp - m_parts.nan_to_num(neginf=0.0)[..., None]).sum(-1)
-    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | (l_parts.view(torch.int32).long() << 32)
+    words = (m_parts.view(torch.int32).long() & 0xFFFFFFFF) | ((l_parts.view(torch.int32).long() | 1) << 32)
     words[:, 0] = 0  # part 0 of each row is not published yet; it publishes, then finds the others there
-    return torch.stack([torch.full_like(words, 7), words]).contiguous()
+    return words.contiguous()
 
 
 @pytest.mark.parametrize("parts, n_cols", [(2, 1000), (4, 1000), (8, 4100)])
@@ -286,52 +286,54 @@ def test_one_read_falls_back_when_a_part_has_not_run(parts, n_cols, lanes):
 
 def _kept_slot_launches(launches, lanes=None):
     """``launches`` launches of the one-read kernels on one set of slots, never zeroed in between, each
-    on a new input: (the largest error of each launch, which bank held the words after it)."""
+    on a new input: (the largest error of each launch, the tags its words carried after it)."""
     n_rows, n_cols, parts, part = 5, 300, 4, 128
     slots = torch.zeros(one_read.slot_words(n_rows, parts), dtype=torch.int64, device=DEV)
-    errors, banks = [], []
+    errors, tags = [], []
     for launch in range(launches):
         x = _randn(n_rows, n_cols, scale=1.0 + 3 * launch, seed=launch)
         out = one_read.one_read_launch(x, torch.empty_like(x), parts, part, 1, max_polls=2, lanes=lanes, slots=slots)
         errors.append((out.float() - lesson.reference(x).float()).abs().max().item())
-        full, empty = (slots.view(2, -1) != 0).all(1).tolist(), (slots.view(2, -1) == 0).all(1).tolist()
-        banks.append(next((b for b in (0, 1) if full[b] and empty[1 - b]), None))  # None: words in both banks
-    return errors, banks
+        tags.append(sorted(set(((slots >> 32) & 1).tolist())))
+    return errors, tags
 
 
 @pytest.mark.parametrize("lanes", [None, 2])
-def test_one_read_kept_slots_take_the_banks_in_turns(lanes):
-    """Slots kept from launch to launch, never zeroed by the caller: a launch publishes in one bank and
-    zeroes its words in the other, which the next launch takes (``exchange_bank``). In the interpreter
-    the first parts of a row run before their siblings have published: they must find the words
-    missing and fall back, while the last part combines this launch's words. A new input every
-    launch, so a word left from an earlier launch gives a wrong row."""
-    errors, banks = _kept_slot_launches(4, lanes)
+def test_one_read_kept_slots_alternate_their_tag(lanes):
+    """Slots kept from launch to launch, never zeroed by the caller: each launch tags its words with the
+    other tag than the last launch's (``launch_tag``), so a program never takes a word of the last
+    launch for one of this launch. In the interpreter the first parts of a row run before their
+    siblings have published: they must find the words missing and fall back, while the last part
+    combines this launch's words. A new input every launch, so an old word gives a wrong row."""
+    errors, tags = _kept_slot_launches(4, lanes)
     assert max(errors) < 1e-5, errors
-    assert banks == [0, 1, 0, 1], "each launch's words in one bank, the other bank all zero"
+    assert tags == [[1], [0], [1], [0]], "every word of a launch has the launch's tag"
 
 
 @triton.jit
-def _no_clear(slots_ptr, own, bank, bank_words, mask=True):
-    """A planted mistake: the spare bank is never zeroed, so the launch after next finds old words."""
-    pass
+def _stale_tag(slots_ptr, own, mask=True):
+    """A planted mistake: every launch takes tag 1, so the words the last launch left count as new."""
+    return tl.full((), 1, tl.int32)
 
 
 @triton.jit
-def _always_bank0(slots_ptr, own, bank_words, mask=True):
-    """A planted mistake: every launch takes bank 0, whose words the last launch left there."""
-    return tl.full((), 0, tl.int32)
+def _own_tag(slots_ptr, own, mask=True):
+    """A planted mistake: a launch takes the last launch's tag (its own word's), not the other one."""
+    return (tl.load(slots_ptr + own, mask=mask, other=0) >> 32).to(tl.int32) & 1
 
 
-@pytest.mark.parametrize("mistake, first_wrong", [("clear_spare", 2), ("exchange_bank", 1)])
-def test_kept_slots_without_the_banks_in_turn_are_wrong(monkeypatch, mistake, first_wrong):
-    """The check above bites: with the spare bank left as it was, or one bank for every launch, a
-    later launch combines an earlier launch's words (another input's max and sum): wrong rows."""
+@pytest.mark.parametrize("mistake", [_stale_tag, _own_tag], ids=["one tag", "the last launch's tag"])
+@pytest.mark.parametrize("lanes", [None, 2])
+def test_kept_slots_without_the_tag_turning_are_wrong(monkeypatch, mistake, lanes):
+    """The check above bites: with one tag for every launch, a launch combines the words of the launch
+    before (another input's max and sum); with the last launch's tag, every part waits in vain (on
+    zeroed slots tag 0 is what unpublished words have) or takes old words: wrong rows either way,
+    on the second launch at the latest."""
     if not mode.INTERPRET:
         pytest.skip("the interpreter's program order makes the old words certain to be read")
-    monkeypatch.setattr(one_read, mistake, _no_clear if mistake == "clear_spare" else _always_bank0)
-    errors, _ = _kept_slot_launches(3)
-    assert max(errors[:first_wrong]) < 1e-5 and errors[first_wrong] > 1e-2, errors
+    monkeypatch.setattr(one_read, "launch_tag", mistake)
+    errors, _ = _kept_slot_launches(2, lanes)
+    assert errors[-1] > 1e-2, errors
 
 
 @pytest.mark.skipif(mode.INTERPRET, reason="parts wait for each other: GPU only")

@@ -1,20 +1,22 @@
 """Probe (lessons 05 and 08, GPU only): the online softmax's exchange slots kept from call to call
 against zeroing them before each launch (what the lean path did until then).
 
-The one-read kernels take two banks of words in turns and clear the spare one themselves
-(``online_softmax_one_read.exchange_bank``), so the lean path keeps one set of slots per stream and
-launches no memset. The same kernel with the slots zeroed before each launch (``zero_()``, then the
-kernel takes bank 0) is the earlier protocol's GPU and host work. (Its first run, of commit cf91f23,
-measured words tagged per launch instead of banks: ``logs/slots_probe_first.log``.)
+The one-read kernels tag their words per launch (``online_softmax_one_read.launch_tag``), so the lean
+path keeps one set of slots per stream and launches no memset. The same kernel with the slots zeroed
+before each launch (``zero_()``, then the kernel takes tag 1) is the earlier protocol's GPU and host
+work. Its runs: ``logs/slots_probe_first.log`` (commit cf91f23: the tag compared at run time in the
+wait, 96 registers a thread at 64 parts of 2048), ``_second`` (38512b5: two banks taken in turns,
+bank-major, whose launches on bank 1 found their words cold), ``_third`` (the tag as a constant in
+one of two copies of the exchange, as the code is now).
 Asks, at the bench's three shapes (fp16), in one run:
 K. right on repeated calls and on CUDA-graph replays of a graph captured on a stream whose slots
-   were kept (no memset in the graph), with the banks taken in turns;
+   were kept (no memset in the graph), with the tags alternating, and programs an SM;
 H. host microseconds a call (``tkcourse.bench.host_us_interleaved``: the bench's own timer, the
    three calls' bursts in turns): kept slots, zeroed slots, ``torch.softmax``;
 G. GPU time: ``do_bench`` medians (L2 flushed before each call) of the three, five rounds taken in
    turns, and each replayed from a CUDA graph.
 
-    PYTHONPATH=$PWD python3 research/launch/tag_probe.py OUT_DIR
+    PYTHONPATH=$PWD python3 research/launch/slots_probe.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -40,11 +42,11 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
     x = torch.randn(M, N, dtype=torch.float16, device="cuda")
     ref = torch.softmax(x.float(), dim=-1)
     K.forget()
-    errs, banks = [], []
+    errs, tags = [], []
     for _ in range(3):
         errs.append((K.online_softmax(x).float() - ref).abs().max().item())
         (slots,) = K.kept_slots(x)
-        banks.append([int((b != 0).sum().item()) for b in slots.view(2, -1)])  # words set in each bank
+        tags.append(sorted(set(((slots >> 32) & 1).tolist())))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -66,7 +68,7 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
     fit = one.programs_per_sm(kernel, x, y, x.stride(0), y.stride(0), *sizes, slots, one.MAX_POLLS, span, PARTS=parts,
                               PART=part, FALLBACK_BLOCK=32 * warps, SPAN=span, num_warps=warps, device_index=x.device.index)
     print(f"K {M}x{N}: plan {parts} parts of {part} on {warps} warps, lanes {lanes}, {fit} programs an SM; eager "
-          f"errors {errs}, words set in each bank {banks}, graph replay errors {gerrs}", flush=True)
+          f"errors {errs}, tags {tags}, graph replay errors {gerrs}", flush=True)
 
     def zeroed(slots=slots):
         slots.zero_()
@@ -81,7 +83,7 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
     med = {k: sorted(v)[2] for k, v in eager.items()}
     graphs = {k: graph_ms(fn) * 1e3 for k, fn in calls.items()}
     gbs = {k: 2 * x.numel() * x.element_size() / (us * 1e-6) / 1e9 for k, us in med.items()}
-    row = dict(shape=f"{M}x{N}", plan=[parts, part, warps, lanes], programs_per_sm=fit, errors=errs, graph_errors=gerrs, banks=banks, host_us=host, eager_us=eager,
+    row = dict(shape=f"{M}x{N}", plan=[parts, part, warps, lanes], programs_per_sm=fit, errors=errs, graph_errors=gerrs, tags=tags, host_us=host, eager_us=eager,
                eager_median_us=med, graph_us=graphs, gbs=gbs)
     rows.append(row)
     print(f"H {M}x{N}: host us kept {host['kept']:.2f}, zeroed {host['zeroed']:.2f}, torch {host['torch']:.2f} "
