@@ -6,8 +6,9 @@ A. Host time of the lean launchers against the torch peers, with entries calling
    function directly (``launch_lean.DIRECT``) and through ``CompiledKernel.run``; each repeated and
    interleaved with its peer, so drift between cases shows; and the pieces of one call (the key,
    the table lookup, the output's allocation, the stream, the launch with tensors or with ints).
-B. The online softmax with self-resetting slots (RESET): correct on repeated calls and in CUDA
-   graph replays, the slots left zero, and its host time.
+B. The online softmax with self-resetting slots (RESET, gone since: the kernels tag their words per
+   launch, ``slots_probe.py``): correct on repeated calls and in CUDA graph replays, the slots left
+   zero, and its host time. (Rerun today, its "slots left nonzero" counts tagged words, not errors.)
 C. Attention forward at B1 H16 N512 D64: host-made descriptors kept by a direct entry against
    in-kernel ones, against SDPA's backends: host, eager and graph time, and the error.
 D. Matmul 1024^3 fp16/bf16 tiles in CUDA graphs against cuBLAS, interleaved.
