@@ -46,7 +46,9 @@ def launch_tag(slots_ptr, own, mask=True):
     slots' last launch (``publish_part`` puts the tag in bit 32, l's lowest mantissa bit; new, zeroed
     slots: tag 0, so this launch's is 1). Every program of the row reads its own word and gets the
     same answer, so slots kept from launch to launch need no memset before a launch, eagerly or in a
-    CUDA graph: a launch's words differ from the last launch's by their tag. The read goes to L2
+    CUDA graph: a launch's words differ from the last launch's by their tag. (Slots must be zeroed
+    ones or those of earlier launches of the same plan: after a launch on zeroed slots no word is 0,
+    which with tag 0 would read as published.) The read goes to L2
     (``.cg``: an L1 line may be a launch old); issued before the part's load, it also brings the row's
     words into L2 while the part streams in."""
     last = tl.load(slots_ptr + own, mask=mask, other=0, cache_modifier=".cg")
