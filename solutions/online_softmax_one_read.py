@@ -5,7 +5,9 @@ L2 at best. A part small enough for registers needs one read. Each program of
 ``one_read_softmax_kernel`` loads its part, publishes the part's ``(m, l)`` (the split step's
 exchange words), waits for the row's other parts, and writes its part from registers: the input
 crosses HBM once. For few long rows, ``lanes_softmax_kernel`` does the same on a persistent grid
-(one wave of programs, Triton tutorial 02), loading its part of the next row while it waits.
+(one wave of programs, Triton tutorial 02), loading its part of the next row while it waits. The
+exchange words carry a tag that alternates from launch to launch (``launch_tag``), so a caller may
+keep them from call to call and launch no memset before each launch (lesson 08's lean path does).
 
 The programs of a row wait for each other, which the interpreter (one program at a time) cannot
 run; there, and for parts too long for registers, ``softmax`` takes the split step's two passes.
@@ -13,9 +15,9 @@ This is the reference's fast path on a GPU, the one the course's benchmark measu
 
 Same API as the lesson: ``softmax(x, parts=None, block=None, one_read=True)``; ``parts`` or
 ``block``, or ``one_read=False``, ask for the two passes. ``reference`` and ``step_states`` are the
-lesson's. The names without an underscore (``load_part``, ``lanes_softmax_kernel``, ``one_read_plan``,
-``persistent_lanes``, ``one_read_launch``) are the building blocks that the probes in
-``research/tuning/`` compose into variants; the others may change without notice.
+lesson's. The names without an underscore (``load_part``, ``launch_tag``, ``lanes_softmax_kernel``,
+``one_read_plan``, ``persistent_lanes``, ``one_read_launch``, ``slot_words``) are the building blocks
+that the probes in ``research/`` compose into variants; the others may change without notice.
 """
 
 import functools

@@ -58,7 +58,7 @@ online)  # the exchange of lesson 05's one-read kernels: its rows and probe, the
   timeout 120 python3 research/launch/slots_probe.py "$OUT" > "$OUT/slots_probe.log" 2>&1; echo "slots_probe exit $?" | tee -a "$OUT/gpu.txt"
   ( timeout 240 python3 -m tkcourse check softmax online_softmax launch > "$OUT/check.log" 2>&1
     echo "graders exit $?" >> "$OUT/gpu.txt" ) &
-  ( env -u TKCOURSE_SOLUTIONS timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+  ( env -u TKCOURSE_SOLUTIONS timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
       -k "02_ or 05_ or 08_" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
   ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_launch_lean.py tests/test_online_softmax.py \
       tests/test_softmax.py -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
@@ -67,7 +67,7 @@ online)  # the exchange of lesson 05's one-read kernels: its rows and probe, the
   grep -E "^[KHG] " "$OUT/slots_probe.log"; grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 verify)  # correctness only, so the three run side by side
   ( timeout 240 python3 -m tkcourse check > "$OUT/check.log" 2>&1; echo "graders exit $?" >> "$OUT/gpu.txt" ) &
-  ( env -u TKCOURSE_SOLUTIONS timeout 280 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+  ( env -u TKCOURSE_SOLUTIONS timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
       -k "00_ or 01_ or 03_ or 04_ or 07_ or 08_ or 09_" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
   ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_traffic.py tests/test_launch_lean.py \
       tests/test_flash_attention_backward.py -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
