@@ -126,8 +126,9 @@ def online_softmax(x, parts=None, block=None, one_read=True):
     modules' ordinary launch. A key's lean entry sits in ``_ONLINE_HOT`` with the ints it passes (the
     one-read kernels' ints sit between their pointers, so they go with every call) and its exchange
     slots, one set per stream, kept from call to call: the kernels' words carry a tag that alternates
-    from launch to launch (``online_softmax_one_read.launch_tag``), so kept slots need no memset a call (which cost the host about 5 us of a 16 us call on the H200,
-    ``zero_()``), eagerly or in a CUDA graph."""
+    from launch to launch (``online_softmax_one_read.launch_tag``), so kept slots need no memset a
+    call (``zero_()`` before each launch took the host's time a call from 1.1-1.2x torch's to
+    1.8-2.1x on the H200: ``research/launch/slots_probe.py``), eagerly or in a CUDA graph."""
     if parts is not None or block is not None or not one_read:
         return one.softmax(x, parts=parts, block=block, one_read=one_read)
     try:

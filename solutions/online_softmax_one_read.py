@@ -50,9 +50,9 @@ def launch_tag(slots_ptr, own, mask=True):
     same answer, so slots kept from launch to launch need no memset before a launch, eagerly or in a
     CUDA graph: a launch's words differ from the last launch's by their tag. (Slots must be zeroed
     ones or those of earlier launches of the same plan: after a launch on zeroed slots no word is 0,
-    which with tag 0 would read as published.) The read goes to L2
-    (``.cg``: an L1 line may be a launch old); issued before the part's load, it also brings the row's
-    words into L2 while the part streams in."""
+    which with tag 0 would read as published.) The read goes to L2 (``.cg``: an L1 line may be a
+    launch old); issued before the part's load, it also brings the row's words into L2 while the
+    part streams in."""
     last = tl.load(slots_ptr + own, mask=mask, other=0, cache_modifier=".cg")
     return 1 - ((last >> 32).to(tl.int32) & 1)
 
@@ -95,7 +95,7 @@ def one_read_softmax_kernel(
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
     out_row_stride,  # elements between the starts of two rows of out
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one tagged word (launch_tag); zero, or as the last launch left it
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one tagged word (launch_tag): zeroed, or as left
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
@@ -150,7 +150,7 @@ def lanes_softmax_kernel(
     out_row_stride,  # elements between the starts of two rows of out
     n_rows,  # rows of x
     n_cols,  # columns: the softmax length
-    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one tagged word (launch_tag); zero, or as the last launch left it
+    slots_ptr,  # int64 (rows, PARTS): each part's (m, l) as one tagged word (launch_tag): zeroed, or as left
     max_polls,  # reads of the row's words before a program gives up waiting and reads the row itself
     span,  # SPAN, passed at run time (see combine_parts)
     PARTS: tl.constexpr,  # programs a row is split over; a power of two
