@@ -10,7 +10,8 @@ bank-major, whose launches on bank 1 found their words cold), ``_third`` (the ta
 one of two copies of the exchange, as the code is now).
 Asks, at the bench's three shapes (fp16), in one run:
 K. right on repeated calls and on CUDA-graph replays of a graph captured on a stream whose slots
-   were kept (no memset in the graph), with the tags alternating, and programs an SM;
+   were kept (no memset in the graph), with the tags alternating, and programs an SM (the third run
+   captured after one warm-up call, where ``bench.capture`` makes two);
 H. host microseconds a call (``tkcourse.bench.host_us_interleaved``: the bench's own timer, the
    three calls' bursts in turns): kept slots, zeroed slots, ``torch.softmax``;
 G. GPU time: ``do_bench`` medians (L2 flushed before each call) of the three, five rounds taken in
@@ -31,7 +32,7 @@ import triton
 
 from solutions import launch_lean_kernels as K
 from solutions import online_softmax_one_read as one
-from tkcourse.bench.core import graph_ms, host_us_interleaved, measure
+from tkcourse.bench.core import capture, graph_ms, host_us_interleaved, measure
 
 out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts/slots_probe")
 out_dir.mkdir(parents=True, exist_ok=True)
@@ -47,14 +48,7 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
         errs.append((K.online_softmax(x).float() - ref).abs().max().item())
         (slots,) = K.kept_slots(x)
         tags.append(sorted(set(((slots >> 32) & 1).tolist())))
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        K.online_softmax(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        y = K.online_softmax(x)
+    graph, y = capture(lambda: K.online_softmax(x), on_warmup_stream=True)  # the graph keeps the stream's slots
     gerrs = []
     for _ in range(3):
         y.zero_()

@@ -167,10 +167,13 @@ def host_us_interleaved(fns: list, n: int = HOST_CALLS, burst: int = HOST_BURST,
     return [sorted(t)[len(t) // 2] * 1e6 for t in per_call]
 
 
-def capture(fn: Callable[[], object]):
+def capture(fn: Callable[[], object], on_warmup_stream: bool = False):
     """``(graph, out)``: ``fn`` run twice on a side stream (compiling, autotuning, allocating what
     it keeps), then captured once into a ``torch.cuda.CUDAGraph``; ``out`` is what the captured call
-    returned, the tensors each ``graph.replay()`` writes again. A call that cannot be captured raises."""
+    returned, the tensors each ``graph.replay()`` writes again. A call that cannot be captured raises.
+    The capture runs on torch's own capture stream, or with ``on_warmup_stream`` on the side stream
+    that warmed up (where a launcher that keeps state per stream, as the online softmax's exchange
+    slots, then captures with what it kept)."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -181,7 +184,7 @@ def capture(fn: Callable[[], object]):
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=stream if on_warmup_stream else None):
         out = fn()
     torch.cuda.synchronize()
     return graph, out
