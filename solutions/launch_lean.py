@@ -94,7 +94,7 @@ class _Fallback:
         self.kernel[self.grid](*args, *self.static, **self.meta)
 
     def on(self, stream, *args):  # kernel[grid] launches on the current stream itself
-        self.kernel[self.grid](*args, *self.static, **self.meta)
+        self(*args)
 
 
 class _Compiled:
@@ -114,7 +114,8 @@ class _Compiled:
                  *args, *self.tail)
 
     def on(self, stream, *args):
-        """The launch on ``stream``, the current stream's handle that the caller looked up already."""
+        """The launch on ``stream``, the current stream's handle that the caller looked up already.
+        (``__call__`` repeats the launch rather than calling this: one Python call less a launch.)"""
         g = self.grid
         self.run(g[0], g[1], g[2], stream, self.function, self.packed, None, None, None, *args, *self.tail)
 
@@ -166,7 +167,8 @@ class _Direct:
                     self.packed, None, None, None, *args, *self.tail)
 
     def on(self, stream, *args):
-        """The launch on ``stream``, the current stream's handle that the caller looked up already."""
+        """The launch on ``stream``, the current stream's handle that the caller looked up already.
+        (``__call__`` repeats the launch rather than calling this: one Python call less a launch.)"""
         g = self.grid
         self.launch(g[0], g[1], g[2], stream, self.function, self.coop, self.pdl, None, None, self.packed,
                     None, None, None, *args, *self.tail)
