@@ -72,7 +72,7 @@ def shape_cases(name, lens, page_size, decode=None, device="cuda"):
     """One shape's cases: ``decode`` (default: the tuned launcher) as triton, the copy and (uniform
     lengths) SDPA; bytes = the KV bytes read, plus q and out."""
     if decode is None:
-        from solutions.decode_attention_tuned import decode_attention as decode
+        from solutions.kernels.decode_attention import decode_attention as decode
     q, k, v, seq_lens, table = paged_cache(lens, page_size, device=device)
     moved = kv_bytes(k, seq_lens) + 2 * q.numel() * q.element_size()
     shape = f"{name}-P{page_size}"

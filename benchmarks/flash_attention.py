@@ -36,8 +36,8 @@ def providers(attention=None) -> dict:
     sdpa = {"sdpa-flash": _sdpa(SDPBackend.FLASH_ATTENTION), "sdpa-cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION)}
     if attention is not None:
         return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal), **sdpa}
-    from solutions.flash_attention_backward_tuned import attention as readable
-    from solutions.launch_lean_kernels import attention
+    from solutions.kernels.attention import attention
+    from solutions.kernels.attention_backward import attention as readable
 
     return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal),
             "triton-readable": lambda q, k, v, causal: readable(q, k, v, causal=causal), **sdpa}
@@ -50,8 +50,8 @@ SMALL = [(1, 16, 512, 64)]
 
 def small_cases():
     """The forward at SMALL shapes: the lean path and readable launch, SDPA default and per backend."""
-    from solutions.flash_attention_tuned import attention_forward as readable
-    from solutions.launch_lean_kernels import attention_forward
+    from solutions.kernels.attention import attention_forward
+    from solutions.kernels.attention_forward import attention_forward as readable
 
     # The forward as inference calls it: attention_forward, no autograd Function around it.
     provs = dict(providers(), **{

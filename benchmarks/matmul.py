@@ -1,7 +1,7 @@
 """Benchmark cases of lesson 03: the tiled matmul against ``torch.matmul`` (cuBLAS).
 
 FLOPs: 2*M*N*K. Traffic at least: read A and B, write C. Provider ``triton`` is the lean launch
-path (``solutions.launch_lean_kernels.matmul``: split-K configs for small products, lesson 08);
+path (``solutions.kernels.matmul.matmul``: split-K and TMA kernels for small products);
 ``triton-readable`` the lesson's launcher (``solutions.matmul.matmul``), autotuned the same way.
 512 and 1024: sizes where launch cost and filling 132 SMs decide the result.
 """
@@ -16,7 +16,7 @@ SHAPES = [512, 1024, 2048, 4096, 8192]
 
 
 def cases():
-    from solutions.launch_lean_kernels import matmul
+    from solutions.kernels.matmul import matmul
     from solutions.matmul import matmul as readable
 
     for dtype in (torch.float16, torch.bfloat16):

@@ -34,11 +34,11 @@ def cases(fused=None, online=None):
     readables = {}
     if fused is None:
         from solutions import softmax as lesson02
-        from solutions.launch_lean_kernels import softmax as fused
+        from solutions.kernels.softmax import softmax as fused
         readables["softmax"] = lesson02.softmax
     if online is None:
-        from solutions import online_softmax_one_read as lesson05
-        from solutions.launch_lean_kernels import online_softmax as online
+        from solutions.kernels import online_softmax_one_read as lesson05
+        from solutions.kernels.online_softmax import softmax as online
         readables["online_softmax"] = lesson05.softmax
 
     for kernel, shapes, fn in (("softmax", FUSED, fused), ("online_softmax", ONLINE, online)):

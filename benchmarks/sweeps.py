@@ -51,7 +51,7 @@ def _attention_configs(dims, dtype_bytes, args) -> list[dict]:
 def _attention_job(dims, dtype, args):
     import torch
 
-    from solutions import flash_attention_tuned as fa
+    from solutions.kernels import attention_forward as fa
 
     B, H, N, D = dims
     q, k, v = (torch.randn(B, H, N, D, dtype=dtype, device=mode.DEVICE) for _ in range(3))

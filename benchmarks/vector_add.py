@@ -17,7 +17,7 @@ SIZES = [1 << 12, 1 << 20, 1 << 24, 1 << 26, 1 << 28]
 
 
 def cases():
-    from solutions.launch_lean_kernels import add
+    from solutions.kernels.vector_add import add
     from solutions.vector_add import add as readable
 
     for n in SIZES:

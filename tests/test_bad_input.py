@@ -12,12 +12,12 @@ import torch
 from helpers import randn
 
 from solutions import flash_attention_backward as fb
-from solutions import (
-    flash_attention_tuned as fa,  # the full API (impl=, WARP_SPECIALIZE); "simple" runs the lesson file
-)
 from solutions import matmul as mm
-from solutions import online_softmax_split as osm  # parts= lives in the split step; it re-exports reference
 from solutions import vector_add as va
+from solutions.kernels import (
+    attention_forward as fa,  # the full API (impl=, WARP_SPECIALIZE); "simple" runs the lesson file
+)
+from solutions.kernels import online_softmax_split as osm  # parts= lives in the split step; it re-exports reference
 from tkcourse import autotune as at
 from tkcourse import bench
 from tkcourse.errors import UserError

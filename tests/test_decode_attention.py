@@ -17,7 +17,7 @@ from helpers import assert_grader_catches
 from helpers import copied_out_of_bounds as _copied
 
 from solutions import decode_attention as da
-from solutions import decode_attention_tuned as dat
+from solutions.kernels import decode_attention as dat
 from tkcourse import check, mode
 from tkcourse.check.decode_attention import paged
 from tkcourse.check.decode_attention import reference as model

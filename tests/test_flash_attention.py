@@ -8,7 +8,7 @@ import torch
 from helpers import assert_grader_catches
 
 from solutions import flash_attention as fa
-from solutions import flash_attention_tuned as fat
+from solutions.kernels import attention_forward as fat
 from tkcourse import mode, stubs
 
 # fp32 tl.dot is exact fp32 in the interpreter, TF32 on a GPU

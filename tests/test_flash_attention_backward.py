@@ -10,7 +10,7 @@ from helpers import assert_grader_catches
 from solutions import flash_attention as fa
 from solutions import flash_attention_autograd as fag
 from solutions import flash_attention_backward as fb
-from solutions import flash_attention_backward_tuned as fbt
+from solutions.kernels import attention_backward as fbt
 from tkcourse import mode, stubs
 
 ATOL32 = 5e-5 if mode.INTERPRET else 1e-2  # fp32 tl.dot: exact fp32 in the interpreter, TF32 on a GPU

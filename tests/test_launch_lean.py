@@ -6,14 +6,19 @@ import torch
 
 import tkcourse  # noqa: F401  (mode first)
 from solutions import flash_attention_backward as fab
-from solutions import flash_attention_tuned as fat
-from solutions import launch_lean_kernels as lean
-from solutions import launch_matmul_small as small
+from solutions import kernels as lean
 from solutions import matmul as mm
-from solutions import online_softmax_one_read as one
 from solutions import softmax as sm
 from solutions import vector_add as va
-from solutions.launch_lean import Lean, _jit_of
+from solutions.kernels import attention as lean_attention
+from solutions.kernels import attention_forward as fat
+from solutions.kernels import matmul as lean_matmul
+from solutions.kernels import matmul_small as small
+from solutions.kernels import online_softmax as lean_online
+from solutions.kernels import online_softmax_one_read as one
+from solutions.kernels import softmax as lean_softmax
+from solutions.kernels import vector_add as lean_add
+from solutions.kernels.lean import Lean, _jit_of
 from tkcourse import mode
 from tkcourse.mode import DEVICE
 
@@ -33,8 +38,8 @@ def _close(a, b, tol=1e-4):
 def test_add(n):
     x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
     for _ in range(2):
-        _close(lean.add(x, y), va.reference(x, y))
-    _close(lean.add(x, y), va.add(x, y))
+        _close(lean_add.add(x, y), va.reference(x, y))
+    _close(lean_add.add(x, y), va.add(x, y))
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (37, 300), (8, 1025)])
@@ -42,19 +47,19 @@ def test_softmax_plain_and_strided(shape):
     x = torch.randn(*shape, device=DEVICE)
     for t in (x, x[::2], x.T.contiguous().T):
         for _ in range(2):
-            _close(lean.softmax(t), sm.reference(t))
-        _close(lean.softmax(t), sm.softmax(t))
+            _close(lean_softmax.softmax(t), sm.reference(t))
+        _close(lean_softmax.softmax(t), sm.softmax(t))
 
 
 def test_online_softmax_and_matmul():
     x = torch.randn(9, 2100, device=DEVICE)
     for _ in range(2):
-        _close(lean.online_softmax(x[::2]), one.reference(x[::2]))
+        _close(lean_online.softmax(x[::2]), one.reference(x[::2]))
     a, b = torch.randn(70, 50, device=DEVICE), torch.randn(90, 50, device=DEVICE).T  # b strided
     for _ in range(2):
-        _close(lean.matmul(a, b), mm.reference(a, b), 1e-3)
+        _close(lean_matmul.matmul(a, b), mm.reference(a, b), 1e-3)
     cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
-    _close(lean.matmul(a, b, cfg), mm.matmul(a, b, cfg), 1e-3)
+    _close(lean_matmul.matmul(a, b, cfg), mm.matmul(a, b, cfg), 1e-3)
 
 
 @pytest.mark.parametrize("split", [2, 3])
@@ -70,36 +75,36 @@ def test_attention_forward_and_backward():
     q, k, v = (torch.randn(1, 2, 48, 32, device=DEVICE) for _ in range(3))
     for causal in (False, True):
         for _ in range(2):
-            o, lse = lean.attention_forward(q, k, v, causal, impl="tuned")
+            o, lse = lean_attention.attention_forward(q, k, v, causal, impl="tuned")
             _close(o, fat.reference(q, k, v, causal), 1e-4)
         do = torch.randn_like(o)
         for _ in range(2):
-            for g, r in zip(lean.attention_backward(do, q, k, v, o, lse, causal), fab.reference_backward(do, q, k, v, causal)):
+            for g, r in zip(lean_attention.attention_backward(do, q, k, v, o, lse, causal), fab.reference_backward(do, q, k, v, causal)):
                 _close(g, r, 1e-4)
 
 
 def test_bad_inputs_raise_the_lessons_errors():
     with pytest.raises(ValueError, match="inner dimensions"):
-        lean.matmul(torch.randn(4, 5, device=DEVICE), torch.randn(4, 5, device=DEVICE))
+        lean_matmul.matmul(torch.randn(4, 5, device=DEVICE), torch.randn(4, 5, device=DEVICE))
     with pytest.raises(ValueError, match="power of two"):
-        lean.add(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), BLOCK=1000)
+        lean_add.add(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), BLOCK=1000)
     with pytest.raises(TypeError):
-        lean.add(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), BLOCK=1024.0)
+        lean_add.add(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), BLOCK=1024.0)
     with pytest.raises(ValueError):
-        lean.softmax([1.0, 2.0])
+        lean_softmax.softmax([1.0, 2.0])
 
 
 def test_keys_one_entry_per_dtype_shape_stride_and_alignment():
     table = lean.LEANS["softmax"]
     table.entries.clear()
     base = torch.randn(64, 129, device=DEVICE)
-    lean.softmax(base)
-    lean.softmax(base.clone())  # same properties: the same entry
+    lean_softmax.softmax(base)
+    lean_softmax.softmax(base.clone())  # same properties: the same entry
     assert len(table.entries) == 1
-    lean.softmax(base.half())  # dtype
-    lean.softmax(base[:, :128])  # shape and... same stride, other shape
-    lean.softmax(base[::2])  # row stride
-    lean.softmax(base.view(-1)[1:1 + 64 * 128].view(64, 128))  # a pointer 4 bytes past alignment
+    lean_softmax.softmax(base.half())  # dtype
+    lean_softmax.softmax(base[:, :128])  # shape and... same stride, other shape
+    lean_softmax.softmax(base[::2])  # row stride
+    lean_softmax.softmax(base.view(-1)[1:1 + 64 * 128].view(64, 128))  # a pointer 4 bytes past alignment
     assert len(table.entries) == 5
     keys = list(table.entries)
     assert len({k[3] for k in keys}) == 2  # data_ptr() & 15 told apart
@@ -107,7 +112,7 @@ def test_keys_one_entry_per_dtype_shape_stride_and_alignment():
 
 def test_autotuner_unwrapped_to_its_kernel_and_entries_bounded(monkeypatch):
     assert _jit_of(mm._matmul_autotuned) is mm.matmul_kernel
-    from solutions import launch_lean
+    from solutions.kernels import lean as launch_lean
     monkeypatch.setattr(launch_lean, "MAX_ENTRIES", 2)
     lane = Lean(va._add_kernel)
     x = torch.randn(8, device=DEVICE)
@@ -125,10 +130,10 @@ def test_gpu_results_and_graph_capture():
     x = torch.randn(4096, 1000, device="cuda", dtype=torch.float16)
     a = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
     q, k, v = (torch.randn(1, 4, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-    calls = [(lambda: lean.add(x.view(-1), x.view(-1)), lambda: x.view(-1) * 2),
-             (lambda: lean.softmax(x), lambda: sm.reference(x)), (lambda: lean.online_softmax(x), lambda: sm.reference(x)),
-             (lambda: lean.matmul(a, a), lambda: mm.reference(a, a)),
-             (lambda: lean.attention_forward(q, k, v, True)[0], lambda: fat.reference(q, k, v, True))]
+    calls = [(lambda: lean_add.add(x.view(-1), x.view(-1)), lambda: x.view(-1) * 2),
+             (lambda: lean_softmax.softmax(x), lambda: sm.reference(x)), (lambda: lean_online.softmax(x), lambda: sm.reference(x)),
+             (lambda: lean_matmul.matmul(a, a), lambda: mm.reference(a, a)),
+             (lambda: lean_attention.attention_forward(q, k, v, True)[0], lambda: fat.reference(q, k, v, True))]
     for fn, ref in calls:
         expected = ref()
         for _ in range(2):
@@ -154,25 +159,25 @@ def test_gpu_online_softmax_kept_slots(shape):
     expected = sm.reference(x)
     tags = []
     for _ in range(3):
-        _close(lean.online_softmax(x), expected, 3e-2)
-        (kept,) = lean.kept_slots(x)
+        _close(lean_online.softmax(x), expected, 3e-2)
+        (kept,) = lean_online.kept_slots(x)
         tags.append(sorted(set(((kept >> 32) & 1).tolist())))
     assert tags == [[1], [0], [1]], tags  # the first call's launch (zeroed slots) took 1; each launch: one tag
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for _ in range(2):
-            lean.online_softmax(x)  # this stream's slots, used twice
+            lean_online.softmax(x)  # this stream's slots, used twice
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        out = lean.online_softmax(x)
+        out = lean_online.softmax(x)
     for _ in range(3):
         out.zero_()
         graph.replay()
         torch.cuda.synchronize()
         _close(out, expected, 3e-2)
-    assert len(lean.kept_slots(x)) == 2  # the default stream's and the side stream's
+    assert len(lean_online.kept_slots(x)) == 2  # the default stream's and the side stream's
     lean.forget()
 
 
@@ -180,29 +185,29 @@ def test_gpu_online_softmax_kept_slots(shape):
 def test_gpu_direct_entries_and_kept_descriptor_maps():
     """On triton 3.6 the entries call the C launch function (``launch_lean._Direct``), and attention's
     host-made descriptors are encoded once an address: a call with tensors seen before adds no map."""
-    from solutions import launch_lean
+    from solutions.kernels import lean as launch_lean
 
     if not launch_lean.DIRECT:
         pytest.skip("direct entries are for triton 3.6")
     lean.forget()
     x = torch.randn(256, 1000, device="cuda", dtype=torch.float16)
-    _close(lean.softmax(x), sm.reference(x), 3e-2)
+    _close(lean_softmax.softmax(x), sm.reference(x), 3e-2)
     assert type(lean.LEANS["softmax"].get(launch_lean.tensor_key(x))).__name__ == "_Direct"
     q, k, v = (torch.randn(1, 16, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
     for causal in (False, True):
         expected = fat.reference(q, k, v, causal)
-        outs = [lean.attention_forward(q, k, v, causal)[0] for _ in range(3)]  # outputs alive: new addresses
+        outs = [lean_attention.attention_forward(q, k, v, causal)[0] for _ in range(3)]  # outputs alive: new addresses
         for o in outs:
             _close(o, expected, 3e-2)
         entries = [e for t in lean.LEANS.values() for e in t.entries.values() if e.tensor_descriptors]
         assert entries, "host-made descriptors kept by a direct entry"
         for _ in range(3):
-            lean.attention_forward(q, k, v, causal)  # the output freed each time: its address comes back
+            lean_attention.attention_forward(q, k, v, causal)  # the output freed each time: its address comes back
         maps = sum(len(e.maps) for e in entries)
         for _ in range(10):
-            lean.attention_forward(q, k, v, causal)
+            lean_attention.attention_forward(q, k, v, causal)
         assert sum(len(e.maps) for e in entries) <= maps + 2  # a map per call would add 10
-        inkernel = lean.attention_forward(q, k, v, causal, host_descriptors=False)[0]
+        inkernel = lean_attention.attention_forward(q, k, v, causal, host_descriptors=False)[0]
         _close(inkernel, expected, 3e-2)
 
 
@@ -211,7 +216,7 @@ def test_gpu_pdl_kernels_wait_for_the_kernel_before():
     """With programmatic dependent launch a kernel may start before the one before it ends: the TMA
     matmul and the attention forward must still read what that kernel wrote, and the kernel after
     must read what they wrote, eager and in a CUDA graph (whose kernels then overlap)."""
-    from solutions import launch_lean
+    from solutions.kernels import lean as launch_lean
     from tkcourse.bench import capture
 
     if not (launch_lean.DIRECT and launch_lean.pdl_ok(torch.device("cuda"))):
@@ -222,8 +227,8 @@ def test_gpu_pdl_kernels_wait_for_the_kernel_before():
     q, k, v = (torch.randn(1, 16, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
 
     def chain():
-        c = lean.matmul(lean.matmul(x * 2.0, b), b) + 1.0  # written just before, read just after
-        o = lean.attention_forward(lean.attention_forward(q * 1.0, k, v)[0], k, v)[0] * 1.0
+        c = lean_matmul.matmul(lean_matmul.matmul(x * 2.0, b), b) + 1.0  # written just before, read just after
+        o = lean_attention.attention_forward(lean_attention.attention_forward(q * 1.0, k, v)[0], k, v)[0] * 1.0
         return c, o
 
     def expected():

@@ -10,8 +10,8 @@ from helpers import assert_grader_catches, assert_softmax
 from helpers import randn as _randn
 
 from solutions import online_softmax as lesson
-from solutions import online_softmax_one_read as one_read
-from solutions import online_softmax_split as split
+from solutions.kernels import online_softmax_one_read as one_read
+from solutions.kernels import online_softmax_split as split
 from tkcourse import mode
 
 DEV = mode.DEVICE

@@ -23,7 +23,7 @@ import triton
 import tkcourse  # noqa: F401  (the mode, before any kernel is defined)
 from benchmarks import decode_attention as bench
 from solutions import decode_attention as lesson
-from solutions import decode_attention_tuned as tuned
+from solutions.kernels import decode_attention as tuned
 
 T0 = time.time()
 BUDGET_S = 100

@@ -35,10 +35,15 @@ from pathlib import Path
 import torch
 import triton
 
-from solutions import launch_lean
-from solutions import launch_lean_kernels as K
-from solutions import launch_matmul_small as small
-from solutions.launch_lean import tensor_key
+from solutions.kernels import lean as launch_lean
+from solutions import kernels as K
+from solutions.kernels import attention as K_attention
+from solutions.kernels import matmul as K_matmul
+from solutions.kernels import online_softmax as K_online
+from solutions.kernels import softmax as K_softmax
+from solutions.kernels import vector_add as K_add
+from solutions.kernels import matmul_small as small
+from solutions.kernels.lean import tensor_key
 from tkcourse.bench import graph_ms, host_us, measure
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "host_breakdown")
@@ -118,10 +123,10 @@ if "A" in PARTS:
         for direct in (True, False):
             paths(direct)
             tag = "direct" if direct else "run"
-            row("A", f"softmax 4096x1024 lean {tag} #{rep}", lambda: K.softmax(x))
-            row("A", f"add 4096 lean {tag} #{rep}", lambda: K.add(xa, ya))
+            row("A", f"softmax 4096x1024 lean {tag} #{rep}", lambda: K_softmax.softmax(x))
+            row("A", f"add 4096 lean {tag} #{rep}", lambda: K_add.add(xa, ya))
             for (dt, n), (a, b) in mats.items():
-                row("A", f"matmul {str(dt)[6:]} {n} lean {tag} #{rep}", lambda a=a, b=b: K.matmul(a, b))
+                row("A", f"matmul {str(dt)[6:]} {n} lean {tag} #{rep}", lambda a=a, b=b: K_matmul.matmul(a, b))
         row("A", f"softmax 4096x1024 torch #{rep}", lambda: torch.softmax(x, dim=-1))
         row("A", f"add 4096 torch #{rep}", lambda: torch.add(xa, ya))
         for (dt, n), (a, b) in mats.items():
@@ -129,7 +134,7 @@ if "A" in PARTS:
     save()
     # the pieces of the softmax call, direct entries
     paths(True)
-    K.softmax(x)
+    K_softmax.softmax(x)
     key = tensor_key(x)
     lean = K.LEANS["softmax"]
     e = lean.get(key)
@@ -157,7 +162,7 @@ if "A" in PARTS:
         row("A", "piece: C launch, all fixed, tensors", lambda: e.launch(g[0], g[1], g[2], s0, f, co, pd, None, None,
                                                                            pk, None, None, None, x, out, *tail))
     paths(False)
-    K.softmax(x)
+    K_softmax.softmax(x)
     e2 = lean.get(key)
     print("softmax entry without DIRECT:", type(e2).__name__, flush=True)
     row("A", "piece: run entry(x, out)", lambda: e2(x, out))
@@ -170,18 +175,18 @@ if "B" in PARTS:
     for M, N in ((4096, 32768), (1024, 131072), (256, 262144), (64, 8192)):
         x = torch.randn(M, N, dtype=torch.float16, device=dev)
         ref = torch.softmax(x.float(), dim=-1)
-        errs = [(K.online_softmax(x).float() - ref).abs().max().item() for _ in range(3)]
-        slots = K.kept_slots(x)
+        errs = [(K_online.softmax(x).float() - ref).abs().max().item() for _ in range(3)]
+        slots = K_online.kept_slots(x)
         left = [int(s.abs().sum().item()) for s in slots]
         # graph replays
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            K.online_softmax(x)
+            K_online.softmax(x)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            y = K.online_softmax(x)
+            y = K_online.softmax(x)
         gerrs = []
         for _ in range(3):
             y.zero_()
@@ -191,7 +196,7 @@ if "B" in PARTS:
         print(f"B online {M}x{N}: eager errors {errs}, graph errors {gerrs}, slots left nonzero {left}", flush=True)
         ROWS.append(dict(part="B", name=f"online {M}x{N} check", eager_errors=errs, graph_errors=gerrs, slots_left=left))
         if N >= 32768 or M == 64:
-            row("B", f"online softmax {M}x{N} lean", lambda: K.online_softmax(x), gpu=True)
+            row("B", f"online softmax {M}x{N} lean", lambda: K_online.softmax(x), gpu=True)
             row("B", f"online softmax {M}x{N} torch", lambda: torch.softmax(x, dim=-1), gpu=True)
     save()
 
@@ -204,12 +209,12 @@ if "C" in PARTS:
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         for hd in (None, False):
             paths(True)
-            o, _ = K.attention_forward(q, k, v, causal=causal, host_descriptors=hd)
+            o, _ = K_attention.attention_forward(q, k, v, causal=causal, host_descriptors=hd)
             err = (o.float() - ref).abs().max().item()
             e = [en for lean in K.LEANS.values() for en in lean.entries.values()]
             kinds = sorted({type(en).__name__ for en in e})
             r = row("C", f"attn causal={causal} host_descriptors={hd} lean {kinds}",
-                    lambda hd=hd: K.attention_forward(q, k, v, causal=causal, host_descriptors=hd), gpu=True)
+                    lambda hd=hd: K_attention.attention_forward(q, k, v, causal=causal, host_descriptors=hd), gpu=True)
             r["error"] = err
             print(f"   error {err:.2e}", flush=True)
         for name, backends in (("default", None), ("cudnn", [SDPBackend.CUDNN_ATTENTION]),
@@ -240,7 +245,7 @@ if "D" in PARTS:
                     res.append((timed[0], (bm, bn, bk, split, w, st, gm), timed[1]))
             cub2 = graph_ms(lambda: a @ b) * 1e3
             res.sort()
-            lean_t = graph_ms(lambda: K.matmul(a, b)) * 1e3
+            lean_t = graph_ms(lambda: K_matmul.matmul(a, b)) * 1e3
             print(f"D {str(dt)[6:]} 1024 #{rep}: cuBLAS graph {cub:.2f}/{cub2:.2f} us, lean {lean_t:.2f}; best "
                   + "; ".join(f"{c} {t:.2f} ({min(cub, cub2) / t:.2f}x)" for t, c, _ in res[:6]), flush=True)
             ROWS.append(dict(part="D", name=f"matmul {str(dt)[6:]} 1024 tiles #{rep}", cublas_graph_us=[cub, cub2],
@@ -284,15 +289,15 @@ if "E" in PARTS:
     xo = torch.randn(4096, 32768, dtype=torch.float16, device=dev)
     xa, ya = torch.randn(4096, device=dev), torch.randn(4096, device=dev)
     q, k, v = (torch.randn(1, 16, 512, 64, dtype=torch.float16, device=dev) for _ in range(3))
-    pairs = [("softmax 4096x1024", lambda: K.softmax(x), lambda: torch.softmax(x, dim=-1)),
-             ("online 4096x32768", lambda: K.online_softmax(xo), lambda: torch.softmax(xo, dim=-1)),
-             ("add 4096", lambda: K.add(xa, ya), lambda: torch.add(xa, ya))]
+    pairs = [("softmax 4096x1024", lambda: K_softmax.softmax(x), lambda: torch.softmax(x, dim=-1)),
+             ("online 4096x32768", lambda: K_online.softmax(xo), lambda: torch.softmax(xo, dim=-1)),
+             ("add 4096", lambda: K_add.add(xa, ya), lambda: torch.add(xa, ya))]
     for n in (512, 1024, 2048):
         for dt in (torch.float16, torch.bfloat16):
             a, b = torch.randn(n, n, dtype=dt, device=dev), torch.randn(n, n, dtype=dt, device=dev)
-            pairs.append((f"matmul {str(dt)[6:]} {n}", lambda a=a, b=b: K.matmul(a, b), lambda a=a, b=b: a @ b))
+            pairs.append((f"matmul {str(dt)[6:]} {n}", lambda a=a, b=b: K_matmul.matmul(a, b), lambda a=a, b=b: a @ b))
     for causal in (False, True):
-        pairs.append((f"attn N512 causal={causal}", lambda c=causal: K.attention_forward(q, k, v, causal=c),
+        pairs.append((f"attn N512 causal={causal}", lambda c=causal: K_attention.attention_forward(q, k, v, causal=c),
                       lambda c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c)))
     for rep in range(3):
         for name, course, peer in pairs:
@@ -305,8 +310,8 @@ if "E" in PARTS:
 if "S" in PARTS:
     import torch.nn.functional as F
 
-    from solutions import flash_attention_tuned as fat
-    from solutions import launch_lean_attention as lat
+    from solutions.kernels import attention_forward as fat
+    from solutions.kernels import attention as lat
 
     q, k, v = (torch.randn(1, 16, 512, 64, dtype=torch.float16, device=dev) for _ in range(3))
     for causal in (False, True):
@@ -333,7 +338,7 @@ if "O" in PARTS:
     for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
         x = torch.randn(M, N, dtype=torch.float16, device=dev)
         for rep in range(2):
-            row("O", f"online {M}x{N} lean #{rep}", lambda: K.online_softmax(x))
+            row("O", f"online {M}x{N} lean #{rep}", lambda: K_online.softmax(x))
             row("O", f"online {M}x{N} torch #{rep}", lambda: torch.softmax(x, dim=-1))
         del x
         torch.cuda.empty_cache()

@@ -14,7 +14,7 @@ from triton.testing import do_bench
 from tkcourse.bench.core import graph_ms, host_us
 from solutions.softmax import softmax as fused, softmax_kernel
 from solutions.matmul import matmul, matmul_kernel
-from solutions.flash_attention_tuned import attention_forward
+from solutions.kernels.attention_forward import attention_forward
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
 

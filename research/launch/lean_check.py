@@ -21,13 +21,18 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 from solutions import flash_attention_backward as fab
-from solutions import launch_lean_kernels as lean
+from solutions import kernels as lean
+from solutions.kernels import attention as lean_attention
+from solutions.kernels import matmul as lean_matmul
+from solutions.kernels import online_softmax as lean_online
+from solutions.kernels import softmax as lean_softmax
+from solutions.kernels import vector_add as lean_add
 from solutions import matmul as mm
-from solutions import online_softmax_one_read as one
+from solutions.kernels import online_softmax_one_read as one
 from solutions import softmax as sm
 from solutions import vector_add as va
 from solutions import flash_attention as fa
-from solutions import flash_attention_tuned as fat
+from solutions.kernels import attention_forward as fat
 from tkcourse.bench.core import graph_ms, host_us
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "lean_check_out")
@@ -118,54 +123,54 @@ def dump(final=False):
 dev = "cuda"
 # ---- correctness ----
 x, y = torch.randn(100_003, device=dev), torch.randn(100_003, device=dev)
-check("add", lambda: lean.add(x, y), x + y, 1e-6)
+check("add", lambda: lean_add.add(x, y), x + y, 1e-6)
 s1 = torch.randn(1000, 777, device=dev, dtype=torch.float16)
-check("softmax", lambda: lean.softmax(s1), sm.reference(s1), 2e-3)
-check("softmax strided", lambda: lean.softmax(s1[::3]), sm.reference(s1[::3]), 2e-3)
+check("softmax", lambda: lean_softmax.softmax(s1), sm.reference(s1), 2e-3)
+check("softmax strided", lambda: lean_softmax.softmax(s1[::3]), sm.reference(s1[::3]), 2e-3)
 for n in (3000, 70_000, 300_000):
     s2 = torch.randn(64 if n < 300_000 else 8, n, device=dev, dtype=torch.float16)
-    check(f"online_softmax {n}", lambda s2=s2: lean.online_softmax(s2), one.reference(s2), 2e-3)
+    check(f"online_softmax {n}", lambda s2=s2: lean_online.softmax(s2), one.reference(s2), 2e-3)
 for dt in (torch.float16, torch.bfloat16):
     for (M, N, K) in ((512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)) + (((300, 500, 700),) if dt == torch.float16 else ()):
         a = torch.randn(M, K, device=dev, dtype=dt); b = torch.randn(K, N, device=dev, dtype=dt)
-        check(f"matmul {str(dt)[6:]} {M}x{N}x{K}", lambda a=a, b=b: lean.matmul(a, b), mm.reference(a, b), 3e-2)
+        check(f"matmul {str(dt)[6:]} {M}x{N}x{K}", lambda a=a, b=b: lean_matmul.matmul(a, b), mm.reference(a, b), 3e-2)
 a = torch.randn(1024, 1024, device=dev, dtype=torch.float16)
-check("matmul transposed b", lambda: lean.matmul(a, a.T), mm.reference(a, a.T), 3e-2)
+check("matmul transposed b", lambda: lean_matmul.matmul(a, a.T), mm.reference(a, a.T), 3e-2)
 for causal in (False, True):
     for N in (512, 333):
         q, k, v = (torch.randn(1, 16, N, 64, device=dev, dtype=torch.float16) for _ in range(3))
         ref_o = fat.reference(q, k, v, causal)
-        check(f"attention_forward N{N} causal={causal}", lambda q=q, k=k, v=v, c=causal: lean.attention_forward(q, k, v, c)[0],
+        check(f"attention_forward N{N} causal={causal}", lambda q=q, k=k, v=v, c=causal: lean_attention.attention_forward(q, k, v, c)[0],
               ref_o, 2e-2)
         o, lse = fa.attention_forward(q, k, v, causal)  # the lesson's kernel: the backward's inputs
         do = torch.randn_like(o)
         ref_g = fab.reference_backward(do.float(), q.float(), k.float(), v.float(), causal)
         check(f"attention_backward N{N} causal={causal}",
-              lambda q=q, k=k, v=v, o=o, lse=lse, do=do, c=causal: lean.attention_backward(do, q, k, v, o, lse, c),
+              lambda q=q, k=k, v=v, o=o, lse=lse, do=do, c=causal: lean_attention.attention_backward(do, q, k, v, o, lse, c),
               ref_g, 5e-2)
 print(f"correctness done ({time.time() - T0:.0f}s)", flush=True)
 dump()
 
 # ---- targets ----
 xs, ys = torch.randn(4096, device=dev), torch.randn(4096, device=dev)
-target("add host", measure("add lean n4096", lambda: lean.add(xs, ys)), measure("torch.add n4096", lambda: torch.add(xs, ys)), "host_us", 1.5)
+target("add host", measure("add lean n4096", lambda: lean_add.add(xs, ys)), measure("torch.add n4096", lambda: torch.add(xs, ys)), "host_us", 1.5)
 measure("add readable n4096", lambda: va.add(xs, ys))
 sx = torch.randn(4096, 1024, device=dev, dtype=torch.float16)
 ss = torch.randn(64, 1024, device=dev, dtype=torch.float16)
-target("softmax host", measure("softmax lean 64x1024", lambda: lean.softmax(ss)), measure("torch.softmax 64x1024", lambda: torch.softmax(ss, -1)), "host_us", 1.5)
+target("softmax host", measure("softmax lean 64x1024", lambda: lean_softmax.softmax(ss)), measure("torch.softmax 64x1024", lambda: torch.softmax(ss, -1)), "host_us", 1.5)
 measure("softmax readable 64x1024", lambda: sm.softmax(ss))
-ours, peer = measure("softmax lean 4096x1024", lambda: lean.softmax(sx)), measure("torch.softmax 4096x1024", lambda: torch.softmax(sx, -1))
+ours, peer = measure("softmax lean 4096x1024", lambda: lean_softmax.softmax(sx)), measure("torch.softmax 4096x1024", lambda: torch.softmax(sx, -1))
 target("softmax 4096x1024 eager", ours, peer, "eager_us", 1.5)
 measure("softmax readable 4096x1024", lambda: sm.softmax(sx))
 so = torch.randn(64, 8192, device=dev, dtype=torch.float16)
-target("online_softmax host", measure("online_softmax lean 64x8192", lambda: lean.online_softmax(so)),
+target("online_softmax host", measure("online_softmax lean 64x8192", lambda: lean_online.softmax(so)),
        measure("torch.softmax 64x8192", lambda: torch.softmax(so, -1)), "host_us", 1.5)
 measure("online_softmax readable 64x8192", lambda: one.softmax(so))
 for dt in (torch.float16, torch.bfloat16):
     for n in (512, 1024, 2048):
         a = torch.randn(n, n, device=dev, dtype=dt); b = torch.randn(n, n, device=dev, dtype=dt)
         name = f"matmul {str(dt)[6:]} {n}"
-        ours = measure(f"{name} lean", lambda a=a, b=b: lean.matmul(a, b))
+        ours = measure(f"{name} lean", lambda a=a, b=b: lean_matmul.matmul(a, b))
         peer = measure(f"{name} cuBLAS", lambda a=a, b=b: torch.matmul(a, b))
         target(f"{name} eager", ours, peer, "eager_us", 0.9)
         if n == 512:
@@ -179,7 +184,7 @@ for dt in (torch.float16, torch.bfloat16):
 for causal in (False, True):
     q, k, v = (torch.randn(1, 16, 512, 64, device=dev, dtype=torch.float16) for _ in range(3))
     c = "causal" if causal else "full"
-    ours = measure(f"attn fwd lean {c}", lambda q=q, k=k, v=v, c_=causal: lean.attention_forward(q, k, v, c_))
+    ours = measure(f"attn fwd lean {c}", lambda q=q, k=k, v=v, c_=causal: lean_attention.attention_forward(q, k, v, c_))
     measure(f"attn fwd readable (lesson 06) {c}", lambda q=q, k=k, v=v, c_=causal: fa.attention_forward(q, k, v, c_))
     peers = [measure(f"SDPA default {c}", lambda q=q, k=k, v=v, c_=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c_))]
     for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
@@ -195,7 +200,7 @@ for causal in (False, True):
     qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
     o, lse = fa.attention_forward(q, k, v, causal)
     do = torch.randn_like(o)
-    ours = measure(f"attn bwd lean {c}", lambda c_=causal, o=o, lse=lse, do=do, q=q, k=k, v=v: lean.attention_backward(do, q, k, v, o, lse, c_))
+    ours = measure(f"attn bwd lean {c}", lambda c_=causal, o=o, lse=lse, do=do, q=q, k=k, v=v: lean_attention.attention_backward(do, q, k, v, o, lse, c_))
     measure(f"attn bwd readable (lesson 07) {c}", lambda c_=causal, o=o, lse=lse, do=do, q=q, k=k, v=v: fab.attention_backward(do, q, k, v, o, lse, c_))
     osd = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
     peer = measure(f"SDPA bwd (autograd) {c}", lambda osd=osd, do=do: torch.autograd.grad(osd, (qg, kg, vg), do, retain_graph=True))

@@ -34,9 +34,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from solutions import launch_lean_attention as LA
-from solutions import launch_lean_kernels as K
-from solutions import launch_matmul_small as small
+from solutions.kernels import attention as LA
+from solutions import kernels as K
+from solutions.kernels import attention as K_attention
+from solutions.kernels import matmul as K_matmul
+from solutions.kernels import matmul_small as small
 from tkcourse.bench import capture, graph_ms, measure
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "pdl_probe")
@@ -87,23 +89,23 @@ def compare(part, label, variants, peer="peer"):
 
 def tma_variant(a, b, cfg, pdl):
     """A lean TMA entry of its own for (a, b) with ``cfg`` and PDL on or off: the hot path's call."""
-    saved = (dict(small.TMA_CONFIGS), K.MATMUL_PDL)
+    saved = (dict(small.TMA_CONFIGS), K_matmul.MATMUL_PDL)
     mnk = a.shape[0] * a.shape[1] * b.shape[1]
     bound = min(x for x in small.TMA_CONFIGS if mnk <= x)
     try:
         small.TMA_CONFIGS[bound] = cfg
-        K.MATMUL_PDL = pdl
+        K_matmul.MATMUL_PDL = pdl
         K.forget()
-        K.matmul(a, b)  # the first call makes the entry, the second its hot tuple
-        K.matmul(a, b)
-        ((e, template, ws),) = K.matmul_entries()
+        K_matmul.matmul(a, b)  # the first call makes the entry, the second its hot tuple
+        K_matmul.matmul(a, b)
+        ((e, template, ws),) = K_matmul.matmul_entries()
         assert ws == "tma" and e.tensor_descriptors, "not the TMA kernel's direct entry"
         assert e.meta.get("PDL") == pdl and e.pdl == pdl, "PDL not as asked"
         assert e.meta["BLOCK_M"] == cfg["BLOCK_M"] and e.meta["num_stages"] == cfg["num_stages"]
     finally:
         small.TMA_CONFIGS.clear()
         small.TMA_CONFIGS.update(saved[0])
-        K.MATMUL_PDL = saved[1]
+        K_matmul.MATMUL_PDL = saved[1]
         K.forget()
 
     def call():
@@ -128,7 +130,7 @@ if "M" in PARTS:
             b = torch.randn(n, n, device="cuda", dtype=dt)
             ref = a.float() @ b.float()
             cfg = small.tma_config(n**3)
-            variants = {"peer": lambda a=a, b=b: torch.matmul(a, b), "lean": lambda a=a, b=b: K.matmul(a, b)}
+            variants = {"peer": lambda a=a, b=b: torch.matmul(a, b), "lean": lambda a=a, b=b: K_matmul.matmul(a, b)}
             for pdl in (False, True):
                 variants[f"tma pdl={int(pdl)}"] = tma_variant(a, b, cfg, pdl)
             if n == 1024 and "X" in PARTS:
@@ -153,7 +155,7 @@ if "A" in PARTS:
     for causal in (False, True):
         ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         variants = {"peer": lambda c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c),
-                    "lean": lambda c=causal: K.attention_forward(q, k, v, causal=c)}
+                    "lean": lambda c=causal: K_attention.attention_forward(q, k, v, causal=c)}
         saved = (dict(LA.ONE_WAVE_FWD_CONFIG), LA.FWD_PDL)
         for cfg in (dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3),
                     dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3)):
@@ -163,7 +165,7 @@ if "A" in PARTS:
                     LA.ONE_WAVE_FWD_CONFIG.update(cfg)
                     LA.FWD_PDL = pdl
                     K.forget()
-                    o, _ = K.attention_forward(q, k, v, causal=causal)
+                    o, _ = K_attention.attention_forward(q, k, v, causal=causal)
                     (e,) = [x for x in LA.LEANS["fwd_fixed"].entries.values()]
                     tmpl = e.info[2]
                     name = f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['num_stages']} pdl={int(pdl)}"
@@ -187,8 +189,8 @@ if "A" in PARTS:
 
 if "C" in PARTS:
     # The kernel before writes A (and Q); the kernel after reads C (and O). Eager and in a graph.
-    saved = (K.MATMUL_PDL, LA.FWD_PDL)
-    K.MATMUL_PDL = LA.FWD_PDL = True
+    saved = (K_matmul.MATMUL_PDL, LA.FWD_PDL)
+    K_matmul.MATMUL_PDL = LA.FWD_PDL = True
     K.forget()
     try:
         for dt in (torch.float16, torch.bfloat16):
@@ -197,8 +199,8 @@ if "C" in PARTS:
 
             def chain():
                 a = x * 2.0  # written by the kernel just before
-                c = K.matmul(a, b)
-                d = K.matmul(c, b)  # reads what the PDL kernel just wrote
+                c = K_matmul.matmul(a, b)
+                d = K_matmul.matmul(c, b)  # reads what the PDL kernel just wrote
                 return d + 1.0
 
             ref = ((x.float() * 2) @ b.float() @ b.float()) + 1
@@ -215,8 +217,8 @@ if "C" in PARTS:
         q, k, v = (torch.randn(1, 16, 512, 64, device="cuda", dtype=torch.float16) for _ in range(3))
         for causal in (False, True):
             def achain():
-                o, _ = K.attention_forward(q * 1.0, k, v, causal=causal)
-                o2, _ = K.attention_forward(o, k, v, causal=causal)
+                o, _ = K_attention.attention_forward(q * 1.0, k, v, causal=causal)
+                o2, _ = K_attention.attention_forward(o, k, v, causal=causal)
                 return o2 * 1.0
             ref = F.scaled_dot_product_attention(F.scaled_dot_product_attention(q, k, v, is_causal=causal), k, v,
                                                  is_causal=causal)
@@ -224,6 +226,6 @@ if "C" in PARTS:
             print(f"C attention chain causal={causal}: max abs err {max(errs):.1e}", flush=True)
             ROWS.append(dict(part="C", name=f"attention chain causal={causal}", eager=max(errs)))
     finally:
-        K.MATMUL_PDL, LA.FWD_PDL = saved
+        K_matmul.MATMUL_PDL, LA.FWD_PDL = saved
         K.forget()
     save()

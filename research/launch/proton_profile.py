@@ -24,7 +24,7 @@ import torch.nn.functional as F
 import triton
 import triton.profiler as proton
 
-from solutions.flash_attention_tuned import attention_forward
+from solutions.kernels.attention_forward import attention_forward
 from solutions.matmul import matmul
 from solutions.softmax import softmax
 

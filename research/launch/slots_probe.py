@@ -30,8 +30,9 @@ from pathlib import Path
 import torch
 import triton
 
-from solutions import launch_lean_kernels as K
-from solutions import online_softmax_one_read as one
+from solutions import kernels as K
+from solutions.kernels import online_softmax as K_online
+from solutions.kernels import online_softmax_one_read as one
 from tkcourse.bench.core import capture, graph_ms, host_us_interleaved, measure
 
 out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts/slots_probe")
@@ -45,10 +46,10 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
     K.forget()
     errs, tags = [], []
     for _ in range(3):
-        errs.append((K.online_softmax(x).float() - ref).abs().max().item())
-        (slots,) = K.kept_slots(x)
+        errs.append((K_online.softmax(x).float() - ref).abs().max().item())
+        (slots,) = K_online.kept_slots(x)
         tags.append(sorted(set(((slots >> 32) & 1).tolist())))
-    graph, y = capture(lambda: K.online_softmax(x), on_warmup_stream=True)  # the graph keeps the stream's slots
+    graph, y = capture(lambda: K_online.softmax(x), on_warmup_stream=True)  # the graph keeps the stream's slots
     gerrs = []
     for _ in range(3):
         y.zero_()
@@ -66,9 +67,9 @@ for M, N in ((4096, 32768), (1024, 131072), (256, 262144)):
 
     def zeroed(slots=slots):
         slots.zero_()
-        return K.online_softmax(x)
+        return K_online.softmax(x)
 
-    calls = {"kept": lambda: K.online_softmax(x), "zeroed": zeroed, "torch": lambda: torch.softmax(x, dim=-1)}
+    calls = {"kept": lambda: K_online.softmax(x), "zeroed": zeroed, "torch": lambda: torch.softmax(x, dim=-1)}
     host = dict(zip(calls, host_us_interleaved(list(calls.values()))))
     eager = {k: [] for k in calls}
     for _ in range(5):

@@ -18,7 +18,10 @@ import torch, triton
 import torch.nn.functional as F
 from triton.testing import do_bench
 from tkcourse.bench.core import graph_ms, host_us
-from solutions import launch_lean_kernels as L, launch_lean_attention as LA, launch_matmul_small as small
+from solutions.kernels import attention as LA, matmul_small as small
+from solutions.kernels.matmul import matmul as L_matmul
+from solutions.kernels.online_softmax import softmax as L_online
+from solutions.kernels.softmax import softmax as L_softmax
 from solutions.softmax import softmax_kernel
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "."); out.mkdir(parents=True, exist_ok=True)
@@ -50,7 +53,7 @@ for causal in (False, True):
 x = torch.randn(4096, 1024, device="cuda", dtype=torch.float16); o = torch.empty_like(x)
 ref = torch.softmax(x.float(), -1)
 case("B torch.softmax 4096x1024", lambda: torch.softmax(x, -1), host=False)
-case("B lean softmax 4096x1024", lambda: L.softmax(x), host=False)
+case("B lean softmax 4096x1024", lambda: L_softmax(x), host=False)
 for grid in (1056, 2112, 4096):
     for w in (2, 4, 8, 16):
         f = lambda grid=grid, w=w: softmax_kernel[(grid,)](x, o, 1024, 1024, 4096, 1024, BLOCK=1024, NUM_STAGES=1, num_warps=w)
@@ -73,8 +76,8 @@ for dt in (torch.float16, torch.bfloat16):
         a = torch.randn(n, n, device="cuda", dtype=dt); b = torch.randn(n, n, device="cuda", dtype=dt)
         ref = (a.float() @ b.float())
         cub = graph_ms(lambda: a @ b) * 1e3
-        lean = L.matmul(a, b); torch.cuda.synchronize()
-        lg = graph_ms(lambda: L.matmul(a, b)) * 1e3
+        lean = L_matmul(a, b); torch.cuda.synchronize()
+        lg = graph_ms(lambda: L_matmul(a, b)) * 1e3
         res = []
         for bm, bn, bk, sk, w, s in cfgs:
             cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=sk, num_warps=w, num_stages=s)
@@ -92,7 +95,7 @@ for dt in (torch.float16, torch.bfloat16):
 
 # D
 x = torch.randn(64, 8192, device="cuda", dtype=torch.float16)
-case("D lean online_softmax 64x8192", lambda: L.online_softmax(x))
+case("D lean online_softmax 64x8192", lambda: L_online(x))
 case("D torch.zeros (64, 8)", lambda: torch.zeros((64, 8), dtype=torch.int64, device="cuda"))
 case("D torch.softmax 64x8192", lambda: torch.softmax(x, -1))
 

@@ -24,9 +24,9 @@ import triton
 import triton.language as tl
 
 from tkcourse.bench.core import graph_ms, measure
-import solutions.online_softmax_one_read as O  # the lesson's last step: the one-read and lanes kernels
-import solutions.online_softmax_split as OS  # the split step: the (m, l) exchange words, the two-pass plan
-import solutions.flash_attention_tuned as F  # the tuned forward: the kernel these probes tune
+import solutions.kernels.online_softmax_one_read as O  # the lesson's last step: the one-read and lanes kernels
+import solutions.kernels.online_softmax_split as OS  # the split step: the (m, l) exchange words, the two-pass plan
+import solutions.kernels.attention_forward as F  # the tuned forward: the kernel these probes tune
 
 # imported (pipeline_probe.py uses its kernels): no part runs
 what = (sys.argv[1] if len(sys.argv) > 1 else "SA") if __name__ == "__main__" else ""

@@ -12,9 +12,9 @@ import tkcourse
 import torch, triton
 from tkcourse.bench.core import graph_ms, host_us
 from solutions.softmax import softmax as fused, softmax_kernel
-from solutions.online_softmax_one_read import softmax as online  # the reference's fast path
+from solutions.kernels.online_softmax_one_read import softmax as online  # the reference's fast path
 from solutions.matmul import matmul
-from solutions.flash_attention_tuned import attention_forward
+from solutions.kernels.attention_forward import attention_forward
 
 rows = []
 def case(name, fn, work, unit):

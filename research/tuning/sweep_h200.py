@@ -14,9 +14,9 @@ import tkcourse
 import torch, triton
 from tkcourse.bench.core import graph_ms, measure
 import solutions.softmax as S
-import solutions.online_softmax_one_read as O  # the lesson's last step: the one-read and lanes kernels
-import solutions.online_softmax_split as OS  # the split step: the (m, l) exchange words, the two-pass plan
-from solutions.flash_attention_tuned import attention_forward
+import solutions.kernels.online_softmax_one_read as O  # the lesson's last step: the one-read and lanes kernels
+import solutions.kernels.online_softmax_split as OS  # the split step: the (m, l) exchange words, the two-pass plan
+from solutions.kernels.attention_forward import attention_forward
 what = sys.argv[1] if len(sys.argv) > 1 else "ABC"
 
 def db(fn):  # median ms from do_bench, shorter than the bench's

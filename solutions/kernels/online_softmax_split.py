@@ -20,8 +20,8 @@ import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
 
-from ._checks import power_of_two
-from .online_softmax import (
+from .._checks import power_of_two
+from ..online_softmax import (
     BLOCK_BYTES,
     INTERPRETER_BLOCK,
     MAX_BLOCK,

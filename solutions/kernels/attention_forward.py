@@ -25,9 +25,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tkcourse.mode import INTERPRET
 
-from ._checks import ConfigSpec, boolean, integer, power_of_two
-from .flash_attention import HEAD_DIMS, _check_inputs, _prepare, reference  # noqa: F401 (same API)
-from .flash_attention import attention_forward as _simple_forward
+from .._checks import ConfigSpec, boolean, integer, power_of_two
+from ..flash_attention import HEAD_DIMS, _check_inputs, _prepare, reference  # noqa: F401 (same API)
+from ..flash_attention import attention_forward as _simple_forward
 
 
 def _set_descriptor_blocks(nargs):

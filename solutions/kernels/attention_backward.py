@@ -16,9 +16,8 @@ import triton
 
 from tkcourse.mode import INTERPRET
 
-from . import flash_attention_tuned
-from .flash_attention_autograd import trainable
-from .flash_attention_backward import (  # noqa: F401
+from ..flash_attention_autograd import trainable
+from ..flash_attention_backward import (  # noqa: F401
     _attn_bwd_dkdv,
     _attn_bwd_dq,
     _check_inputs,
@@ -27,6 +26,7 @@ from .flash_attention_backward import (  # noqa: F401
     reference,
     reference_backward,
 )
+from . import attention_forward as forward
 
 #: dK/dV kernel: BLOCK_N keys per program (kept on chip), BLOCK_M queries per step.
 DKDV_CONFIGS = [
@@ -116,4 +116,4 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
 #: The trainable layer: ``attention(q, k, v, causal=False, sm_scale=None, config=None, impl="auto")``,
 #: the tuned forward (``impl`` and ``config`` as in ``flash_attention_tuned.attention_forward``) and
 #: the autotuned backward.
-attention = trainable(flash_attention_tuned.attention_forward, attention_backward)
+attention = trainable(forward.attention_forward, attention_backward)

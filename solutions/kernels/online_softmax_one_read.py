@@ -28,8 +28,8 @@ import triton.language as tl
 
 from tkcourse.mode import INTERPRET, validate
 
-from ._occupancy import programs_per_sm, sm_count
-from .online_softmax import online_stats, reference, step_states
+from .._occupancy import programs_per_sm, sm_count
+from ..online_softmax import online_stats, reference, step_states
 from .online_softmax_split import (
     _two_pass,
     checked_parts_and_block,

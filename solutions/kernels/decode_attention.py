@@ -14,8 +14,8 @@ This is what the benchmarks (``benchmarks/decode_attention.py``) measure.
 
 from tkcourse.mode import INTERPRET
 
-from ._checks import ConfigSpec, integer, power_of_two
-from .decode_attention import BLOCK_N, HEAD_DIMS, _check_inputs, _launch, reference  # noqa: F401 (same API)
+from .._checks import ConfigSpec, integer, power_of_two
+from ..decode_attention import BLOCK_N, HEAD_DIMS, _check_inputs, _launch, reference  # noqa: F401 (same API)
 
 _CONFIG = ConfigSpec({"BLOCK_N": (power_of_two, 16, 256), "splits": (integer, 1, 1024),
                       "num_warps": (power_of_two, 1, 16), "num_stages": (integer, 1, 6),

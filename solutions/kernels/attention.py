@@ -2,7 +2,7 @@
 behind lean launch paths, with the step modules' APIs; the mechanism and the keys are those of
 ``launch_lean`` and ``launch_lean_kernels`` (dtypes, shapes, strides, alignment, device, options).
 Host-made tensor descriptors: a direct entry (triton 3.6) keeps each address's encoded map
-(``launch_lean._DirectDescriptors``); elsewhere four descriptors are kept with the entry and only
+(``lean._DirectDescriptors``); elsewhere four descriptors are kept with the entry and only
 their base changes from call to call.
 """
 
@@ -13,14 +13,13 @@ import triton
 
 from tkcourse.mode import INTERPRET
 
-from . import flash_attention_backward as fab
-from . import flash_attention_backward_tuned as fabt
-from . import flash_attention_tuned as fat
-from . import launch_lean
-from ._occupancy import sm_count
-from .flash_attention_autograd import trainable
-from .launch_lean import Lean
-from .launch_lean import tensor_key as _t
+from .. import flash_attention_backward as fab
+from .._occupancy import sm_count
+from ..flash_attention_autograd import trainable
+from . import attention_backward as fabt
+from . import attention_forward as fat
+from .lean import DIRECT, Lean, pdl_ok
+from .lean import tensor_key as _t
 
 __all__ = ["attention_forward", "attention", "attention_backward", "LEANS"]
 
@@ -56,10 +55,10 @@ _FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made de
 #: program encodes its own and fences it), which a small problem's kernel does not hide. Host-made
 #: ones cost host time instead: the ordinary launcher re-encodes each on every call
 #: (``cuTensorMapEncodeTiled``, one per tensor: Q, K, V, O), microseconds each. A direct entry
-#: (``launch_lean._DirectDescriptors``, triton 3.6) encodes an address once and keeps the map, so
+#: (``lean._DirectDescriptors``, triton 3.6) encodes an address once and keeps the map, so
 #: there the lean path takes host-made descriptors, elsewhere in-kernel ones.
 #: ``attention_forward(..., host_descriptors=...)`` asks for one or the other.
-HOST_DESCRIPTORS = launch_lean.DIRECT
+HOST_DESCRIPTORS = DIRECT
 #: The forward launched with programmatic dependent launch where the GPU has it (as
 #: ``launch_lean_kernels.MATMUL_PDL``). At B1 H16 N512 D64 on the H200, eight forwards in one CUDA
 #: graph: 7.1 us each with it, 7.7 without (causal 7.6 against 8.2; ``research/launch/pdl_probe.py``).
@@ -130,7 +129,7 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptor
         lean, meta = _FWD_FIXED, dict(ONE_WAVE_FWD_CONFIG, WARP_SPECIALIZE=False)
     else:
         lean, meta = (_FWD_SMALL, {}) if N <= SMALL_N_MAX else (_FWD_LARGE, {})
-    if FWD_PDL and launch_lean.pdl_ok(q.device):
+    if FWD_PDL and pdl_ok(q.device):
         meta.update(PDL=True, launch_pdl=True)
     multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
     host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
@@ -208,3 +207,9 @@ attention = trainable(attention_forward, attention_backward)
 
 LEANS = dict(fwd_small=_FWD_SMALL, fwd_large=_FWD_LARGE, fwd_fixed=_FWD_FIXED, delta=_DELTA, dkdv=_DKDV[True],
              dkdv_fixed=_DKDV[False], dq=_DQ[True], dq_fixed=_DQ[False])
+
+
+def forget():
+    """Drop every kept entry: the next call of each key is a first call again."""
+    for lean_ in LEANS.values():
+        lean_.entries.clear()

@@ -1,4 +1,4 @@
-"""Lesson 08: a lean launch path, compile once per key and keep the launcher.
+"""The lean launch path (lesson 08 teaches it): compile once per key and keep the launcher.
 
 ``kernel[grid](*args)`` costs tens of microseconds of Python on every call, before the GPU sees
 anything: Triton binds the arguments, specializes each one (is an int 1, or a multiple of 16? is a
@@ -18,8 +18,9 @@ The key is the caller's job, and it must hold everything the compile depends on:
 int argument (their values: 1 and multiples of 16 compile differently), the 16-byte alignment of
 every pointer, constexprs and launch options, the device. A key that leaves one out runs a kernel
 compiled for other inputs, silently wrong (say, one compiled for an aligned pointer, run on a
-misaligned one). The lean launchers in ``launch_lean_kernels`` key on dtypes, shapes, strides,
-``data_ptr() & 15`` and the device; their tests check that each of those gets its own entry.
+misaligned one). The lean launchers of this package (``kernels.softmax``, ``kernels.matmul``, ...) key
+on dtypes, shapes, strides, ``data_ptr() & 15`` and the device; their tests check that each of those
+gets its own entry.
 
 On triton 3.6 an entry goes one step further (``_Direct``): it calls the launcher's C function
 itself, past the Python wrapper (``CudaLauncher.__call__``, which makes a closure and looks up
@@ -41,7 +42,7 @@ import triton
 
 from tkcourse.mode import INTERPRET
 
-__all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key", "pdl_ok"]
+__all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key", "pdl_ok", "hooks_on", "stream_of"]
 
 #: Entries a ``Lean`` keeps before it forgets them all (a new shape per call would otherwise grow
 #: the table without bound; a forgotten key costs one ordinary launch, never a new compile).
@@ -73,7 +74,7 @@ def _jit_of(kernel):
     return kernel
 
 
-def _hooks_on() -> bool:
+def hooks_on() -> bool:
     """A launch hook is set (triton 3.6: a callable or None; 3.7: a HookChain, empty by default)."""
     knobs = getattr(triton, "knobs", None)
     hook = getattr(getattr(knobs, "runtime", None), "launch_enter_hook", None)
@@ -235,7 +236,7 @@ class Lean:
         self.compiles = 0  # first calls: what the tests count
 
     def get(self, key):
-        if _hooks_on():
+        if hooks_on():
             return None  # the ordinary path, which calls the hooks
         return self.entries.get(key)
 
@@ -298,3 +299,20 @@ def _grid3(grid, named: dict, chosen: dict) -> tuple[int, int, int]:
         grid = grid({**named, **chosen})
     grid = tuple(grid)
     return (grid + (1, 1))[:3]
+
+
+def stream_of(device_index):
+    """The current stream's handle on device ``device_index`` (a split-K workspace and the one-read
+    kernels' exchange slots belong to a stream); 0 in the interpreter."""
+    global _current_stream
+    if _current_stream is None:
+        if INTERPRET:
+            _current_stream = lambda index: 0  # noqa: E731
+        else:
+            from triton.runtime import driver
+
+            _current_stream = driver.active.get_current_stream
+    return _current_stream(device_index)
+
+
+_current_stream = None  # the driver's stream lookup, found on the first call
