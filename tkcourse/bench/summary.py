@@ -25,3 +25,42 @@ def summary_table(rows) -> str:
         host = f"  host us: {host}" if host else ""
         lines.append(f"{r['kernel']:<26}{r['shape']:<24}{r['dtype']:<9}{r['triton']:>10.1f}  {peers}{host}  [{r['metric']}]")
     return "\n".join(lines)
+
+
+#: Plain words for the table's provider names, for what a learner reads (tables, legends, sentences).
+PROVIDERS: dict[str, str] = {
+    "triton": "course, fastest path",  # the reference's fast path: the ladder's last step, lesson 08's lean launch
+    "triton-readable": "course, plain launch",  # the reference launched through kernel[grid], as the lessons do
+    "torch": "PyTorch",
+    "torch-rms_norm": "PyTorch rms_norm",
+    "cublas": "cuBLAS",
+    "sdpa": "PyTorch SDPA",
+    "sdpa-flash": "SDPA, FlashAttention",
+    "sdpa-cudnn": "SDPA, cuDNN",
+    "sdpa-default": "SDPA, its own choice",
+    "copy": "copy, same bytes",
+}
+
+
+def provider_label(provider: str) -> str:
+    """The plain words for ``provider`` (``"triton-readable"`` -> ``"course, plain launch"``); unknown names as they are."""
+    return PROVIDERS.get(provider, provider)
+
+
+def recorded(kernel: str, shape: str, dtype: str, provider: str = "triton", rows=None) -> float:
+    """The median of one row of the results table (default: the recorded H200 table), in the row's metric.
+
+    Raises LookupError naming the row when the table has no such row, or more than one, so that a sentence
+    built from it never shows a figure of some other row."""
+    from .core import load_records, select
+
+    found = select(load_records() if rows is None else rows, kernel=kernel, shape=shape, dtype=dtype, provider=provider)
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} rows of {kernel}/{provider} {shape} {dtype} in the results table, expected one")
+    return float(found[0]["median"])
+
+
+def ratio(kernel: str, shape: str, dtype: str, peer: str, provider: str = "triton", rows=None) -> float:
+    """``provider``'s median over ``peer``'s for one (kernel, shape, dtype) of the results table. For a rate
+    (GB/s, TFLOP/s) 1.04 means 4% faster; for memory (GB), 1.04 means 4% more memory."""
+    return recorded(kernel, shape, dtype, provider, rows) / recorded(kernel, shape, dtype, peer, rows)
