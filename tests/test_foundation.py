@@ -33,10 +33,14 @@ def test_interpreter_is_set_before_kernels_are_defined():
         assert out.split() == ["InterpretedFunction", "True"]
 
 
-def test_sizes_are_per_mode():
-    assert mode.size("vector_add.n") == (98_433 if mode.INTERPRET else 1 << 26)
+def test_sizes_are_per_mode(monkeypatch):
+    from tkcourse import course
+
+    assert tkcourse.size("vector_add.n") == (98_433 if mode.INTERPRET else 1 << 26)
+    monkeypatch.setattr(mode, "INTERPRET", not mode.INTERPRET)  # the other mode's column
+    assert course.size("vector_add.n") == (98_433 if mode.INTERPRET else 1 << 26)
     with pytest.raises(KeyError, match="known"):
-        mode.size("nope")
+        course.size("nope")
 
 
 def test_validate_messages_say_what_to_fix():

@@ -19,7 +19,7 @@ import pytest
 from tkcourse import course
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = [name for _, name in course.LESSONS]
+ORDER = [lesson.name for lesson in course.LESSONS]
 
 
 lesson_of = course.lesson_of  # online_softmax_split -> online_softmax; rmsnorm -> decode_attention

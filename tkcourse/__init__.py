@@ -8,6 +8,7 @@ interpreter on the CPU. Everything else is imported on demand, so ``import tkcou
 * ``tkcourse.whose(module)``: whose code ran (yours, or the reference while your exercise is not done),
   for every label a notebook prints;
 * ``tkcourse.check.run(name)``: grade it, with hints when something is wrong;
+* ``tkcourse.size(name)``: a problem size for this mode (small in the interpreter), from ``tkcourse.course``;
 * ``tkcourse.bench``, ``tkcourse.traffic``, ``tkcourse.autotune``, ``tkcourse.plots``: measuring and drawing.
 """
 
@@ -16,12 +17,13 @@ from __future__ import annotations
 import importlib
 
 from . import mode  # noqa: F401  (first: sets TRITON_INTERPRET before any kernel is defined)
-from .course import put_checkout_on_path
+from .course import put_checkout_on_path, size  # noqa: F401  (tkcourse.size(name): a lesson's problem size)
 from .labels import exercise, use_solutions  # noqa: F401  (re-exported: tkcourse.exercise(name))
 from .mode import DEVICE, INTERPRET  # noqa: F401
 
-# solutions/, exercises/ and benchmarks/ are the checkout's folders, not installed packages: see
-# tkcourse.course.put_checkout_on_path and README, "Installing".
+# solutions/, exercises/ and benchmarks/ are the checkout's folders, not installed packages, and the
+# notebooks import solutions.<lesson> themselves: see tkcourse.course.put_checkout_on_path and README,
+# "Installing".
 put_checkout_on_path()
 
 __version__ = "0.1.0"

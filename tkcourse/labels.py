@@ -21,7 +21,7 @@ import os
 import types
 from dataclasses import dataclass
 
-from .course import CHECKOUT
+from .course import CHECKOUT, import_checkout
 
 
 def use_solutions() -> bool:
@@ -47,7 +47,7 @@ def exercise(name: str, fallback: bool = True):
             package = "solutions"
             who = Whose(name, False, "not done yet")
     try:
-        module = importlib.import_module(f"{package}.{name}")
+        module = import_checkout(f"{package}.{name}")
     except ModuleNotFoundError as e:
         if e.name in (f"{package}.{name}", package):
             if CHECKOUT is None:  # a non-editable install ships tkcourse alone (README, "Installing")

@@ -7,8 +7,8 @@ This module is the foundation of the course and imports nothing else of it, so a
 * no GPU, or ``TRITON_INTERPRET=1`` -> ``TRITON_INTERPRET=1`` is set *before* any
   ``@triton.jit`` kernel is defined, so every kernel runs in Triton's interpreter on the CPU.
 
-It also owns the problem sizes that fit the mode (``size``), and the guard that keeps bf16
-away from the interpreter, where it gives wrong results (``check_dtype``).
+It also holds the guard that keeps bf16 away from the interpreter, where it gives wrong results
+(``check_dtype``). Problem sizes that fit the mode are the lessons' (``tkcourse.size``).
 """
 
 from __future__ import annotations
@@ -110,35 +110,6 @@ DEVICE: str = "cpu" if INTERPRET else "cuda"
 
 #: Short words for reports.
 MODE_NAME: str = "interpreter (CPU)" if INTERPRET else "compiled (GPU)"
-
-# --------------------------------------------------------------------------------------------
-# Problem sizes. One table, two columns: small enough that the interpreter stays quick on a
-# laptop, large enough on a GPU that timings mean something.
-# --------------------------------------------------------------------------------------------
-_SIZES: dict[str, tuple[object, object]] = {
-    #  name                     interpreter                 GPU
-    "vector_add.n": (98_433, 1 << 26),
-    "vector_add.sweep": ([1 << 10, 1 << 12, 1 << 14, 1 << 16], [1 << p for p in range(12, 29, 2)]),
-    "softmax.shape": ((64, 1000), (4096, 4096)),
-    "matmul.shape": ((96, 80, 112), (4096, 4096, 4096)),
-    "online_softmax.shape": ((8, 5000), (1024, 131072)),
-    "attention.shape": ((1, 2, 64, 32), (4, 16, 4096, 128)),
-}
-
-
-def size(name: str):
-    """The problem size for ``name`` in the current mode (see ``_SIZES``)."""
-    try:
-        small, large = _SIZES[name]
-    except KeyError:
-        raise KeyError(f"no size named {name!r}; known: {', '.join(sorted(_SIZES))}") from None
-    return small if INTERPRET else large
-
-
-def register_sizes(**sizes: tuple[object, object]) -> None:
-    """Add ``name=(interpreter_size, gpu_size)`` entries (for lessons that add their own)."""
-    _SIZES.update(sizes)
-
 
 # --------------------------------------------------------------------------------------------
 # dtypes

@@ -5,15 +5,17 @@
 #   bash tools/gpu_pass.sh check OUT           # every grader and every notebook on the GPU
 #   bash tools/gpu_pass.sh tests OUT           # the unit tests on the GPU (GPU-only ones included; > 10 min)
 #   bash tools/gpu_pass.sh gputests OUT        # only the tests the CPU suite skips
-#   bash tools/gpu_pass.sh "figures verify" OUT # the rows lessons 08 and 09 quote (small matmuls and
+#   bash tools/gpu_pass.sh "figures verify" OUT # the rows lessons' prose quotes (small matmuls and
 #                                              # attention, every softmax, add, rmsnorm and decode row),
-#                                              # proton's profile; then graders, notebooks 00-01, 03-04,
-#                                              # 07-09 and the GPU tests, side by side (correctness only)
-#   bash tools/gpu_pass.sh figures08 OUT       # the same figures without lesson 09's rows
+#                                              # proton's profile; then every grader, the verify step's
+#                                              # notebooks and GPU tests, side by side (correctness only)
+#   bash tools/gpu_pass.sh figures08 OUT       # the same figures, only the rows lesson 08 quotes
 #                                              # (NO_PROTON=1 before either: the bench rows only)
 #   bash tools/gpu_pass.sh online OUT          # the softmax rows (lessons 02 and 05), the kept-slots
-#                                              # probe, then lessons 02, 05 and 08's graders, notebooks
-#                                              # and GPU tests side by side
+#                                              # probe, then the online step's graders, notebooks and
+#                                              # GPU tests side by side
+# Which lessons a step runs, and which rows and sweeps it records, the lesson registry says
+# (tkcourse/course.py: each Lesson's gpu_passes, gpu_tests, quotes and sweeps); the script asks it.
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
 # Afterwards: copy OUT/bench.csv to tkcourse/data/h200/ (or merge some of its rows into it:
 # python3 tools/merge_rows.py tkcourse/data/h200/bench.csv OUT/bench.csv --kernel ...) and unpack
@@ -29,6 +31,7 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1 TKCOURSE_SOLUTIONS=1 MPLBACKEND=Agg
+ask() { python3 -c 'import sys, tkcourse.course as c; sys.exit(c.main())' "$@"; }  # the registry's lists
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)"
   date -u +%FT%TZ; } | tee -a "$OUT/gpu.txt"
@@ -40,44 +43,46 @@ bench)  # lesson by lesson into one table, so a lesson that fails or runs out of
   done
   grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-150 ;;
 figures|figures08)  # figures08: lesson 08's rows only (add, softmax, small matmuls and attention)
-  lessons="vector_add softmax rmsnorm decode_attention"; [ "$step" = figures08 ] && lessons="vector_add softmax"
-  { for l in $lessons; do
-      timeout 150 python3 -m tkcourse bench $l --out "$OUT/bench.csv" --append; echo "bench $l exit $?"; done
-    timeout 120 python3 -m tkcourse bench matmul --out "$OUT/bench.csv" --append \
-      --shape 512x512x512 --shape 1024x1024x1024 --shape 2048x2048x2048; echo "bench matmul exit $?"
-    timeout 250 python3 -m tkcourse bench flash_attention --out "$OUT/bench.csv" --append --shape B1-H16-N512-D64 \
-      --shape B1-H16-N512-D64-causal --shape B16-H32-N1024-D64 --shape B16-H32-N1024-D64-causal
-    echo "bench flash_attention exit $?"; } >> "$OUT/bench.log" 2>&1
+  quoting=""; [ "$step" = figures08 ] && quoting=08
+  mapfile -t rows < <(ask quotes $quoting)  # one line a benchmark: NAME [--shape S ...]
+  { for row in "${rows[@]}"; do
+      set -- $row; b=$1; shift
+      timeout 250 python3 -m tkcourse bench "$b" --out "$OUT/bench.csv" --append "$@"; echo "bench $b exit $?"; done
+  } >> "$OUT/bench.log" 2>&1
   grep -E "exit" "$OUT/bench.log" | tee -a "$OUT/gpu.txt"
   if [ -z "${NO_PROTON:-}" ]; then  # NO_PROTON=1: the bench rows only
     timeout 90 python3 research/launch/proton_profile.py "$OUT/proton" > "$OUT/proton.log" 2>&1
     echo "proton exit $?" | tee -a "$OUT/gpu.txt"; fi ;;
 online)  # the exchange of lesson 05's one-read kernels: its rows and probe, then its checks side by side
-  timeout 200 python3 -m tkcourse bench softmax --out "$OUT/bench.csv" --append > "$OUT/bench.log" 2>&1
-  echo "bench softmax exit $?" | tee -a "$OUT/gpu.txt"
+  for b in $(ask benchmarks online); do
+    timeout 200 python3 -m tkcourse bench "$b" --out "$OUT/bench.csv" --append >> "$OUT/bench.log" 2>&1
+    echo "bench $b exit $?" | tee -a "$OUT/gpu.txt"; done
   timeout 120 python3 research/launch/slots_probe.py "$OUT" > "$OUT/slots_probe.log" 2>&1; echo "slots_probe exit $?" | tee -a "$OUT/gpu.txt"
-  ( timeout 240 python3 -m tkcourse check softmax online_softmax launch > "$OUT/check.log" 2>&1
+  graders=$(ask graders online) notebooks=$(ask notebooks online) tests=$(ask tests online)
+  ( timeout 240 python3 -m tkcourse check $graders > "$OUT/check.log" 2>&1
     echo "graders exit $?" >> "$OUT/gpu.txt" ) &
   ( env -u TKCOURSE_SOLUTIONS timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
-      -k "02_ or 05_ or 08_" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
-  ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_launch_lean.py tests/test_online_softmax.py \
-      tests/test_softmax.py -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
+      -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
+  ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE $tests \
+      -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
   wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log"
   grep -E "^[KHG] " "$OUT/slots_probe.log"; grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 verify)  # correctness only, so the three run side by side
+  notebooks=$(ask notebooks verify) tests=$(ask tests verify)
   ( timeout 240 python3 -m tkcourse check > "$OUT/check.log" 2>&1; echo "graders exit $?" >> "$OUT/gpu.txt" ) &
   ( env -u TKCOURSE_SOLUTIONS timeout 400 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
-      -k "00_ or 01_ or 03_ or 04_ or 07_ or 08_ or 09_" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
-  ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_traffic.py tests/test_launch_lean.py \
-      tests/test_flash_attention_backward.py -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
+      -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
+  ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_traffic.py $tests \
+      -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
   wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log" ;;
 sweeps)
   sw=$OUT/sweeps/sweeps; mkdir -p "$sw"
-  python3 -m tkcourse.autotune matmul --dtype float16 --out "$sw" \
-    --shapes 4096x4096x4096,16x4096x4096,8192x8192x8192,512x512x512,1024x1024x1024,2048x2048x2048 > "$OUT/sweeps.log" 2>&1
-  python3 -m tkcourse.autotune attention --dtype float16 --out "$sw" --shapes 4x16x4096x128 >> "$OUT/sweeps.log" 2>&1
+  mapfile -t rows < <(ask sweeps)  # one line a kernel: NAME SHAPES
+  for row in "${rows[@]}"; do
+    set -- $row
+    python3 -m tkcourse.autotune "$1" --dtype float16 --out "$sw" --shapes "$2" >> "$OUT/sweeps.log" 2>&1; done
   tar -C "$OUT/sweeps" -czf "$OUT/sweeps.tgz" sweeps && rm -r "$OUT/sweeps"
   grep -vE "^\[|^ *[0-9]+/" "$OUT/sweeps.log" | tail -25 ;;
 check)

@@ -12,14 +12,13 @@ shows the traceback instead.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import mode
-from ..course import SWEEP_TARGETS, put_checkout_on_path
+from ..course import SWEEP_TARGETS, import_checkout
 from ..errors import UserError
 from ..mode import UnsupportedInInterpreter
 from .format import SWEEPS, config_label
@@ -46,8 +45,7 @@ class Target:
 
 def _target(name: str) -> Target:
     """The target ``name``, from the module ``tkcourse.course.SWEEP_TARGETS`` names for it."""
-    put_checkout_on_path()  # benchmarks/ and solutions/ live in the checkout, beside this package
-    return importlib.import_module(SWEEP_TARGETS[name]).TARGETS[name]
+    return import_checkout(SWEEP_TARGETS[name]).TARGETS[name]  # benchmarks/ lives in the checkout
 
 
 def _parse_shape(text: str, ndim: int, example: str) -> tuple[int, ...]:

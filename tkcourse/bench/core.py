@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import datetime
-import importlib
 import io
 import itertools
 import math
@@ -459,6 +458,6 @@ def lessons() -> list[str]:
 def module_for(name: str):
     """A benchmark's module (``benchmarks.<name>``, found by name through ``tkcourse.course.BENCHMARKS``):
     ``cases()`` and, optionally, ``extra_rows(provenance) -> rows``."""
-    from ..course import BENCHMARKS
+    from ..course import BENCHMARKS, import_checkout
 
-    return importlib.import_module(BENCHMARKS[name])
+    return import_checkout(BENCHMARKS[name])

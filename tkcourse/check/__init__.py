@@ -15,7 +15,6 @@ import dataclasses
 import importlib
 import json
 import os
-import pkgutil
 import signal
 import subprocess
 import sys
@@ -26,8 +25,10 @@ from .core import Case, NotDone, Report, error_case, guarded  # noqa: F401
 
 
 def lessons() -> list[str]:
-    """Lessons that have a grader."""
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "core")
+    """Lessons that have a grader (``check/<part>.py`` for each part in ``tkcourse.course.LESSONS``)."""
+    from ..course import graded
+
+    return graded()
 
 
 _MARK = "tkcourse-check-report:"  # the child's last line: this, then the report as JSON
