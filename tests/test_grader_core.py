@@ -180,7 +180,7 @@ def test_a_zero_filled_output_does_not_hide_elements_never_written():
 
     def add(x, y, BLOCK=1024):
         out = torch.zeros_like(x)
-        sol._add_kernel[(x.numel() // BLOCK,)](x, y, out, x.numel(), BLOCK=BLOCK)  # the grid rounds down
+        sol.add_kernel[(x.numel() // BLOCK,)](x, y, out, x.numel(), BLOCK=BLOCK)  # the grid rounds down
         return out
     rep = check.run("vector_add", module=types.SimpleNamespace(add=add), quiet=True)
     bad = rep.first_problem()
@@ -195,3 +195,142 @@ def test_a_diagnosis_that_raises_gives_a_plain_failure():
     case = core.compare("case", torch.zeros(4), torch.ones(4, dtype=torch.float64), dtype=torch.float32,
                         diagnose=broken)
     assert case.status == "fail" and "4 of 4 values wrong" in case.detail and case.hint
+
+
+# ----- hints that name the mistake made: planted kernels ----------------------------------------
+
+
+@triton.jit
+def _add_with_and(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n and offsets >= 0  # Python's `and`: only the second test is kept
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def _add_module(kernel):
+    def add(x, y, BLOCK=1024):
+        if x.shape != y.shape:
+            raise ValueError("shape")
+        x, y = x.contiguous(), y.contiguous()
+        out = torch.empty_like(x)
+        kernel[(triton.cdiv(x.numel(), BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK)
+        return out
+    return types.SimpleNamespace(add=add, __name__="planted")
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="compiled, Triton turns `and` into a logical and (with a warning)")
+def test_pythons_and_between_tensor_tests_is_named_not_the_store_mask():
+    rep = check.run("vector_add", module=_add_module(_add_with_and), quiet=True)
+    hint = rep.first_problem().hint
+    assert rep.status == "fail" and "Python's `and`" in hint and "(offsets < n) & (offsets >= 0)" in hint, rep
+    assert "Mask the store" not in hint
+
+
+@triton.jit
+def _mm_step(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, A_STRIDED_STEP: tl.constexpr):
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        left = K - k * BK
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < left) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a, b, input_precision="ieee")
+        if A_STRIDED_STEP:
+            a_ptrs += BK * sak
+        else:
+            a_ptrs += BK  # the mistake: right only while a's columns are contiguous (sak == 1)
+        b_ptrs += BK * sbk
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _mm_module(strided_step=False):
+    def matmul(a, b):
+        if a.shape[1] != b.shape[0] or a.dtype != b.dtype:
+            raise ValueError("shapes or dtypes")
+        (M, K), N = a.shape, b.shape[1]
+        c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+        _mm_step[(triton.cdiv(M, 32), triton.cdiv(N, 32))](
+            a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BM=32, BN=32, BK=16,
+            A_STRIDED_STEP=strided_step)
+        return c
+    return types.SimpleNamespace(matmul=matmul, __name__="planted")
+
+
+def test_a_k_step_without_the_stride_is_named():
+    """a_ptrs += BLOCK_K passes every row-major case and fails on a transposed A: the hint names the step,
+    not the pointers' construction (which used both strides)."""
+    rep = check.run("matmul", module=_mm_module(False), quiet=True)
+    bad = rep.first_problem()
+    assert rep.status == "fail" and "a transposed" in bad.label and len(rep.cases) > 5, rep  # row-major ones pass
+    assert "a_ptrs += BLOCK_K * stride_ak" in bad.hint and "b_ptrs" not in bad.hint, bad
+
+
+def _decode_with_table_stride(extra):
+    """Decode attention as the reference launches it, but the block table's row stride is off by ``extra``."""
+    from solutions import decode_attention as sol
+
+    def decode_attention(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None):
+        sm_scale = sol.check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale)
+        B, Hq, D = q.shape
+        _, page_size, Hkv, _ = k_cache.shape
+        max_pages = block_table.shape[1]
+        splits, split_tokens = sol._plan(B, Hkv, max_pages, page_size, sol.BLOCK_N)
+        m = torch.empty((B, Hq, splits), device=q.device, dtype=torch.float32)
+        l = torch.empty_like(m)
+        acc = torch.empty((B, Hq, splits, D), device=q.device, dtype=torch.float32)
+        out = torch.empty_like(q)
+        group = Hq // Hkv
+        sol._decode_split[(B * Hkv, splits)](
+            q, k_cache, v_cache, seq_lens, block_table, m, l, acc, max_pages + extra, split_tokens,
+            sm_scale * sol.LOG2E, splits, HKV=Hkv, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
+            HEAD_DIM=D, PAGE_SIZE=page_size, BLOCK_N=sol.BLOCK_N)
+        sol._decode_combine[(B * Hq,)](m, l, acc, out, HEAD_DIM=D, SPLITS=splits,
+                                       BLOCK_S=triton.next_power_of_2(splits))
+        return out
+    return types.SimpleNamespace(decode_attention=decode_attention, reference=sol.reference, __name__="planted")
+
+
+def test_a_wrong_block_table_stride_names_the_lookup_not_the_mask():
+    """The loads are masked; what ran past the table's end is the row index into it: the hint says so."""
+    rep = check.run("decode_attention", module=_decode_with_table_stride(3), quiet=True)
+    bad = rep.first_problem()
+    assert rep.status == "fail" and "block_table" in bad.hint and "stride" in bad.hint, rep
+    assert "mask the load" not in bad.hint.lower() and "offsets < n" not in bad.hint + bad.detail, bad
+
+
+@triton.jit
+def _add_then_nan(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    nan = tl.sqrt(x * 0.0 - 1.0)  # sqrt(-1): NaN, computed and stored; numpy warns in the interpreter
+    tl.store(out_ptr + offsets, tl.where(offsets == n - 1, nan, x + tl.load(y_ptr + offsets, mask=mask)), mask=mask)
+
+
+def test_a_nan_the_kernel_computed_is_not_called_unwritten_and_warnings_wait_for_the_verdict(capfd):
+    rep = check.run("vector_add", module=_add_module(_add_then_nan))
+    out, err = capfd.readouterr()
+    bad = rep.first_problem()
+    assert rep.status == "fail" and "1 computed by your kernel (it stored NaN there)" in bad.detail, rep
+    assert "never written" not in bad.detail + bad.hint and "stored NaN" in bad.hint, bad
+    if mode.INTERPRET:  # numpy's warning, captured: shown with the case it explains, never raw
+        assert "interpreter warned: RuntimeWarning: invalid value encountered in sqrt" in bad.detail, bad
+        assert "RuntimeWarning" not in err and out.count("RuntimeWarning") == 1, (out, err)
+
+
+def test_a_nan_never_written_is_called_so():
+    """The other half: the poison left in place (the tracer saw no store there) reads as never written."""
+    from solutions import vector_add as sol
+
+    def add(x, y, BLOCK=1024):
+        out = torch.empty_like(x)
+        sol.add_kernel[(max(1, x.numel() // BLOCK),)](x, y, out, x.numel(), BLOCK=BLOCK)  # the grid rounds down
+        return out
+    bad = check.run("vector_add", module=types.SimpleNamespace(add=add), quiet=True).first_problem()
+    assert "never written by your kernel" in bad.detail and "computed" not in bad.detail, bad

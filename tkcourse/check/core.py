@@ -28,14 +28,19 @@ raises into an error case (``guarded``), so a report is always printed.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import inspect
 import math
 import os
 import random
+import re
+import textwrap
 import traceback
+import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .. import mode, traffic
@@ -286,27 +291,59 @@ def tolerance(dtype, mode_tf32: bool = False) -> tuple[float, float]:
     return 1e-5, 1e-5
 
 
-def call(fn, *args, **kwargs):
-    """Run the learner's function under poisoned allocations; returns (output, allocations)."""
-    with poisoned_allocations() as allocs:
+@contextlib.contextmanager
+def quiet_warnings(seen: list | None = None):
+    """Within the block, warnings (numpy's from the interpreter: overflow in exp, 0/0...) are recorded
+    into ``seen`` as "Category: message" lines, never printed: a report shows them only where they
+    explain a failure (``explain_warnings``), never raw before the verdict."""
+    with warnings.catch_warnings(record=True) as caught, np.errstate(over="warn", invalid="warn", divide="warn",
+                                                                       under="ignore"):
+        warnings.simplefilter("always")
+        try:
+            yield caught
+        finally:
+            if seen is not None:
+                for w in caught:
+                    line = f"{w.category.__name__}: {w.message}"
+                    if line not in seen:
+                        seen.append(line)
+
+
+def call(fn, *args, warned: list | None = None, **kwargs):
+    """Run the learner's function under poisoned allocations; returns (output, allocations).
+    ``warned``: a list that collects the warnings the call raised (``quiet_warnings``)."""
+    with quiet_warnings(warned), poisoned_allocations() as allocs:
         out = fn(*args, **kwargs)
-    if mode.DEVICE == "cuda":
-        torch.cuda.synchronize()
+        if mode.DEVICE == "cuda":
+            torch.cuda.synchronize()
     return out, allocs
 
 
-def traced_call(fn, *args, **kwargs):
+def traced_call(fn, *args, warned: list | None = None, **kwargs):
     """``call`` with every kernel launch under the tracer: returns (output, allocations, traces).
 
     Raises ``traffic.OutOfBoundsError`` at the first launch that touches memory outside its tensor
     arguments (masked off, never performed: in the interpreter a stray store would hit the host heap,
     on a GPU it would end the CUDA context).
     """
-    with poisoned_allocations() as allocs, traffic.capture(stop_on_oob=True) as traces:
+    with quiet_warnings(warned), poisoned_allocations() as allocs, traffic.capture(stop_on_oob=True) as traces:
         out = fn(*args, **kwargs)
-    if mode.DEVICE == "cuda":
-        torch.cuda.synchronize()
+        if mode.DEVICE == "cuda":
+            torch.cuda.synchronize()
     return out, allocs, traces
+
+
+def explain_warnings(case: Case, out, seen) -> Case:
+    """Add the warnings ``seen`` during a graded call to a failed ``case`` whose output holds inf or NaN,
+    where they explain it (an overflow in exp, a 0/0); otherwise they stay unsaid."""
+    if case.status != "fail" or not seen:
+        return case
+    tensors = [t for t in (out if isinstance(out, (tuple, list)) else (out,)) if isinstance(t, torch.Tensor)]
+    if not any(t.dtype.is_floating_point and not torch.isfinite(t).all() for t in tensors):
+        return case
+    shown = "; ".join(seen[:3]) + (f"; and {len(seen) - 3} more" if len(seen) > 3 else "")
+    case.detail += f"\nwhile your kernel ran, the interpreter warned: {shown}"
+    return case
 
 
 TRACE_MAX_BYTES = 64 << 20  # on a GPU, larger graded calls run untraced (the trace re-runs them on the CPU)
@@ -328,42 +365,81 @@ def traceable(args) -> bool:
     return sum(t.untyped_storage().nbytes() for t in tensors) <= TRACE_MAX_BYTES
 
 
-def oob_case(label: str, exc: "traffic.OutOfBoundsError") -> Case:
-    """An out-of-bounds access found by the tracer, as a failing case whose hint says what to mask."""
+#: What an out-of-bounds hint says to mask when the lesson gives no mask of its own (``mask=``): the
+#: graders of each lesson name theirs (vector add ``offsets < n``, matmul the row, column and K edges).
+EDGE_MASK = "a mask that is False for every lane past the tensor's edge"
+
+
+def describe(o) -> str:
+    """One out-of-bounds access as the tracer saw it: kernel, program, load or store, tensor, offsets."""
+    n, lo, hi = o.offsets.size, int(o.offsets.min()), int(o.offsets.max())
+    rng = f"offset {lo}" if n == 1 else f"offsets {lo}..{hi}"
+    pid = ", ".join(map(str, o.program))
+    head = f"{o.kernel or 'kernel'}: program ({pid}) {o.kind}s {n} element{'s' * (n != 1)}"
+    if not o.derived:
+        near = f"the nearest, {o.tensor}, {rng} from its first element" if o.tensor else "it has no tensor argument"
+        return f"{head} at addresses that lie in no tensor argument ({near})"
+    return f"{head} {o.where} of {o.tensor} ({rng}; it has {o.numel} elements, valid offsets 0..{o.numel - 1})"
+
+
+def _integer_tensor(trace, name: str) -> bool:
+    with contextlib.suppress(KeyError, AttributeError):
+        return trace.tensor(name).dtype.startswith(("int", "uint"))
+    return False
+
+
+def oob_case(label: str, exc: "traffic.OutOfBoundsError", *, fn=None, mask: str | None = None) -> Case:
+    """An out-of-bounds access found by the tracer, as a failing case whose hint names the likely mistake.
+
+    ``fn``: the graded function, whose kernels' source is read for Python's ``and``/``or`` between
+    tensor tests; ``mask``: the lesson's edge mask, named by the hint (``EDGE_MASK`` when not given).
+    """
     bad = exc.out_of_bounds
     first = next((o for o in bad if o.kind == "store"), bad[0])  # a stray store is the worse one
-    lines = [str(o) for o in bad[:3]] + ([f"... and {len(bad) - 3} more"] if len(bad) > 3 else [])
+    lines = [describe(o) for o in bad[:3]] + ([f"... and {len(bad) - 3} more"] if len(bad) > 3 else [])
     detail = ("the grader ran your kernel under the course's tracer, which masked these accesses off instead "
               "of performing them:\n" + "\n".join(lines))
+    mask = mask or EDGE_MASK
     t, what = first.tensor, first.kind
     mine = [o for o in bad if o.tensor == t and o.kind == what]
     top = max(int(o.offsets.max()) for o in mine)
+    lo = min(int(o.offsets.min()) for o in mine)
     n = first.numel
-    if not first.derived:
+    saw = f"{what}s of {t} at offsets {lo}..{top}; {t} has {n} elements"
+    trace = getattr(exc, "trace", None)
+    boolean = boolean_op_hint(fn, [ln.kernel for ln in trace.launches] if trace is not None else [])
+    if boolean:
+        hint = boolean
+    elif not first.derived:
         hint = ("your kernel used an address that lies in no tensor argument: compute every pointer as a "
                 "pointer argument plus offsets (x_ptr + offsets); never turn an integer into a pointer")
+    elif what == "load" and trace is not None and _integer_tensor(trace, t):
+        hint = (f"your kernel reads the index tensor {t} outside it ({saw}): the lookup into {t} is wrong, not a "
+                f"mask. Check the row and column you index {t} with, and the row stride you use for it "
+                f"({t}.stride(0), passed from the launcher): every value your kernel takes from {t} comes "
+                "from that lookup")
     elif first.where == "before the start":
-        hint = (f"your kernel {what}s before the start of {t}: an offset is negative (offsets - 1? a shifted "
-                "start?). Offsets must run from 0, and every lane outside 0..n-1 must be masked")
+        hint = (f"your kernel {what}s before the start of {t} ({saw}): an offset is negative (offsets - 1? a "
+                "shifted start?). Offsets must run from 0, and every lane outside the tensor must be masked off")
     elif top >= 4 * max(n, 1):
         hint = (f"your kernel {what}s far past the end of {t} (offset {top}; it has {n} elements): the offsets "
                 "grow too fast. Is a stride or a row length used in place of another (or a hard-coded size)? "
-                "Every lane's offset must stay inside the tensor, and the mask must switch off the others")
+                f"Every lane's offset must stay inside the tensor, and {mask} must switch off the others")
     elif what == "store" and all(int(o.offsets.min()) == o.numel and o.offsets.size == 1 for o in mine):
-        hint = (f"your kernel stores one element past the end of {t}: its mask lets lane n through "
-                "(offsets <= n?). Mask the store with offsets < n")
+        hint = (f"your kernel stores one element past the end of {t}: its mask lets one lane too many through "
+                f"(<= where < belongs?). Mask the store with {mask}")
     elif what == "store":
-        hint = (f"unmasked tail: your kernel stores past the end of {t} (the tracer sees it however the output "
-                "was allocated, torch.zeros included). Mask the store (mask=offsets < n) so the last, "
+        hint = (f"unmasked tail: your kernel stores past the end of {t} (the tracer saw {saw}, however the "
+                f"output was allocated, torch.zeros included). Mask the store with {mask}, so the last, "
                 "partial block stops at the edge")
     elif _just_past_end(bad, t):
         hint = (f"offset off by one: your kernel loads the element just past the end of {t}, under a mask that "
-                "fits the output: the load's offsets are shifted (offsets + 1?). Offsets must be "
-                "pid * BLOCK + tl.arange(0, BLOCK), exactly, for the loads and the store alike")
+                "fits the output: the load's offsets are shifted (offsets + 1?). The loads and the store must "
+                "use the same offsets")
     else:
-        hint = (f"your kernel loads past the end of {t}: mask the load too (tl.load(ptr, mask=mask, "
-                "other=...)); a masked store does not protect the load, and the lanes past the end read "
-                "whatever memory lies there")
+        hint = (f"your kernel loads past the end of {t} (the tracer saw {saw}), while its stores stayed inside. "
+                f"If that load has no mask, give it one ({mask}, with other=...); if it has one, that mask lets "
+                "these lanes through: compare it with the store's")
     return Case(label, "fail", detail, hint)
 
 
@@ -373,6 +449,80 @@ def _just_past_end(bad, name: str) -> bool:
     if any(o.kind != "load" or not o.derived for o in bad) or not mine:
         return False
     return all(o.offsets.min() >= o.numel and o.offsets.max() < o.numel + 2 and o.offsets.size <= 2 for o in mine)
+
+
+# ------------------------------------------------------------------------------------------
+# the learner's kernel source: mistakes that show in the code itself
+# ------------------------------------------------------------------------------------------
+
+
+def launched_kernels(fn, names) -> list:
+    """The ``@triton.jit`` functions named ``names`` that ``fn`` can reach: its module's globals and its
+    closure (a launcher's kernel lives beside it). Unknown names are left out."""
+    from triton.runtime.jit import KernelInterface  # @triton.jit, compiled or interpreted; Autotuner; Heuristics
+
+    names = set(names)
+    found = []
+    base = inspect.unwrap(fn) if callable(fn) else fn
+    scopes = [getattr(base, "__globals__", {})]
+    scopes.append({f"cell{i}": c.cell_contents for i, c in enumerate(getattr(base, "__closure__", None) or ())
+                   if _cell_filled(c)})
+    for scope in scopes:
+        for obj in list(scope.values()):
+            if not isinstance(obj, KernelInterface):
+                continue
+            k = obj
+            while not inspect.isfunction(k) and hasattr(k, "fn"):
+                k = k.fn
+            if inspect.isfunction(k) and k.__name__ in names and k not in found:
+                found.append(k)
+    return found
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:
+        return False
+    return True
+
+
+def _boolean_ops(py_fn) -> list[tuple[int, str, str, str]]:
+    """``(line, source text, "and"/"or", the same with & or |)`` for each ``and``/``or`` between comparisons in ``py_fn``'s body
+    that is not an ``if``/``while`` condition (where constexpr tests are fine)."""
+    try:
+        text = textwrap.dedent(inspect.getsource(py_fn))
+        tree = ast.parse(text)
+        first = inspect.getsourcelines(py_fn)[1]
+    except (OSError, TypeError, SyntaxError):
+        return []
+    conditions = {id(node.test) for node in ast.walk(tree) if isinstance(node, (ast.If, ast.While, ast.IfExp))}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp) and id(node) not in conditions \
+                and any(isinstance(v, ast.Compare) for v in node.values):
+            word, op = ("and", "&") if isinstance(node.op, ast.And) else ("or", "|")
+            fixed = f" {op} ".join(f"({ast.get_source_segment(text, v)})" for v in node.values)
+            out.append((first + node.lineno - 1, ast.get_source_segment(text, node) or "", word, fixed))
+    return out
+
+
+def boolean_op_hint(fn, kernel_names) -> str:
+    """A hint for ``a < n and a >= 0`` in a launched kernel: on tensors Python's ``and`` keeps one test only.
+
+    In Triton's interpreter a kernel is plain Python: a block of booleans counts as true, so ``a and b``
+    is ``b`` and ``a or b`` is ``a``; the other test is silently dropped (compiled kernels warn that
+    ``and``/``or`` on tensors are deprecated). ``""`` when no launched kernel has one.
+    """
+    if fn is None or not kernel_names:
+        return ""
+    for py_fn in launched_kernels(fn, kernel_names):
+        for line, text, word, fixed in _boolean_ops(py_fn):
+            kept = "the last" if word == "and" else "the first"
+            return (f"`{text}` ({py_fn.__name__}, line {line}): Python's `{word}` on tensors keeps only one of the "
+                    f"tests ({kept}: a block of booleans counts as true), so the others are dropped. Combine "
+                    f"tensor tests with `{'&' if word == 'and' else '|'}`, each in parentheses: {fixed}")
+    return ""
 
 
 def storage_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -470,10 +620,14 @@ def table(idx, yours, expected, k: int = 5, names=("yours", "expected")) -> str:
     return "\n".join(rows)
 
 
-def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=(), diagnose=None) -> Case:
+def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=(), diagnose=None,
+            stored=None, mask: str | None = None) -> Case:
     """Compare ``out`` with ``expected`` (a float64 or same-dtype reference) and explain a mismatch.
 
-    ``diagnose(out, expected, wrong_mask) -> str`` may give a lesson-specific hint.
+    ``diagnose(out, expected, wrong_mask) -> str`` may give a lesson-specific hint. ``stored``: where the
+    tracer saw a store into ``out`` (a bool tensor of its shape), which tells a NaN never written (the
+    grader's poison) from a NaN the kernel computed; ``mask``: the lesson's edge mask, for the hint of a
+    store past the end.
     """
     if out is None:
         return Case(label, "todo", "your function returned None", "return the output tensor from your launcher")
@@ -490,8 +644,8 @@ def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=()
     for a in allocs:
         if not a.canary_intact():
             return Case(label, "fail", f"a store landed {a.first_overwrite()} elements past the end of an output",
-                        "unmasked tail: your kernel writes past the end of the output. Mask the store "
-                        "(mask=offsets < n) so the last, partial block stops at the edge")
+                        "unmasked tail: your kernel writes past the end of the output. Mask the store with "
+                        f"{mask or EDGE_MASK}, so the last, partial block stops at the edge")
     if atol is None or rtol is None:
         atol, rtol = tolerance(dtype)
     o = out.detach().to(torch.float64).cpu()
@@ -503,13 +657,35 @@ def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=()
     idx = wrong.nonzero()
     n_wrong, n = int(wrong.sum()), wrong.numel()
     detail = f"{n_wrong} of {n} values wrong (atol={atol:g}, rtol={rtol:g})"
-    n_nan = int(torch.isnan(o[wrong]).sum())
-    if n_nan:
-        detail += f"; {n_nan} of them NaN, i.e. never written by your kernel"
+    nan = torch.isnan(o) & wrong
+    n_nan = int(nan.sum())
+    unwritten = computed = 0
+    if n_nan and stored is not None and tuple(stored.shape) == tuple(o.shape):
+        st = stored.cpu()
+        unwritten, computed = int((nan & ~st).sum()), int((nan & st).sum())
+        parts = ([f"{unwritten} never written by your kernel (the grader's NaN poison: the tracer saw no store "
+                  "there)"] if unwritten else []) + (
+                 [f"{computed} computed by your kernel (it stored NaN there)"] if computed else [])
+        detail += f"; {n_nan} of them NaN: " + ", and ".join(parts)
+    elif n_nan:
+        detail += (f"; {n_nan} of them NaN: never written (the grader fills outputs with NaN first) or computed "
+                   "as NaN by your kernel")
     detail += "\n" + table(idx, o[wrong], e[wrong])
-    hint = _diagnosis(diagnose, o, e, wrong) or (
-        "some positions were never written (NaN is the grader's poison): check the grid and the offsets"
-        if n_nan else "compare your formula with the reference, and check offsets and strides")
+    hint = _diagnosis(diagnose, o, e, wrong)
+    if computed and not unwritten and re.search(r"\bwr(?:itten|ote)\b", hint):
+        hint = ""  # the lesson's guess reads NaN as unwritten; the tracer saw these stored
+    if not hint:
+        if unwritten or (n_nan and stored is None):
+            hint = ("some positions were never written (NaN is the grader's poison): check the grid and the "
+                    "offsets" if unwritten else
+                    "NaN in the output: either positions your kernel never wrote (NaN is the grader's poison: "
+                    "check the grid and the offsets) or values it computed as NaN (0/0, inf - inf)")
+        elif computed:
+            hint = (f"your kernel stored NaN at {computed} position(s): it computed them. Look for 0/0, inf - inf "
+                    "or inf * 0 (exp of a large value overflows to inf; a masked lane loaded with other=-inf and "
+                    "then subtracted), and for values read from outside the data")
+        else:
+            hint = "compare your formula with the reference, and check offsets and strides"
     return Case(label, "fail", detail, hint)
 
 
@@ -527,7 +703,8 @@ def _diagnosis(diagnose, o, e, wrong) -> str:
 @dataclass
 class GradedCall:
     """What one graded call left: its output, the poisoned allocations and the tracer's launches, and
-    the inputs as they were before (``snap``), for the checks that follow."""
+    the inputs as they were before (``snap``), for the checks that follow; the function itself and
+    the warnings it raised (shown only where they explain a failure)."""
 
     out: object
     allocs: list
@@ -535,50 +712,62 @@ class GradedCall:
     inputs: dict
     snap: "Snapshot"
     fn_name: str
+    fn: object = None
+    warnings: list = field(default_factory=list)
 
 
-def graded_call(label, fn, args, *, kwargs=None, trace: bool = True, oob_hint=None) -> "GradedCall | Case":
+def graded_call(label, fn, args, *, kwargs=None, trace: bool = True, oob_hint=None,
+                mask: str | None = None) -> "GradedCall | Case":
     """``fn(*args, **kwargs)`` under poisoned allocations and the tracer: a ``GradedCall``, or the Case of
-    an out-of-bounds access (``oob_case``, with the lesson's ``oob_hint(bad, hint)`` where it gives one)
-    or of a raised error. ``None`` arguments (an optional input left out) are not inputs."""
+    an out-of-bounds access (``oob_case``, with the lesson's ``oob_hint(bad, hint)`` where it gives one,
+    and its edge ``mask`` named) or of a raised error. ``None`` arguments (an optional input left out)
+    are not inputs."""
     inputs = {k: v for k, v in input_names(fn, args).items() if v is not None}
     fn_name = getattr(fn, "__name__", "function")
     snap = Snapshot(inputs)
-    traces = []
+    traces, seen = [], []
     try:
         if trace and traceable([a for a in args if a is not None] + list((kwargs or {}).values())):
-            out, allocs, traces = traced_call(fn, *args, **(kwargs or {}))
+            out, allocs, traces = traced_call(fn, *args, warned=seen, **(kwargs or {}))
         else:
-            out, allocs = call(fn, *args, **(kwargs or {}))
+            out, allocs = call(fn, *args, warned=seen, **(kwargs or {}))
     except traffic.OutOfBoundsError as exc:
-        case = oob_case(label, exc)
-        if oob_hint is not None:
+        case = oob_case(label, exc, fn=fn, mask=mask)
+        kernels = [ln.kernel for ln in exc.trace.launches]
+        if oob_hint is not None and not boolean_op_hint(fn, kernels):  # the source's own mistake comes first
             case.hint = oob_hint(exc.out_of_bounds, case.hint) or case.hint
         return case
     except Exception as exc:
         return error_case(label, exc)
-    return GradedCall(out, allocs, traces, inputs, snap, fn_name)
+    return GradedCall(out, allocs, traces, inputs, snap, fn_name, fn, seen)
 
 
 def written_case(label, out, expected, graded: GradedCall, **compare_kwargs) -> Case:
-    """``compare``; a failure of an output that hid its unwritten elements (a filled output) is graded
-    again with the tracer's help, so the hint can name the grid or the mask."""
-    case = compare(label, out, expected, allocs=graded.allocs, **compare_kwargs)
+    """``compare``, with what the tracer knows: which elements no store reached (a NaN there was never
+    written, a NaN elsewhere was computed), the hidden unwritten elements of a filled output, Python's
+    ``and``/``or`` between tensor tests in a launched kernel, and the warnings that explain an inf or NaN."""
+    never = _never_stored(out, graded.traces) if graded.traces and isinstance(out, torch.Tensor) else None
+    stored = None if never is None else ~never
+    case = compare(label, out, expected, allocs=graded.allocs, stored=stored, **compare_kwargs)
     if case.status == "fail" and graded.traces:
         case = _unwritten_case(label, out, expected, graded.traces, graded.allocs, compare_kwargs) or case
-    return case
+        boolean = boolean_op_hint(graded.fn, {ln.kernel for tr in graded.traces for ln in tr.launches})
+        if boolean:
+            case.hint = boolean
+    return explain_warnings(case, out, graded.warnings)
 
 
-def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, **compare_kwargs) -> Case:
+def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, mask: str | None = None,
+            **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
     for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
     the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
 
     ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say). ``oob_hint(bad, hint)``
-    may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``).
-    A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
+    may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``); ``mask``
+    is the lesson's edge mask (``offsets < n``), which out-of-bounds hints name. A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
     """
-    g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint)
+    g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint, mask=mask)
     if isinstance(g, Case):
         return g
     out = g.out
@@ -588,7 +777,7 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     bad = alias_case(label, out, g.inputs, g.fn_name)
     if bad is not None:
         return bad
-    case = written_case(label, out, expected, g, **compare_kwargs)
+    case = written_case(label, out, expected, g, mask=mask, **compare_kwargs)
     if case.status == "todo":
         return case
     changed = g.snap.case(label, g.fn_name)
@@ -618,7 +807,7 @@ def _unwritten_case(label, out, expected, traces, allocs, compare_kwargs) -> Cas
         return None
     shown = out.detach().clone()
     shown[never.to(shown.device)] = float("nan") if shown.dtype.is_floating_point else 0
-    case = compare(label, shown, expected, allocs=allocs, **compare_kwargs)
+    case = compare(label, shown, expected, allocs=allocs, stored=~never, **compare_kwargs)
     if case.status != "fail":
         return None
     n, total = int(never.sum()), never.numel()
@@ -638,7 +827,8 @@ def guarded(cases, label: str = "grading"):
     n = 0
     while True:
         try:
-            case = next(it)
+            with quiet_warnings():  # a grader's own stray warnings never print before the verdict
+                case = next(it)
         except StopIteration:
             return
         except (Exception, SystemExit) as exc:  # noqa: BLE001  (whatever the learner's code raised)

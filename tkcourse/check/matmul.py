@@ -23,6 +23,8 @@ SHAPES = [(67, 45, 29, ""), (128, 128, 64, ""), (1, 1, 1, ""), (1, 37, 300, ""),
 N_RANDOM_K = (2, 1, 1500)  # random K (the first in the top quarter), between these bounds
 N_RANDOM_MN = (2, 1, 96)  # random M and N
 ACC_SHAPE = (32, 32, 2048)  # the fp16 accumulation case: long sums of positive values
+# the edge masks that out-of-bounds hints name
+MASK = "(offs_m[:, None] < M) & (offs_n[None, :] < N) on the C tile, and k < K on the K slices of A and B"
 
 
 def _inputs(M, N, K, layout, dtype, gen):
@@ -70,6 +72,9 @@ def _diagnose(a, b, layout):
                 if torch.allclose(o, ad[:, :k0] @ bd[:k0], atol=1e-2, rtol=1e-2):
                     return (f"only the first {k0} of K={K} columns count: the K loop stops early (a hard-coded "
                             "trip count?). Loop over tl.cdiv(K, BLOCK_K) blocks and mask the last one")
+        step = _k_step_hint(a, b, o)
+        if step:
+            return step
         if layout:
             return ("a strided input (transposed, or a slice of a wider tensor) is wrong while contiguous ones pass: "
                     "index with both strides, a_ptr + rows * stride_am + ks * stride_ak, passing a.stride(0) and "
@@ -82,6 +87,43 @@ def _diagnose(a, b, layout):
                 return "only the first K step counts: accumulate, and advance the pointers by BLOCK_K each step"
         return "compare with the reference: are a's and b's strides passed in the right order (am, ak, bk, bn)?"
     return hint
+
+
+def _stepped(t, k_dim: int, bk: int):
+    """``t`` (A if ``k_dim`` is 1, B if 0) as a kernel reads it whose pointers advance along K by BLOCK_K
+    elements a step instead of ``BLOCK_K * stride_k``: what K step ``s`` reads at ``kk`` lies ``s * bk``
+    elements on from the slice's start, whatever the stride. Read from ``t``'s own storage (its gaps
+    included), as the kernel does; what lies outside the storage reads as 0 (the tracer stops that)."""
+    flat = torch.empty(0, dtype=t.dtype).set_(t.detach().cpu().untyped_storage()).double()
+    K = t.shape[k_dim]
+    k = torch.arange(K)
+    s, kk = k // bk, k % bk
+    other = torch.arange(t.shape[1 - k_dim])
+    along_k = kk * t.stride(k_dim) + s * bk
+    off = t.storage_offset() + (other[:, None] * t.stride(1 - k_dim) + along_k[None, :])  # (M, K) or (N, K)
+    inside = (off >= 0) & (off < flat.numel())
+    vals = torch.where(inside, flat[off.clamp(0, max(flat.numel() - 1, 0))], torch.zeros((), dtype=torch.float64))
+    return vals if k_dim == 1 else vals.t()
+
+
+def _k_step_hint(a, b, o) -> str:
+    """A K loop whose pointers step by BLOCK_K elements, not BLOCK_K * stride: right only where the stride
+    along K is 1 (A's rows contiguous), wrong on a transposed A or on B, whose K stride is its row stride."""
+    ad, bd = a.double().cpu(), b.double().cpu()
+    K = ad.shape[1]
+    for bk in (16, 32, 64, 128):
+        if K <= bk:
+            continue
+        sa, sb = _stepped(a, 1, bk), _stepped(b, 0, bk)
+        a_off, b_off = not torch.equal(sa, ad), not torch.equal(sb, bd)
+        for which, (x, y) in (("a", (sa, bd)), ("b", (ad, sb)), ("a and b", (sa, sb))):
+            if (("a" in which) <= a_off) and (("b" in which) <= b_off) \
+                    and torch.allclose(o, x @ y, atol=1e-2, rtol=1e-2):
+                steps = [f"{p}_ptrs += BLOCK_K * stride_{p}k" for p in ("a", "b") if p in which.split(" and ")]
+                return (f"the K step: {' and '.join(steps)}, not += BLOCK_K. A step of BLOCK_K elements moves "
+                        "BLOCK_K columns only where the stride along K is 1 (a row-major A); on a transposed A, "
+                        "or on B, whose K stride is its row stride, it lands elsewhere")
+    return ""
 
 
 def _oob_hint(bad, hint):
@@ -109,7 +151,7 @@ def _acc_case(mod, gen):
                 "only at the store; an fp16 accumulator (or out_dtype=tl.float16) rounds every partial sum")
     return attempt(f"M={M} N={N} K={K} float16 (positive values: fp16 accumulation loses digits)", mod.matmul,
                    (a, b), a.double() @ b.double(), dtype=torch.float16, atol=0.0, rtol=1.2e-3, diagnose=hint,
-                   oob_hint=_oob_hint)
+                   oob_hint=_oob_hint, mask=MASK)
 
 
 def _fixed(mod, dtype, gen, shapes):
@@ -118,7 +160,7 @@ def _fixed(mod, dtype, gen, shapes):
         a, b = _inputs(M, N, K, layout, dtype, gen)
         atol, rtol = _tolerance(dtype)
         yield attempt(label, mod.matmul, (a, b), a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
-                      diagnose=_diagnose(a, b, layout), oob_hint=_oob_hint)
+                      diagnose=_diagnose(a, b, layout), oob_hint=_oob_hint, mask=MASK)
 
 
 def _random(mod, dtype, gen):
@@ -130,7 +172,7 @@ def _random(mod, dtype, gen):
         a, b = _inputs(M, N, K, "", dtype, gen)
         yield attempt(seeded(f"M={M} N={N} K={K} {str(dtype)[6:]}", seed), mod.matmul, (a, b),
                       a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
-                      diagnose=_diagnose(a, b, ""), oob_hint=_oob_hint)
+                      diagnose=_diagnose(a, b, ""), oob_hint=_oob_hint, mask=MASK)
 
 
 def grade(mod):

@@ -16,6 +16,7 @@ from .core import attempt, block_hint, padded, random_sizes, refuses, seeded, sh
 
 SIZES = [98_433, 1, 1023, 1025, 4097, 77_777]  # tails of every kind; the large one first tells most
 N_RANDOM = (3, 2, 400_000)  # how many random sizes, between what bounds
+MASK = "offsets < n"  # the edge mask that out-of-bounds hints name
 
 
 def _diagnose(o, e, wrong):
@@ -41,7 +42,7 @@ def _fixed(mod, dtype, gen):
         x, y = (padded(t) for t in _pair(n, dtype, gen))
         expected = (x.double() + y.double()).to(dtype)  # torch reference, rounded like the kernel
         yield attempt(f"n={n} {str(dtype).replace('torch.', '')}", mod.add, (x, y), expected, dtype=dtype,
-                      diagnose=_diagnose)
+                      diagnose=_diagnose, mask=MASK)
 
 
 def grade(mod):
@@ -51,14 +52,16 @@ def grade(mod):
     seed, sizes = random_sizes(*N_RANDOM)
     for n in sizes:
         x, y = (padded(t) for t in _pair(n, torch.float32, gen))
-        yield attempt(seeded(f"n={n} float32", seed), mod.add, (x, y), x + y, diagnose=_diagnose)
+        yield attempt(seeded(f"n={n} float32", seed), mod.add, (x, y), x + y, diagnose=_diagnose,
+                      mask=MASK)
     for n, how in ((1025, "x is x_big[::2]"), (4097, "x and y are views with stride 3")):
         x, y = _pair(n, torch.float32, gen)
         expected = x + y
         x, y = (strided(x), padded(y)) if "::2" in how else (strided(x, 3), strided(y, 3))
-        yield attempt(f"n={n} float32, strided ({how})", mod.add, (x, y), expected, diagnose=_strided_diagnose)
+        yield attempt(f"n={n} float32, strided ({how})", mod.add, (x, y), expected, diagnose=_strided_diagnose,
+                      mask=MASK)
     for dtype in dtypes[1:]:
         yield from _fixed(mod, dtype, gen)
     d = mode.DEVICE
     yield refuses("mismatched lengths raise ValueError", mod.add, torch.ones(3, device=d), torch.ones(4, device=d),
-                  hint="check the shapes before launching (tkcourse.mode.validate does it)")
+                  hint="check the shapes before launching (validate, which your file imports from _checks, does it)")
