@@ -24,15 +24,36 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _check(args) -> int:
-    from . import check, course
+    import json
+    import time
+
+    from . import check, course, results
 
     names = course.resolve_all(args.lessons, check.lessons(), what="grader")
     worst = 0
+    reports, seconds = [], []
     for name in names:
+        start = time.perf_counter()
         rep = check.run(name, quiet=True)
-        print(rep, end="\n\n")
+        seconds.append(time.perf_counter() - start)
+        reports.append(rep)
+        if not args.json:
+            print(rep, end="\n\n")
         worst = max(worst, 0 if rep.passed else 1)
+    if args.gradescope:
+        path = results.write(results.gradescope(reports, seconds), args.gradescope)
+        if not args.json:
+            print(f"Gradescope results -> {path}")
+    if args.json:
+        print(json.dumps(results.as_json(reports, seconds), indent=1))
     return worst
+
+
+def _progress(args) -> int:
+    from . import progress
+
+    print(progress.report())
+    return 0
 
 
 def _bench(args) -> int:
@@ -123,12 +144,19 @@ def parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     p = _Parser(prog="tkcourse", description="The Triton kernel course's helpers.", parents=[common])
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{check,exercises,bench,doctor,lab}",
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{check,progress,exercises,bench,doctor,lab}",
                            parser_class=_Parser)
     lessons_help = "lessons as the notebooks name them: 01, 01_vector_add or vector_add (default: all, in course order)"
     c = sub.add_parser("check", parents=[common], help="grade your exercises (all, or the lessons named)")
     c.add_argument("lessons", nargs="*", help=lessons_help)
+    c.add_argument("--json", action="store_true",
+                   help="print the results of every case as JSON instead of the reports")
+    c.add_argument("--gradescope", metavar="OUT", default=None,
+                   help="also write Gradescope's results.json to OUT (a test an exercise, a point when it passes)")
     c.set_defaults(fn=_check)
+    pr = sub.add_parser("progress", parents=[common],
+                        help="one line a lesson: done, failing at which case, or not started (kept on this machine)")
+    pr.set_defaults(fn=_progress)
     e = sub.add_parser("exercises", parents=[common],
                        help="generate exercises/ from solutions/ (never overwrites your edits)")
     e.add_argument("lessons", nargs="*", help=lessons_help)

@@ -51,7 +51,7 @@ def _timeout() -> float:
 
 def _child_main(name: str) -> None:
     """In the child: grade ``name`` and print the report as JSON on the last line."""
-    rep = run(name, quiet=True, isolate=False)
+    rep = run(name, quiet=True, isolate=False, record=False)  # the parent records it
     print(_MARK + json.dumps(dataclasses.asdict(rep)), flush=True)
 
 
@@ -95,12 +95,32 @@ def _run_in_child(name: str, code: str | None = None) -> Report:
     return Report(name, where, [case]).finish()
 
 
-def run(name: str, module=None, quiet: bool = False, isolate: bool | None = None) -> Report:
+def run(name: str, module=None, quiet: bool = False, isolate: bool | None = None,
+        record: bool | None = None) -> Report:
     """Grade lesson ``name``: your exercise by default, or ``module`` (any module with the API).
 
     Returns a ``Report`` (``.passed``, ``.status`` in pass/fail/error/todo, printable). ``isolate``:
     grade in a child process (only by name; by default on a GPU, or with ``TKCOURSE_CHECK_ISOLATE=1``).
+    ``record``: keep the result in your local progress (``tkcourse progress``); by default when your
+    own exercise was graded (by name, without ``TKCOURSE_SOLUTIONS=1``) and it was not an untouched stub.
     """
+    from ..labels import use_solutions
+
+    report = _grade(name, module, quiet, isolate)
+    if record is None:
+        record = module is None and not use_solutions()
+    if record and report.status != "todo":
+        from .. import progress
+
+        try:
+            progress.record(report)
+        except OSError:  # a read-only checkout, say: progress is a convenience, never an error
+            pass
+    return report
+
+
+def _grade(name: str, module, quiet: bool, isolate: bool | None) -> Report:
+    """``run`` without recording: the report of grading ``name``."""
     from ..errors import UserError
     from ..labels import exercise, use_solutions
 
@@ -144,3 +164,38 @@ def run(name: str, module=None, quiet: bool = False, isolate: bool | None = None
     if not quiet:
         print(report)
     return report
+
+
+def hint(name: str):
+    """Reveal the next hint of exercise ``name`` (one more each call; ``tkcourse.reveal``)."""
+    from ..reveal import hint as _hint
+
+    return _hint(name)
+
+
+def hint_button(name: str):
+    """A notebook button that reveals the hints of ``name`` one at a time."""
+    from ..reveal import hint_button as _hint_button
+
+    return _hint_button(name)
+
+
+def answers(lesson: str):
+    """A button a question of lesson ``lesson``'s "Check yourself", each revealing its answer."""
+    from ..reveal import answers as _answers
+
+    return _answers(lesson)
+
+
+def answer(lesson: str, number: int):
+    """The answer to question ``number`` of lesson ``lesson``'s "Check yourself", as text."""
+    from ..reveal import answer as _answer
+
+    return _answer(lesson, number)
+
+
+def compare_with_reference(report: Report, name: str | None = None):
+    """Once ``report`` passed: your marked functions beside the reference's; before, a line saying so."""
+    from ..reveal import compare_with_reference as _compare
+
+    return _compare(report, name)
