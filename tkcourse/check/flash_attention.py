@@ -24,6 +24,8 @@ SHAPES = [(2, 2, 100, 16, False), (2, 2, 100, 16, True), (1, 1, 1, 16, False), (
 # (B, H, N, D, causal, layout)
 LAYOUTS = [(2, 3, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 50, 32, False, "head dim sliced"),
            (2, 2, 33, 16, True, "k, v shared by heads (stride 0)")]
+# the edge masks that out-of-bounds hints name
+MASK = "offs_m[:, None] < N on the query rows (loads of Q, stores of O and lse) and cols[:, None] < N on the keys"
 
 
 def scores(q, k, scale, causal, *, diagonal=1):
@@ -146,7 +148,7 @@ def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
     tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
     kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
     case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
-                   diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
+                   mask=MASK, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
                    (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = ("attention returns o alone (attention_forward is the one that returns (o, lse)): "
@@ -182,7 +184,7 @@ def _graded_forward(label, mod, q, k, v, causal):
     try:
         got, allocs, _ = traced_call(mod.attention_forward, q, k, v, causal=causal)
     except traffic.OutOfBoundsError as exc:
-        return oob_case(label, exc)
+        return oob_case(label, exc, fn=mod.attention_forward, mask=MASK)
     except Exception as exc:
         return error_case(label, exc)
     if not isinstance(got, (tuple, list)) or len(got) != 2:

@@ -37,6 +37,9 @@ SHAPES = [(2, 2, 100, 16, False), (1, 2, 100, 16, True), (1, 1, 1, 16, False), (
 # (B, H, N, D, causal, layout)
 LAYOUTS = [(2, 2, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 24, 16, False, "dO of stride 0")]
 NAMES = ("dq", "dk", "dv")
+# the edge masks that out-of-bounds hints name
+MASK = ("offs_m < N on the query rows of lse and Δ (other=0); the tensor descriptors clip the tiles of Q, K, V, "
+        "dO, dK and dV at row N themselves, if they are made with the shape [N, HEAD_DIM]")
 
 
 def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False, diagonal=1):
@@ -113,7 +116,7 @@ def _graded(label, mod, q, k, v, do, causal, dtype, note=""):
     try:
         grads, allocs, _ = traced_call(mod.attention_backward, do, q, k, v, o, lse, causal, scale)
     except traffic.OutOfBoundsError as exc:
-        yield oob_case(label, exc)
+        yield oob_case(label, exc, fn=mod.attention_backward, mask=MASK)
         return
     except Exception as exc:
         yield error_case(label, exc)

@@ -22,6 +22,7 @@ SHAPES = [(5, 1000, ""), (1, 1, ""), (4, 3, ""), (3, 1025, ""), (300, 17, "many 
 STRIDED = ("strided rows", "row-padded", "every other row", "transposed")
 N_RANDOM = (2, 2, 20_000)  # random row lengths (the first in the top quarter), between these bounds
 MAX_RANDOM_ELEMENTS = 40_000  # rows * cols of a random case, to keep the interpreter quick
+MASK = "cols < n_cols (load the masked lanes as -inf)"  # the edge mask that out-of-bounds hints name
 
 
 def _input(rows, cols, note, dtype, gen):
@@ -90,13 +91,13 @@ def grade(mod):
             expected = torch.softmax(x.double(), dim=-1)
             f16 = dtype == torch.float16
             yield attempt(label, mod.softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-5,
-                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols, x))
+                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols, x), mask=MASK)
     seed, lengths = random_sizes(*N_RANDOM)
     for cols in lengths:
         rows = max(1, min(300, MAX_RANDOM_ELEMENTS // cols))
         x = padded(torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(torch.float32).to(mode.DEVICE))
         yield attempt(seeded(f"{rows}x{cols} float32", seed), mod.softmax, (x,), torch.softmax(x.double(), dim=-1),
-                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x))
+                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x), mask=MASK)
     yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
                   torch.zeros(1, 1 << 20, device=mode.DEVICE),
                   hint="a whole row must fit in one block: refuse longer rows with a ValueError that points to lesson 05",
