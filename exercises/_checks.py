@@ -11,10 +11,14 @@ Wrong type -> ``TypeError``, right type but out of range -> ``ValueError``. The 
 comparisons (a config that passed once is remembered), because launchers run on every call and
 launch overhead matters on a GPU.
 
-This module imports only the standard library: ``make exercises`` (``tkcourse.stubs``) copies it
-verbatim into ``exercises/_checks.py``, so an exercise gets the same checks without importing
-``solutions/``. It lives here rather than in ``tkcourse.mode`` because it is part of the kernel
-library that someone may vendor: the launchers and their checks travel together.
+``validate`` checks the tensors a launcher gets (their number of dimensions, dtype, device, shapes);
+the rest check scalars and configs.
+
+This module imports only the standard library, torch and ``tkcourse.mode`` (the mode's device and
+its bf16 guard): ``make exercises`` (``tkcourse.stubs``) copies it verbatim into
+``exercises/_checks.py``, so an exercise gets the same checks without importing ``solutions/``. It
+lives here rather than in ``tkcourse`` because it is part of the kernel library that someone may
+vendor: the launchers and their checks travel together.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+
+import torch
+
+from tkcourse.mode import DEVICE, MODE_NAME, check_dtype, float_dtypes
 
 #: The largest block ``tl.arange`` makes (``triton.language.TRITON_MAX_TENSOR_NUMEL``).
 MAX_BLOCK = 1 << 20
@@ -139,3 +147,50 @@ class ConfigSpec:
             name = f"{label}[{k!r}]"
             out[k] = boolean(name, v) if check is boolean else check(name, v, lo, hi)
         return out
+
+
+def validate(*tensors, names=None, ndim=None, same_shape=False, same_dtype=True, dtypes=None) -> None:
+    """Input checks shared by every launcher; each failure says what to fix.
+
+    ``ndim``: required number of dimensions; ``same_shape``/``same_dtype``: across all tensors;
+    ``dtypes``: allowed dtypes (default: ``float_dtypes()``, no bf16 in the interpreter). All tensors
+    must be on one device, and that device must be the mode's (``cuda`` on a GPU, ``cpu`` in the
+    interpreter). Launchers call it on every launch, so the happy path is a few attribute reads per tensor.
+    """
+    allowed = dtypes or float_dtypes()
+    first = tensors[0]
+    for i, t in enumerate(tensors):
+        if (not isinstance(t, torch.Tensor) or (ndim is not None and t.dim() != ndim) or t.numel() == 0
+                or t.device.type != DEVICE or t.dtype not in allowed
+                or (i and ((same_dtype and t.dtype != first.dtype) or (same_shape and t.shape != first.shape)
+                           or t.device != first.device))):
+            _explain(tensors, names, ndim, same_shape, same_dtype, allowed)
+
+
+def _explain(tensors, names, ndim, same_shape, same_dtype, allowed) -> None:
+    """Raise the ValueError that says what is wrong with the inputs (the slow path of ``validate``)."""
+    names = list(names or [f"input {i}" for i in range(len(tensors))])
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if ndim is not None and t.dim() != ndim:
+            raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); give it at least one element")
+        if t.device.type != DEVICE:
+            raise ValueError(
+                f"{name} is on {t.device}, but kernels run on {DEVICE!r} in this mode ({MODE_NAME}); "
+                f"move it with .to({DEVICE!r})"
+            )
+    check_dtype(*tensors)
+    for name, t in zip(names, tensors):
+        if t.dtype not in allowed:
+            raise ValueError(f"{name} has dtype {t.dtype}; supported here: {', '.join(map(str, allowed))}")
+    first_name, first = names[0], tensors[0]
+    for name, t in zip(names[1:], tensors[1:]):
+        if t.device != first.device:
+            raise ValueError(f"{first_name} is on {first.device} but {name} is on {t.device}; put both on one device")
+        if same_dtype and t.dtype != first.dtype:
+            raise ValueError(f"{first_name} has dtype {first.dtype} but {name} has dtype {t.dtype}; cast one with .to(...)")
+        if same_shape and t.shape != first.shape:
+            raise ValueError(f"{first_name} has shape {tuple(first.shape)} but {name} has {tuple(t.shape)}; they must match")

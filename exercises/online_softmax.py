@@ -27,9 +27,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
-from exercises._checks import integer, power_of_two
+from exercises._checks import integer, power_of_two, validate
 
 
 @triton.jit

@@ -24,9 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import validate
-
-from exercises._checks import real
+from exercises._checks import real, validate
 
 #: Longest row ``rmsnorm`` takes: the row lives in one program's registers, as in lesson 02's
 #: softmax (32768 fp32 values over 16 warps is 64 registers a thread). Hidden sizes of today's

@@ -10,9 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import validate
-
-from exercises._checks import power_of_two
+from exercises._checks import power_of_two, validate
 
 
 @triton.jit

@@ -34,9 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
-from ._checks import power_of_two, real
+from ._checks import power_of_two, real, validate
 
 HEAD_DIMS = (64, 128)
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2(e))

@@ -25,9 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
-from ._checks import ConfigSpec, boolean, integer, power_of_two, real
+from ._checks import ConfigSpec, boolean, integer, power_of_two, real, validate
 
 HEAD_DIMS = (16, 32, 64, 128)
 

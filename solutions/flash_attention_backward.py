@@ -28,10 +28,10 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
 from ._attention_dq import _attn_bwd_dq, _attn_bwd_dq_loop, _attn_bwd_preprocess  # noqa: F401 (given kernels)
-from ._checks import ConfigSpec, boolean, integer, power_of_two, real
+from ._checks import ConfigSpec, boolean, integer, power_of_two, real, validate
 
 HEAD_DIMS = (16, 32, 64, 128)
 

@@ -19,8 +19,7 @@ The kernel is lesson 02's (``softmax_kernel``, imported): this lesson changes on
 import torch
 import triton
 
-from tkcourse.mode import validate
-
+from ._checks import validate
 from .softmax import MAX_COLS, _num_stages, _num_warps, num_programs, softmax_kernel
 
 

@@ -24,9 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
-from ._checks import integer, power_of_two
+from ._checks import integer, power_of_two, validate
 
 
 @triton.jit

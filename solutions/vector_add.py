@@ -7,9 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import validate
-
-from ._checks import power_of_two
+from ._checks import power_of_two, validate
 
 
 @triton.jit

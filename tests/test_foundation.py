@@ -44,16 +44,30 @@ def test_sizes_are_per_mode(monkeypatch):
 
 
 def test_validate_messages_say_what_to_fix():
+    from solutions._checks import validate
+
     x = torch.ones(4, device=mode.DEVICE)
     with pytest.raises(ValueError, match="must be 2-D"):
-        mode.validate(x, ndim=2)
+        validate(x, ndim=2)
     with pytest.raises(ValueError, match="dtype"):
-        mode.validate(x.to(torch.int32))
+        validate(x.to(torch.int32))
     if mode.INTERPRET:
         with pytest.raises(ValueError, match=r"move it with \.to\('cpu'\)"):
-            mode.validate(torch.ones(4, device="meta"))
+            validate(torch.ones(4, device="meta"))
         with pytest.raises(mode.UnsupportedInInterpreter, match="float16 or torch.float32"):
-            mode.validate(x.to(torch.bfloat16))
+            validate(x.to(torch.bfloat16))
+
+
+def test_the_mode_is_a_leaf():
+    """``tkcourse.mode`` says GPU or interpreter and guards bf16; sizes and input checks live elsewhere."""
+    assert not hasattr(mode, "size") and not hasattr(mode, "validate") and not hasattr(mode, "register_sizes")
+    import ast
+
+    tree = ast.parse(pathlib.Path(mode.__file__).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in imported if m.startswith(("tkcourse", "solutions"))} and all(
+        n.level == 0 for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)), imported
 
 
 @pytest.mark.parametrize("nb", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)

@@ -718,7 +718,7 @@ if "Y" in what:
         print(line, flush=True)
         summary.append(line)
     # where the host time goes: each step of O.softmax on its own (host_us: n calls queued, no waiting)
-    from tkcourse.mode import validate
+    from solutions._checks import validate
     plan = O.one_read_plan(N, x.device)
     out = torch.empty_like(x)
     lanes = O.persistent_lanes(x, out, *plan)

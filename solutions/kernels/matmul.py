@@ -9,9 +9,10 @@ from __future__ import annotations
 import torch
 import triton
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
 from .. import matmul as mm
+from .._checks import validate
 from . import matmul_small as small
 from .lean import DIRECT, Lean, hooks_on, pdl_ok, stream_of
 from .lean import tensor_key as _t

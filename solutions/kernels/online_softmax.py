@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from tkcourse.mode import validate
-
 from .. import online_softmax as osm
+from .._checks import validate
 from . import online_softmax_one_read as one
 from .lean import Lean, hooks_on, stream_of, tensor_key
 from .lean import tensor_key as _t

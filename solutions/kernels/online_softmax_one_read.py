@@ -26,8 +26,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
+from .._checks import validate
 from .._occupancy import programs_per_sm, sm_count
 from ..online_softmax import online_stats, reference, step_states
 from .online_softmax_split import (

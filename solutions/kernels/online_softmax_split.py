@@ -18,9 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tkcourse.mode import INTERPRET, validate
+from tkcourse.mode import INTERPRET
 
-from .._checks import power_of_two
+from .._checks import power_of_two, validate
 from ..online_softmax import (
     BLOCK_BYTES,
     INTERPRETER_BLOCK,

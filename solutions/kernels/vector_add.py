@@ -8,10 +8,8 @@ from __future__ import annotations
 import torch
 import triton
 
-from tkcourse.mode import validate
-
 from .. import vector_add as va
-from .._checks import power_of_two
+from .._checks import power_of_two, validate
 from .lean import Lean
 from .lean import tensor_key as _t
 
