@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tkcourse-installed
 
-.PHONY: setup lab test unit notebooks check exercises bench doctor lint strip
+.PHONY: setup lessons lab test unit notebooks check exercises bench doctor lint strip book
 
 setup: $(STAMP)  ## create .venv and install the course with its dev tools
 
@@ -15,8 +15,20 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $@
 
-lab: setup  ## open JupyterLab on notebooks/
-	$(BIN)/python -m tkcourse lab
+# Outputs never enter git: you work in $(MINE)/ (git-ignored), on your own copies of the lessons in
+# notebooks/, which stay as the course stores them (README, "Quick start", says why). A lesson is copied
+# only where you have no copy of it yet: your work is never overwritten.
+MINE    := my-notebooks
+LESSONS := $(wildcard notebooks/[0-9][0-9]_*.ipynb)
+lessons:  ## copy into my-notebooks/ each lesson you have no copy of (make lab does)
+	@mkdir -p $(MINE)
+	@for nb in $(LESSONS); do mine="$(MINE)/$${nb##*/}"; \
+	  if [ ! -e "$$mine" ]; then cp "$$nb" "$$mine" && echo "copied $$nb to $$mine"; \
+	  elif [ "$$nb" -nt "$$mine" ]; then echo "$$nb changed after your copy $$mine was last saved;" \
+	    "yours is kept: to take the new version, rename yours and run make lab again"; fi; done
+
+lab: setup lessons  ## open JupyterLab on your copies of the lessons (my-notebooks/)
+	$(BIN)/python -m tkcourse lab --notebook-dir $(MINE)
 
 test: setup  ## the layers (import-linter), then the whole suite: unit tests, graders, notebooks, the browser test
 	$(BIN)/lint-imports
@@ -44,5 +56,9 @@ lint: setup  ## style (ruff) and the layers (import-linter, pyproject.toml)
 	$(BIN)/ruff check tkcourse solutions benchmarks tests
 	$(BIN)/lint-imports
 
-strip: setup  ## remove outputs from the notebooks before committing
-	$(BIN)/jupyter nbconvert --clear-output --inplace notebooks/*.ipynb
+# The stored form of a lesson: no outputs, no execution counts, the cells' ids kept (tests check it).
+strip: setup  ## remove outputs from notebooks/ (after running a lesson there rather than in my-notebooks/)
+	$(BIN)/python -m nbstripout --keep-id notebooks/*.ipynb
+
+book: setup  ## the course as a static site: every lesson run here, with its outputs -> build/book/index.html
+	$(BIN)/python book/build.py

@@ -1,0 +1,99 @@
+"""Build the course's static site: every lesson with its outputs and figures (README, "Read it online").
+
+    python book/build.py              # run every notebook here, as a learner first does; then the site
+    python book/build.py --from DIR   # the site from notebooks already run into DIR (what the tests do)
+
+Running: each notebook in ``notebooks/`` runs in a fresh kernel from that folder, without
+``TKCOURSE_SOLUTIONS``, exactly as a learner first opens it (untouched exercises: the reference
+solution runs in their place, and the outputs say so), into ``build/executed/``. Without a GPU that is
+Triton's interpreter, and the lessons show the recorded H200 figures beside what ran. Sphinx with
+myst-nb then renders those notebooks (it executes nothing itself) into ``build/book/``; open
+``build/book/index.html``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"                      # conf.py and index.md
+NOTEBOOKS = ROOT / "notebooks"
+EXECUTED = ROOT / "build" / "executed"    # the notebooks with their outputs (also tests/test_learner_path.py's)
+SOURCE = ROOT / "build" / "book-src"      # what Sphinx reads: index.md and the executed notebooks
+OUT = ROOT / "build" / "book"             # the site
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+TIMEOUT = 900                             # seconds a cell may take (as tests/test_learner_path.py)
+
+
+def lessons(folder: Path) -> list[Path]:
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+
+
+def execute(into: Path = EXECUTED) -> list[Path]:
+    """Run every lesson as a learner first does; write each, with its outputs, into ``into``."""
+    import nbclient
+    import nbformat
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TKCOURSE_SOLUTIONS", "MPLBACKEND")}
+    into.mkdir(parents=True, exist_ok=True)
+    done = []
+    for path in lessons(NOTEBOOKS):
+        t0 = time.monotonic()
+        nb = nbformat.read(path, as_version=4)
+        client = nbclient.NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
+                                         resources={"metadata": {"path": str(NOTEBOOKS)}})
+        client.execute(env=env)  # raises CellExecutionError, naming the cell, on the first error
+        nbformat.write(nb, into / path.name)
+        done.append(into / path.name)
+        print(f"ran {path.name} in {time.monotonic() - t0:.0f} s", flush=True)
+    return done
+
+
+def _for_a_page(nb):
+    """A notebook as a static page shows it: a widget needs a running kernel, so its output is left
+    out (the course's widgets display a still picture of their first view beside them)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
+    nb.metadata.pop("widgets", None)  # no widget state: the page loads no widget scripts from the web
+    return nb
+
+
+def build(executed: Path = EXECUTED, out: Path = OUT, source: Path = SOURCE) -> Path:
+    """Render the executed lessons in ``executed`` into the site ``out``; return its index.html."""
+    import nbformat
+
+    found = lessons(executed)
+    if not found:
+        raise SystemExit(f"no executed lessons in {executed}: run `make book`")
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    source.mkdir(parents=True)
+    shutil.copy(BOOK / "index.md", source / "index.md")
+    for path in found:
+        nbformat.write(_for_a_page(nbformat.read(path, as_version=4)), source / path.name)
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-W", "--keep-going", "-c", str(BOOK),
+           "-d", str(source / ".doctrees"), str(source), str(out)]
+    subprocess.run(cmd, check=True)
+    return out / "index.html"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from", dest="executed", type=Path, metavar="DIR",
+                        help="build from notebooks already run into DIR; run none here")
+    args = parser.parse_args(argv)
+    if args.executed is None:
+        execute(EXECUTED)
+    index = build(args.executed or EXECUTED)
+    print(f"the course's site: {index}")
+
+
+if __name__ == "__main__":
+    main()
