@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tkcourse-installed
 
-.PHONY: setup lessons lab test unit notebooks check exercises bench doctor lint strip book
+.PHONY: setup lessons lab test unit notebooks check progress exercises bench doctor lint strip book
 
 setup: $(STAMP)  ## create .venv and install the course with its dev tools
 
@@ -42,6 +42,9 @@ notebooks: setup  ## run every notebook as a learner does (untouched exercises, 
 
 check: setup  ## grade YOUR exercises (all, or: make check LESSON=vector_add)
 	$(BIN)/tkcourse check $(LESSON)
+
+progress: setup  ## one line a lesson: done, failing at which case, or not started (kept on this machine)
+	$(BIN)/tkcourse progress
 
 exercises: setup  ## (re)generate exercises/ from solutions/; never overwrites your edits
 	$(BIN)/tkcourse exercises
