@@ -1,26 +1,50 @@
 """Grader for lesson 09, part 2: ``decode_attention(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None)``.
 
-Every graded call runs under the tracer and is checked for aliasing and modified inputs (``core.attempt``).
-The caches are pools of pages in a shuffled order, so that a block table read wrongly gives wrong keys:
+Every graded call runs under the tracer and is checked for aliasing and modified inputs, as ``core.attempt``
+does. The caches are pools of pages in a shuffled order, so that a block table read wrongly gives wrong keys:
 every block table is a random permutation of the pool's pages, one column wider than the longest
 sequence needs (engines keep spare columns; logical page p + 1 is then a real, wrong page), and the
-pool's last page is in no table (so that page + 1 stays inside the pool). Unused slots of the pool
-hold random values, so keys past a sequence's length change the answer.
+pool's last page is in no table (so that page + 1 stays inside the pool). The kernel gets the pool with
+NaN in every slot no sequence attends to (the pages in no table, the spare columns' pages, the tail of
+each last page past the sequence's length), as unused memory may hold: a K or V load that is not masked
+at the sequence's end reads NaN. The hints are worked out on the same pool with random values there
+instead (the kernel is run again on it), so that a mistake with the length still gets its own hint.
 
 The cases, in order: fixed awkward batches (a 1-token sequence, lengths that end inside a page,
-G = Hq / Hkv of 1, 4 and 8, D of 64 and 128, page sizes 16 and 32), fp32 then fp16; seeded random
-batches of mixed lengths; ``sm_scale``; then what must be refused. A wrong result gets a hint from
-the models of the usual mistakes below, each a float64 torch computation of what that mistake returns.
+G = Hq / Hkv of 1, 4 and 8, D of 64 and 128, page sizes 16 and 32), fp32 then fp16; a split count that
+is not a power of two, with lengths of every residue against the split's size (a multiple of it, one
+more, one less, shorter than one split); the GPU's launch plan (its BLOCK_N of 64 tokens over pages of
+16, so that a step spans pages, and its split counts), forced on the module in the interpreter; the
+offsets into the pool in int64 (seen in the tracer: a pool past 2**31 elements, 4 GiB of fp16, is
+common on a GPU, and an int32 page * page_elements wraps there); seeded random batches of mixed lengths;
+``sm_scale``; then what must be refused. A wrong result gets a hint from the models of the usual
+mistakes below, each a float64 torch computation of what that mistake returns. Kernels that load and
+store nothing (the exercise's stubs) are reported as still to write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
+import numpy as np
 import torch
 
-from .. import mode
-from .core import attempt, grading_seed, padded, random_sizes, refuses, seeded
+from .. import mode, traffic
+from .core import (
+    Case,
+    alias_case,
+    graded_call,
+    grading_seed,
+    padded,
+    poisoned_allocations,
+    random_sizes,
+    refuses,
+    seeded,
+    traceable,
+    traced_call,
+    written_case,
+)
 
 LOG2E = 1.4426950408889634
 
@@ -41,6 +65,21 @@ def paged(lens, page_size, Hq, Hkv, D, dtype, gen):
     q, k, v = make(B, Hq, D), make(num_pages, page_size, Hkv, D), make(num_pages, page_size, Hkv, D)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=mode.DEVICE)
     return q, k, v, seq_lens, table.view(B, max_pages).to(torch.int32).to(mode.DEVICE)
+
+
+def poisoned(k_cache, v_cache, seq_lens, block_table):
+    """Copies of the pools with NaN in every slot that no sequence attends to: the pages in no block table
+    (and the spare columns' pages), and each last page's slots past its sequence's length."""
+    page_size = k_cache.shape[1]
+    used = torch.zeros(k_cache.shape[:2], dtype=torch.bool)
+    table = block_table.long().cpu()
+    for b, n in enumerate(int(n) for n in seq_lens):
+        pos = torch.arange(n)
+        used[table[b, pos // page_size], pos % page_size] = True
+    unused = (~used).to(k_cache.device)
+    k, v = k_cache.clone(), v_cache.clone()
+    k[unused], v[unused] = float("nan"), float("nan")
+    return k, v
 
 
 def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens=None, table=None, kv_head=None,
@@ -138,24 +177,276 @@ def _diagnose(args):
             return (f"{n} (sequence, query head) rows are NaN: never written (the combine's grid is B * Hq programs, "
                     "and a split kernel must store rows < GROUP of every split, empty ones too), or 0/0 from a "
                     "sum of weights that is 0")
-        return ("check the block-table lookup, the masks at the end of each sequence, and the combine's rescaling "
-                "by exp2(m_i - m)")
+        return ""
     return hint
 
 
-def _graded(label, mod, args, dtype, sm_scale=None):
+GENERIC = ("check the block-table lookup, the masks at the end of each sequence, and the combine's rescaling "
+           "by exp2(m_i - m)")
+
+READS_UNUSED = ("your kernel reads slots of the pool that hold no key of the sequence (past seq_lens[b] in its last "
+                "page, or a page of no block table): they hold NaN here, as unused memory may, and with ordinary "
+                "values there your result is right. Mask the K and V loads with the sequence's end "
+                "(mask=valid[:, None], other=0.0, valid = pos < end): a score set to -inf afterwards does not "
+                "help, since p = 0 times a NaN value is still NaN")
+
+
+def _close_to(o, e, tol) -> bool:
+    return bool(torch.allclose(o.double().cpu(), e.double().cpu(), atol=tol, rtol=tol * 5))
+
+
+def _rerun(fn, args, kwargs):
+    """``fn`` called again (traced, outputs poisoned), or None when the call fails in any way."""
+    try:
+        call = traced_call if traceable(list(args)) else None
+        out = call(fn, *args, **kwargs)[0] if call else fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001  (whatever the learner's code raises: the graded call reports it)
+        return None
+    return out.detach().double().cpu() if isinstance(out, torch.Tensor) else None
+
+
+def _hint(fn, clean_call, kwargs, models, tol, extra=""):
+    """A wrong result's hint: a NaN output is worked out again on the clean pool (``clean_call``), where
+    the slots the kernel should not read hold ordinary values; then the models of the usual mistakes; then
+    ``extra``, what the case itself is about; then the generic words."""
+    def hint(o, e, wrong):
+        if torch.isnan(o).any():
+            o2 = _rerun(fn, clean_call, kwargs)
+            if o2 is not None and o2.shape == e.shape and not torch.isnan(o2).any():
+                if _close_to(o2, e, tol):
+                    return READS_UNUSED
+                wrong2 = ~torch.isclose(o2, e.double().cpu(), atol=tol, rtol=tol * 5)
+                found = models(o2, e, wrong2)
+                if found:
+                    return found
+                return extra or GENERIC
+        return models(o, e, wrong) or extra or GENERIC
+    return hint
+
+
+def _stub_case(label, out, graded, traced: bool) -> Case | None:
+    """Kernels that load and store nothing are the exercise's stubs; no launch at all and an output still as
+    allocated (all poison), a launcher not written."""
+    if not traced:
+        return None
+    traces = graded.traces
+    idle = list(dict.fromkeys(t.launches[0].kernel for t in traces if t.launches and not t.accesses))
+    if idle:
+        names = " and ".join(idle)
+        many = len(idle) > 1
+        return Case(label, "todo", f"{names} ran and loaded and stored nothing",
+                    f"{names} {'are' if many else 'is'} still the stub{'s' * many} of the exercise: write "
+                    f"{'their bodies' if many else 'its body'} (the numbered steps in the comments of each kernel), "
+                    "then check again")
+    allocated = isinstance(out, torch.Tensor) and any(out.data_ptr() == a.buf.data_ptr() for a in graded.allocs)
+    if not traces and allocated and out.is_floating_point() and bool(torch.isnan(out).all()):
+        return Case(label, "todo", "decode_attention launched no kernel, and its output was never written",
+                    "launch the split kernel and then the combine in the marked part of the launcher (their grids "
+                    "and arguments are in the comments there)")
+    return None
+
+
+def _partials_oob(splits, B, Hq, D):
+    """The out-of-bounds hint of a split count that is not a power of two: the combine's BLOCK_S lanes."""
+    def hint(bad, default):
+        sizes = {B * Hq * splits, B * Hq * splits * D}
+        if splits & (splits - 1) and any(o.kind == "load" and o.numel in sizes for o in bad):
+            return (f"your combine reads past the partials: m, l and acc hold SPLITS = {splits} values a head here (not a "
+                    f"power of two), and BLOCK_S = {1 << (splits - 1).bit_length()} lanes. Mask its loads with "
+                    "s < SPLITS (other=-inf for m, 0 for l and acc), and find head bh's partials at bh * SPLITS + s "
+                    "(SPLITS a head, not BLOCK_S)")
+        return ""
+    return hint
+
+
+def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
+    """One graded call on the NaN-poisoned pool, checked as ``core.attempt`` does, with this lesson's hints."""
     expected = reference(*args, sm_scale=sm_scale)
     tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
     q, k, v, seq_lens, table = args
-    call = (padded(q), padded(k), padded(v), seq_lens, table)  # a load past the end reads a loud value
+    kp, vp = poisoned(k, v, seq_lens, table)
+    call = (padded(q), padded(kp), padded(vp), seq_lens, table)  # a load past the end reads a loud value
+    clean = (padded(q), padded(k), padded(v), seq_lens, table)
     kwargs = {} if sm_scale is None else {"sm_scale": sm_scale}
-    return attempt(label, mod.decode_attention, call, expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
-                   diagnose=_diagnose(args) if sm_scale is None else
-                   (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
+    fn = mod.decode_attention
+    B, Hq, D = q.shape
+    g = graded_call(label, fn, call, kwargs=kwargs, oob_hint=_partials_oob(splits, B, Hq, D) if splits else None)
+    if isinstance(g, Case):
+        return g
+    out = g.out
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
+                    f"your {g.fn_name} returns a tuple: return only the output tensor (return out, not return out, ...)")
+    bad = alias_case(label, out, g.inputs, g.fn_name)
+    if bad is not None:
+        return bad
+    stub = _stub_case(label, out, g, traceable(list(call)))
+    if stub is not None:
+        return stub
+    models = _diagnose(args) if sm_scale is None else (lambda o, e, w: "pass sm_scale through to the kernel "
+                                                                         "instead of 1/sqrt(D)")
+    case = written_case(label, out, expected, g, dtype=dtype, atol=tol, rtol=tol * 5,
+                        diagnose=_hint(fn, clean, kwargs, models, tol, extra))
+    if case.status == "todo":
+        return case
+    changed = g.snap.case(label, g.fn_name)
+    return changed if changed is not None else case
 
 
 def _label(lens, ps, Hq, Hkv, D, dtype):
     return f"B={len(lens)} lengths {lens} page {ps} Hq={Hq} Hkv={Hkv} D={D} {str(dtype)[6:]}"
+
+
+# ----- the launch plans the graded kernel runs under -------------------------------------------------
+
+INTERPRETER_BLOCK_N, GPU_BLOCK_N = 16, 64  # tokens a step of the lesson's launcher: interpreter, GPU
+GPU_SM_PROGRAMS = 4 * 132
+
+
+def lesson_plan(B, Hkv, max_pages, page_size, gpu: bool):
+    """(splits, split_tokens, block_n) of the lesson's launcher (its ``_plan``): 4 splits in the interpreter,
+    on a GPU enough for about four programs an SM, one per 256 tokens of the table at most."""
+    cdiv = lambda a, b: -(-a // b)
+    capacity = max_pages * page_size
+    block_n = GPU_BLOCK_N if gpu else INTERPRETER_BLOCK_N
+    splits = max(1, min(cdiv(GPU_SM_PROGRAMS, B * Hkv), cdiv(capacity, 256))) if gpu else 4
+    split_tokens = cdiv(cdiv(capacity, splits), block_n) * block_n
+    return cdiv(capacity, split_tokens), split_tokens, block_n
+
+
+def _max_pages(lens, ps):
+    return max(-(-n // ps) for n in lens) + 1  # as ``paged``: one spare column
+
+
+@contextlib.contextmanager
+def gpu_plan(mod):
+    """The module's launcher planned as on a GPU, in the interpreter too: its ``BLOCK_N`` set to the GPU's 64
+    tokens a step and its ``INTERPRET`` to False (the GPU's split counts), put back afterwards. Yields whether
+    the module has them (a launcher of the learner's own keeps its plan)."""
+    saved = {}
+    for name, value in (("BLOCK_N", GPU_BLOCK_N), ("INTERPRET", False)):
+        if name in vars(mod) and isinstance(vars(mod)[name], int):
+            saved[name] = vars(mod)[name]
+            setattr(mod, name, value)
+    try:
+        yield "BLOCK_N" in saved
+    finally:
+        for name, value in saved.items():
+            setattr(mod, name, value)
+
+
+# (lengths, page_size, Hq, Hkv, D). RESIDUES: the interpreter's plan gives 3 splits of 48 tokens (a table
+# of 9 pages of 16): lengths of 2 splits exactly, one more than 1, one less, 2 and a part, and 1 token.
+RESIDUES = ([96, 49, 1, 47, 128], 16, 4, 2, 64)
+# The GPU's plan: 64 tokens a step over pages of 16 (a step spans 4 pages) in one split; over pages of 32 in
+# 3 splits of 256 tokens (700 = 2 * 256 + 188; 90 leaves two splits empty).
+GPU_CASES = [([37, 200], 16, 8, 2, 64), ([700, 90], 32, 4, 1, 128)]
+
+
+def _residue_case(mod, gen):
+    lens, ps, Hq, Hkv, D = RESIDUES
+    splits, size, _ = lesson_plan(len(lens), Hkv, _max_pages(lens, ps), ps, gpu=not mode.INTERPRET)
+    label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: {splits} splits of {size} tokens, lengths of every "
+             "residue against them")
+    extra = (f"this case has {splits} splits per sequence (not a power of two), and lengths that end on a split's "
+             "end, one past it, one before it, and inside the first split (the later splits are empty). In the "
+             "combine, mask the partials' loads with s < SPLITS (other=-inf for m, 0 for l and acc) and find them at "
+             "bh * SPLITS + s (SPLITS, not BLOCK_S); in the split kernel, stop at end = min(start + split_tokens, "
+             "seq_len), and store an empty split's m = -inf, l = 0, acc = 0 all the same")
+    return _graded(label, mod, paged(lens, ps, Hq, Hkv, D, torch.float32, gen), torch.float32, splits=splits,
+                   extra=extra)
+
+
+def _gpu_plan_cases(mod, gen):
+    for lens, ps, Hq, Hkv, D in GPU_CASES:
+        splits, size, block_n = lesson_plan(len(lens), Hkv, _max_pages(lens, ps), ps, gpu=True)
+        args = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
+        with gpu_plan(mod) as forced:
+            plan = (f"the GPU's launch plan: {block_n} tokens a step over pages of {ps} (a step spans {block_n // ps} "
+                    f"pages), {splits} split{'s' * (splits > 1)} of {size} tokens" if forced else "the module's own plan")
+            extra = (f"right at the interpreter's {INTERPRETER_BLOCK_N} tokens a step, wrong at the GPU's {block_n} "
+                     f"over pages of {ps}: a step spans {block_n // ps} pages here. Look up each token's own page, "
+                     "page = block_table[b, pos // PAGE_SIZE] for the vector pos (not one page for the whole step), "
+                     "and its slot pos % PAGE_SIZE; the step's last tokens may lie past the split's end (mask them)")
+            case = _graded(f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}, {plan}", mod, args, torch.float32,
+                           splits=splits, extra=extra)
+        yield case
+
+
+# ----- offsets into the pool: int64, seen in the tracer -----------------------------------------------
+
+
+@contextlib.contextmanager
+def _narrow_offsets(traces, threshold: int):
+    """Note every pointer addition whose offsets are narrower than 64 bits and reach ``threshold`` elements:
+    yields a list of ``(launch index, resulting pointer block, dtype, largest offset)``. The tracer, which wraps
+    the same addition inside this one, tags each resulting block with the tensor it points into."""
+    from ..traffic import interpreter as hooks  # the interpreter's builder: the tracer's own hook point
+
+    b = hooks._interp().interpreter_builder
+    had = vars(b).get("create_addptr")
+    real = b.create_addptr
+    seen = []
+
+    def addptr(ptr, offset, *args, **kwargs):
+        out = real(ptr, offset, *args, **kwargs)
+        with contextlib.suppress(Exception):  # never let the watch break a launch
+            ty = offset.dtype
+            bits = getattr(getattr(ty, "scalar", ty), "primitive_bitwidth", 64)
+            if bits < 64:
+                top = int(np.abs(np.asarray(offset.data).astype(np.int64)).max(initial=0))
+                if top >= threshold:
+                    seen.append((len(traces), out, str(ty), top))
+        return out
+
+    b.create_addptr = addptr
+    try:
+        yield seen
+    finally:
+        if had is not None:
+            b.create_addptr = had
+        else:
+            with contextlib.suppress(AttributeError):
+                del b.create_addptr
+
+
+def _pool_offsets_case(mod, gen):
+    """The offsets into the pool must be int64: at a GPU's pool sizes page * (elements of a page) passes 2**31."""
+    lens, ps, Hq, Hkv, D = FIXED[0]
+    q, k, v, seq_lens, table = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
+    page = ps * Hkv * D
+    label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: offsets into the pool in int64 (a pool of more than "
+             "2**31 elements, 4 GiB of fp16, is common on a GPU)")
+    call = (padded(q), padded(k), padded(v), seq_lens, table)
+    if not traceable(list(call)):
+        return None
+    from ..traffic.interpreter import _TAG  # the tracer's tag: which tensor a pointer block points into
+
+    pool = {(t.data_ptr(), tuple(t.shape)) for t in call[1:3]}
+    try:
+        with poisoned_allocations(), traffic.capture(stop_on_oob=True) as traces, \
+                _narrow_offsets(traces, page) as seen:
+            mod.decode_attention(*call)
+    except Exception:  # noqa: BLE001  (a failing call is the other cases' business)
+        return None
+    narrow = []
+    for j, out, ty, top in seen:
+        tag = getattr(out, _TAG, None)
+        if tag is None or j >= len(traces) or tag >= len(traces[j].tensors):
+            continue
+        info = traces[j].tensors[tag]
+        if (info.key[0], tuple(info.shape)) in pool or tuple(info.shape) == tuple(k.shape):
+            narrow.append((info.name, ty, top))
+    if not narrow:
+        return Case(label, "pass")
+    name, ty, top = max(narrow, key=lambda n: n[2])
+    return Case(label, "fail",
+                f"the tracer saw {ty} offsets up to {top} elements added to the pointer {name} into the pool "
+                f"(a page is {page} elements here)",
+                "the offsets into the pool are computed in int32: page * PAGE_SIZE * HKV * HEAD_DIM passes 2**31 once "
+                "the pool holds more than 2**31 elements (a 4 GiB fp16 cache; a GPU's pool is often larger), and the "
+                "address wraps around. Convert the page to int64 before multiplying: "
+                "page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE, then * HKV + kvh, then * HEAD_DIM")
 
 
 def grade(mod):
@@ -163,6 +454,11 @@ def grade(mod):
     for dtype in (torch.float32, torch.float16):
         for lens, ps, Hq, Hkv, D in FIXED if dtype == torch.float32 else FIXED[:1]:
             yield _graded(_label(lens, ps, Hq, Hkv, D, dtype), mod, paged(lens, ps, Hq, Hkv, D, dtype, gen), dtype)
+    yield _residue_case(mod, gen)
+    yield from _gpu_plan_cases(mod, gen)
+    case = _pool_offsets_case(mod, gen)
+    if case is not None:
+        yield case
     seed = grading_seed()
     rng = torch.Generator().manual_seed(seed)
     pick = lambda options: options[int(torch.randint(0, len(options), (1,), generator=rng))]

@@ -1,0 +1,125 @@
+"""Lesson 09, part 2: the decode grader against wrong kernels that pass a weaker grader.
+
+Each planted module is solutions/decode_attention.py with one mistake written into its source (``_mutant``),
+run as a module of its own, so the grader sees what a learner's file would give it: a step that spans
+pages only at the GPU's BLOCK_N, K and V loads unmasked at the sequence's end (right unless the unused
+slots hold NaN), int32 offsets into the pool, a combine that is right only for a power-of-two split count,
+and kernels left as the exercise's stubs.
+"""
+
+import re
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import assert_grader_catches
+
+from tkcourse import check, mode
+from tkcourse.check import decode_attention as grader
+
+SOURCE = (Path(__file__).resolve().parents[1] / "solutions" / "decode_attention.py").read_text()
+
+
+def _mutant(*edits, name="planted_decode", source=SOURCE):
+    """solutions/decode_attention.py with each ``(old, new, count)`` of ``edits`` applied (``old`` found
+    exactly ``count`` times), as a module of its own."""
+    text = source
+    for old, new, count in edits:
+        assert text.count(old) == count, f"the planted edit no longer matches solutions/decode_attention.py: {old!r}"
+        text = text.replace(old, new)
+    mod = types.ModuleType(f"solutions.{name}")
+    mod.__package__ = "solutions"
+    exec(compile(text, f"<planted {name}>", "exec"), mod.__dict__)
+    return mod
+
+
+PAGE_LOAD = "page = tl.load(BLOCK_TABLE + b * max_pages + pos // PAGE_SIZE, mask=valid, other=0)"
+COMBINE_MASKS = [('mask=s < SPLITS, other=float("-inf"))', ")", 1), ("mask=s < SPLITS, other=0.0)", ")", 1),
+                 ("mask=s[:, None] < SPLITS, other=0.0)", ")", 1)]
+PLANTED = [
+    ("one page for the whole step",  # right while BLOCK_N <= PAGE_SIZE: the interpreter's 16 tokens a step
+     [(PAGE_LOAD, "page = tl.load(BLOCK_TABLE + b * max_pages + n // PAGE_SIZE)", 1)],
+     "a step spans 4 pages here", "the GPU's launch plan"),
+    ("K and V loaded unmasked",  # right while the unused slots of the pool hold ordinary values
+     [(PAGE_LOAD, "page = tl.load(BLOCK_TABLE + b * max_pages + pos // PAGE_SIZE)", 1),
+      ("d[None, :], mask=valid[:, None], other=0.0)", "d[None, :])", 2)],
+     "a score set to -inf afterwards does not help", "B=2 lengths [37, 100]"),
+    ("int32 offsets into the pool",
+     [("page.to(tl.int64) * PAGE_SIZE", "page * PAGE_SIZE", 1)],
+     "Convert the page to int64 before multiplying", "offsets into the pool in int64"),
+    ("the combine's loads unmasked",  # right while SPLITS is a power of two, as the interpreter's 4
+     COMBINE_MASKS, "Mask its loads with s < SPLITS", "3 splits of 48 tokens"),
+    ("the combine steps by BLOCK_S",
+     [("M + bh * SPLITS + s", "M + bh * BLOCK_S + s", 1), ("L + bh * SPLITS + s", "L + bh * BLOCK_S + s", 1),
+      ("ACC + (bh * SPLITS + s)", "ACC + (bh * BLOCK_S + s)", 1)],
+     "find head bh's partials at bh * SPLITS + s", "3 splits of 48 tokens"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint, where", PLANTED, ids=[p[0] for p in PLANTED])
+def test_grader_catches_planted_mistake(name, edits, hint, where):
+    rep = assert_grader_catches("decode_attention", _mutant(*edits), name, hint)
+    assert where in rep.first_problem().label, rep
+
+
+def test_the_faithful_copy_passes():
+    assert check.run("decode_attention", module=_mutant(), quiet=True).passed
+
+
+def _kernel_bodies_stubbed(text):
+    """The two kernels' marked regions replaced by ``pass``, as the exercise leaves them; the launch kept."""
+    regions = list(re.finditer(r"    ### BEGIN SOLUTION\n.*?    ### END SOLUTION\n", text, flags=re.S))
+    for m in reversed(regions[:2]):  # the split kernel and the combine come first in the file
+        text = text[:m.start()] + "    pass\n" + text[m.end():]
+    return text
+
+
+def test_stub_kernels_are_named_as_still_to_write():
+    mod = _mutant(source=_kernel_bodies_stubbed(SOURCE), name="planted_stubs")
+    rep = check.run("decode_attention", module=mod, quiet=True)
+    assert rep.status == "todo", rep
+    bad = rep.first_problem()
+    assert "_decode_split and _decode_combine are still the stubs" in bad.hint, rep
+    assert "combine's grid" not in bad.hint
+
+
+def test_a_launcher_that_launches_nothing_is_named():
+    text = re.sub(r"(def \w*launch\(.*?)    ### BEGIN SOLUTION\n.*?    ### END SOLUTION\n", r"\1",
+                  SOURCE, count=1, flags=re.S)
+    rep = check.run("decode_attention", module=_mutant(source=text, name="planted_no_launch"), quiet=True)
+    assert rep.status == "todo" and "launch the split kernel and then the combine" in rep.first_problem().hint, rep
+
+
+def test_unused_slots_of_the_graded_pool_hold_nan():
+    q, k, v, seq_lens, table = grader.paged([37, 100], 16, 8, 2, 64, torch.float32, torch.Generator().manual_seed(0))
+    kp, vp = grader.poisoned(k, v, seq_lens, table)
+    nan = torch.isnan(kp).all(-1).all(-1)  # (pages, slots)
+    for b, n in enumerate(seq_lens.tolist()):
+        pages = table[b].long().cpu()
+        last = pages[(n - 1) // 16]
+        assert not nan[pages[: (n - 1) // 16]].any() and not nan[last, : (n - 1) % 16 + 1].any()
+        assert nan[last, (n - 1) % 16 + 1:].all() and nan[pages[-1]].all()  # the tail; the spare column's page
+    assert nan[-1].all() and torch.equal(torch.isnan(vp), torch.isnan(kp))  # the page in no table
+    assert torch.equal(grader.reference(q, kp, vp, seq_lens, table), grader.reference(q, k, v, seq_lens, table))
+
+
+def test_gpu_plan_is_forced_and_put_back():
+    mod = _mutant()
+    before = (mod.BLOCK_N, mod.INTERPRET)
+    with grader.gpu_plan(mod) as forced:
+        assert forced and mod.BLOCK_N == 64 and mod.INTERPRET is False
+    assert (mod.BLOCK_N, mod.INTERPRET) == before
+    assert grader.lesson_plan(2, 1, 23, 32, gpu=True) == (3, 256, 64)
+    assert grader.lesson_plan(5, 2, 9, 16, gpu=False) == (3, 48, 16)
+    with grader.gpu_plan(types.SimpleNamespace()) as forced:
+        assert not forced
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="the plan's split count in the interpreter")
+def test_the_lesson_plan_matches_the_solution():
+    from solutions import decode_attention as da
+
+    for B, Hkv, pages, ps in ((5, 2, 9, 16), (2, 2, 8, 16), (3, 1, 8, 32), (2, 4, 17, 16)):
+        splits, size, block_n = grader.lesson_plan(B, Hkv, pages, ps, gpu=False)
+        assert da._plan(B, Hkv, pages, ps, block_n) == (splits, size)
