@@ -14,6 +14,8 @@ import re
 import matplotlib.pyplot as plt
 import numpy as np
 
+from ..bench.summary import provider_label
+
 #: Used only when neither a GPU nor the recorded table can give the ceilings.
 H200_FALLBACK = {
     "copy_GBps": 4250.0,
@@ -135,7 +137,7 @@ def roofline(records=None, ceilings: dict | None = None, kernels=None, largest_o
     points, skipped = placements(records, kernels, largest_only, flops_per_element)
     fig = None
     if ax is None:
-        fig, ax = plt.subplots(figsize=(9, 5.5))
+        fig, ax = plt.subplots(figsize=(10.5, 5.5))
         plt.close(fig)
     xs = [p["intensity"] for p in points]
     lo = min(xs + [ridge]) / 8
@@ -165,27 +167,30 @@ def roofline(records=None, ceilings: dict | None = None, kernels=None, largest_o
         m_x = max(p["intensity"] for k in memory for p in groups[k]) * 2.5
         m_y = min(max(p["tflops"] for p in groups[k]) for k in memory) * 2
     compute = sorted((k for k in groups if k not in memory), key=lambda k: groups[k][0]["intensity"])
+    line = 1.42  # one text line of the labels, as a factor on the log axis; labels stack by their lines
     for side, names in (("memory", memory), ("compute", compute)):
-        for rank, k in enumerate(names):
+        below = 0.0  # lines of the labels already placed on this side
+        for k in names:
             g = groups[k]
             several = len({q["dtype"] for q in g}) > 1
-            shares = [f"{p['provider']}{' ' + p['dtype'].replace('float', 'fp') if several else ''}"
+            shares = [f"{provider_label(p['provider'])}{' ' + p['dtype'].replace('bfloat', 'bf').replace('float', 'fp') if several else ''}"
                       f" {100 * p['tflops'] / (min(bw * p['intensity'], peak) / 1e12):.0f}%"
                       for p in sorted(g, key=lambda p: -p["tflops"])]
-            lines = [", ".join(shares[i:i + 3]) for i in range(0, len(shares), 3)]
+            lines = ["; ".join(shares[i:i + 2]) for i in range(0, len(shares), 2)]
             anchor = max(g, key=lambda p: p["tflops"])
             if side == "memory":  # a column below the slanted roof, right of the points
-                xy_text = (m_x, m_y / 2.8 ** rank)
+                xy_text = (m_x, m_y * 1.5 / line ** below)
             else:  # below the flat roof, right of the ridge, one under another
-                xy_text = (ridge * 1.4, peak / 1e12 / 5 / 3.2 ** rank)
+                xy_text = (ridge * 1.4, peak / 1e12 / 2.5 / line ** below)
+            below += len(lines) + 1.6
             ax.annotate("\n".join([k] + lines), (anchor["intensity"], anchor["tflops"]), xytext=xy_text, fontsize=7,
-                        color=colors[k], ha="left", va="center",
+                        color=colors[k], ha="left", va="top",
                         arrowprops=dict(arrowstyle="-", color=colors[k], linewidth=0.6, shrinkA=0, shrinkB=4),
                         bbox=dict(boxstyle="round,pad=0.2", facecolor="white", edgecolor="none", alpha=0.8))
     for k in kernel_names:
         ax.scatter([], [], color=colors[k], marker="o", label=k)
     for pr in providers:
-        ax.scatter([], [], color="w", edgecolor="k", marker=markers[pr], label=pr)
+        ax.scatter([], [], color="w", edgecolor="k", marker=markers[pr], label=provider_label(pr))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(min([bw * lo] + [p["tflops"] * 1e12 for p in points]) / 1e12 / 2, peak / 1e12 * 2.5)
@@ -195,7 +200,7 @@ def roofline(records=None, ceilings: dict | None = None, kernels=None, largest_o
     ax.text(0.01, 0.99, " labels: each provider's rate, as % of the roof at its intensity", transform=ax.transAxes,
             fontsize=7, va="top", color="0.3")
     if points:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)  # beside the axes: the labels fill them
     gpu = next((r.get("gpu") for r in records if r.get("gpu")), "")
     ax.set_title((title or f"Roofline{' of ' + gpu if gpu else ''}") + f"\nceilings: {c['source']}", fontsize=9)
     out = fig if fig is not None else ax.figure
