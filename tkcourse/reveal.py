@@ -104,7 +104,10 @@ def hint(name: str) -> Text:
                     f"Hint {len(hints)} of {len(hints)}: {hints[-1]}")
     data = progress.load()
     data["hints"][name] = shown + 1
-    progress.save(data)
+    try:
+        progress.save(data)
+    except OSError:  # a read-only checkout: the hint still shows, the count is not kept
+        pass
     last = " (the last)" if shown + 1 == len(hints) else ""
     return Text(f"Hint {shown + 1} of {len(hints)}{last}: {hints[shown]}")
 
@@ -160,6 +163,7 @@ def hint_button(name: str):
 # ------------------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1)
 def figures() -> dict:
     """The GPU figures answers quote, computed from the recorded H200 table (never typed)."""
     from .bench import load_records, select
