@@ -23,7 +23,7 @@ import torch
 import triton
 
 from exercises._checks import validate
-from .softmax import MAX_COLS, _num_stages, _num_warps, num_programs, softmax_kernel
+from .softmax import MAX_COLS, num_programs, softmax_kernel, stages_for, warps_for
 
 
 def plan_key(x: torch.Tensor) -> tuple:
@@ -52,8 +52,8 @@ class SoftmaxPlan:
         # TODO: your code here
         # work out once, and keep on self, everything a launch needs:
         # - the output's shape (n_rows, n_cols), dtype and device
-        # - BLOCK = triton.next_power_of_2(n_cols); num_warps = _num_warps(BLOCK);
-        #   num_stages = _num_stages(BLOCK, x.element_size())
+        # - BLOCK = triton.next_power_of_2(n_cols); num_warps = warps_for(BLOCK);
+        #   num_stages = stages_for(BLOCK, x.element_size())
         # - the grid: (num_programs(x, x, BLOCK, num_warps, num_stages),)  (out only has to be like x here)
         # - the kernel's int arguments: row_stride, out's row stride (n_cols: out is contiguous), n_rows, n_cols
         pass

@@ -53,7 +53,7 @@ def online_stats(
 
 
 @triton.jit
-def _write_softmax(
+def write_softmax(
     x_row,  # pointer to the first element of the input row
     out_row,  # pointer to the first element of the output row
     start,  # first column to write
@@ -71,7 +71,7 @@ def _write_softmax(
 
 
 @triton.jit
-def _online_softmax_kernel(
+def online_softmax_kernel(
     x_ptr,  # pointer to x[0, 0]
     out_ptr,  # pointer to out[0, 0]
     x_row_stride,  # elements between the starts of two rows of x (its columns are contiguous)
@@ -84,7 +84,7 @@ def _online_softmax_kernel(
     row = tl.program_id(0).to(tl.int64)  # row * stride can pass 2**31 on a big tensor
     x_row = x_ptr + row * x_row_stride
     m, l = online_stats(x_row, 0, n_cols, BLOCK, NUM_STAGES)
-    _write_softmax(x_row, out_ptr + row * out_row_stride, 0, n_cols, m, l, BLOCK, NUM_STAGES)
+    write_softmax(x_row, out_ptr + row * out_row_stride, 0, n_cols, m, l, BLOCK, NUM_STAGES)
 
 
 #: GPU: bytes a program loads per step (4096 fp16 values: 16 a thread with 8 warps).
@@ -113,7 +113,7 @@ def _block(n_cols: int, element_size: int) -> int:
 def softmax(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
     """Softmax over the last dim of a 2-D ``x``, rows of any length; a new tensor in x's dtype.
 
-    One program per row runs both passes (``_online_softmax_kernel``). Rows may be strided (read in
+    One program per row runs both passes (``online_softmax_kernel``). Rows may be strided (read in
     place); columns must be contiguous, else x is copied first. ``block`` (a power of two) is the
     columns read per step; by default ``_block`` picks it for the mode.
     """
@@ -123,7 +123,7 @@ def softmax(x: torch.Tensor, block: int | None = None) -> torch.Tensor:
     if x.stride(1) != 1:
         x = x.contiguous()
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
-    _online_softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block,
+    online_softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block,
                                       NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS)
     return out
 

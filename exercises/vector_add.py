@@ -14,7 +14,7 @@ from exercises._checks import power_of_two, validate
 
 
 @triton.jit
-def _add_kernel(
+def add_kernel(
     x_ptr,  # pointer to the first element of x
     y_ptr,  # pointer to the first element of y
     out_ptr,  # pointer to the first element of out
@@ -35,7 +35,7 @@ def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 1024) -> torch.Tensor:
     BLOCK = power_of_two("BLOCK", BLOCK)  # tl.arange(0, BLOCK) needs a power of two, at most 2**20
     x, y = x.contiguous(), y.contiguous()
     # TODO: your code here
-    # allocate out like x, launch _add_kernel on a grid of triton.cdiv(n, BLOCK) programs
+    # allocate out like x, launch add_kernel on a grid of triton.cdiv(n, BLOCK) programs
     out = None
     return out
 

@@ -1,9 +1,9 @@
 """Lesson 07's given kernels: Δ = rowsum(dO ∘ O) and dQ, the parts of the backward you do not write.
 
-``_attn_bwd_preprocess`` computes Δ (read O and dO once, write one fp32 number a row);
-``_attn_bwd_dq`` is a program per Q block looping over the K/V blocks: with P recomputed from the
+``attn_bwd_preprocess`` computes Δ (read O and dO once, write one fp32 number a row);
+``attn_bwd_dq`` is a program per Q block looping over the K/V blocks: with P recomputed from the
 forward's ``lse``, ``dQ = scale · (P ∘ (dO Vᵀ − Δ)) K``. The kernel you write,
-``_attn_bwd_dkdv`` in ``flash_attention_backward.py``, is its mirror image: a program per K/V block
+``attn_bwd_dkdv`` in ``flash_attention_backward.py``, is its mirror image: a program per K/V block
 looping over the Q blocks. Causal attention skips the blocks wholly above the diagonal and masks
 only the diagonal; the kernels work in base 2 (exp(x) = exp2(x · log2 e)).
 
@@ -17,7 +17,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _attn_bwd_preprocess(
+def attn_bwd_preprocess(
     O,  # pointer to the forward's output o, contiguous (B, H, N, D)
     DO,  # pointer to the incoming gradient dO, same layout
     Delta,  # pointer to Δ, fp32 (B, H, N): written here
@@ -34,7 +34,7 @@ def _attn_bwd_preprocess(
 
 
 @triton.jit
-def _attn_bwd_dq_loop(
+def attn_bwd_dq_loop(
     dq,  # fp32 accumulator (BLOCK_M, HEAD_DIM) of this program's queries
     q, do,  # this program's Q and dO blocks
     lse2, delta,  # this program's lse (base 2) and Δ, (BLOCK_M,)
@@ -65,7 +65,7 @@ def _attn_bwd_dq_loop(
 
 
 @triton.jit
-def _attn_bwd_dq(
+def attn_bwd_dq(
     Q,  # pointer to q, contiguous (B, H, N, D), 16-byte aligned
     K,  # pointer to k, same layout
     V,  # pointer to v, same layout
@@ -102,14 +102,14 @@ def _attn_bwd_dq(
     qk_scale = sm_scale * 1.4426950408889634
 
     if CAUSAL:  # keys left of the diagonal without a mask, then the diagonal masked
-        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, 0, start_m, N, qk_scale,
+        dq = attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, 0, start_m, N, qk_scale,
                                BLOCK_N, False, CAUSAL)
-        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, start_m,
+        dq = attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, start_m,
                                tl.minimum(start_m + BLOCK_M, N), N, qk_scale, BLOCK_N, True, CAUSAL)
     else:  # full key blocks without a mask, then the last, partial one (if any) masked
         n_full = (N // BLOCK_N) * BLOCK_N
-        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, 0, n_full, N, qk_scale,
+        dq = attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, 0, n_full, N, qk_scale,
                                BLOCK_N, False, CAUSAL)
-        dq = _attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, n_full, N, N, qk_scale,
+        dq = attn_bwd_dq_loop(dq, q, do, lse2, delta, desc_k, desc_v, offs_m, n_full, N, N, qk_scale,
                                BLOCK_N, True, CAUSAL)
     desc_dq.store([start_m, 0], (dq * sm_scale).to(DQ.dtype.element_ty))

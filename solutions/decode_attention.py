@@ -143,7 +143,7 @@ def _decode_combine(
     ### END SOLUTION
 
 
-def _check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=True):
+def check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=True):
     """The softmax scale (1/sqrt(D) by default), after checking the arguments (ValueError naming what is wrong).
 
     ``check_values``: also check that every ``seq_lens[b]`` is in 1 .. max_pages · page_size and every
@@ -202,11 +202,11 @@ def decode_attention(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None):
     q (B, Hq, D); k_cache, v_cache (num_pages, page_size, Hkv, D); seq_lens (B,) int32, each >= 1;
     block_table (B, max_pages) int32, logical page -> physical page. ``sm_scale`` defaults to 1/sqrt(D).
     """
-    sm_scale = _check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale)
-    return _launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, BLOCK_N, None, {}, {})
+    sm_scale = check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale)
+    return launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, BLOCK_N, None, {}, {})
 
 
-def _launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, block_n, splits, split_opts, combine_opts):
+def launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, block_n, splits, split_opts, combine_opts):
     """Both kernels for checked inputs: ``splits`` None for ``_plan``'s; ``*_opts``: num_warps, num_stages."""
     q, k_cache, v_cache, seq_lens, block_table = (t.contiguous() for t in (q, k_cache, v_cache, seq_lens, block_table))
     B, Hq, D = q.shape

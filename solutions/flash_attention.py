@@ -101,7 +101,7 @@ def _attn_fwd_simple(
     ### END SOLUTION
 
 
-def _check_inputs(q, k, v, sm_scale):
+def check_inputs(q, k, v, sm_scale):
     """The softmax scale (1/sqrt(D) by default), after checking q, k, v (ValueError naming what is wrong)."""
     validate(q, k, v, names=["q", "k", "v"], ndim=4, same_shape=True)
     D = q.shape[-1]
@@ -115,7 +115,7 @@ def _check_inputs(q, k, v, sm_scale):
     return real("sm_scale", sm_scale)
 
 
-def _prepare(t: torch.Tensor) -> torch.Tensor:
+def prepare(t: torch.Tensor) -> torch.Tensor:
     """Contiguous and 16-byte aligned (one layout for Q, K, V, O; tensor descriptors need both)."""
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
@@ -145,10 +145,10 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, config=None):
     ``config`` ({BLOCK_M, BLOCK_N, num_warps, num_stages}) launches that config instead of
     ``DEFAULT_CONFIG``; Triton's own errors (e.g. out of shared memory) propagate.
     """
-    sm_scale = _check_inputs(q, k, v, sm_scale)
+    sm_scale = check_inputs(q, k, v, sm_scale)
     causal = bool(boolean("causal", causal))
     cfg = _launch_config(DEFAULT_CONFIG if config is None else config)  # a bad key or value names itself
-    q, k, v = _prepare(q), _prepare(k), _prepare(v)
+    q, k, v = prepare(q), prepare(k), prepare(v)
     B, H, N, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)

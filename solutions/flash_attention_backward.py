@@ -9,8 +9,8 @@ P is recomputed block by block from Q, K and the forward's saved ``lse`` (natura
 (B, H, N)), so the extra memory is O(N): Δ (fp32, (B, H, N)) and nothing of size N².
 The kernels work in base 2: exp(x) = exp2(x · log2 e), so P = exp2(scale·log2(e) · q·k − lse·log2(e)).
 
-Three kernels: ``_attn_bwd_preprocess`` (Δ), ``_attn_bwd_dkdv`` (a program per K/V block looping
-over the query blocks: the one you write) and ``_attn_bwd_dq`` (a program per Q block looping over
+Three kernels: ``attn_bwd_preprocess`` (Δ), ``attn_bwd_dkdv`` (a program per K/V block looping
+over the query blocks: the one you write) and ``attn_bwd_dq`` (a program per Q block looping over
 the K/V blocks); the two given ones live in ``solutions/_attention_dq.py``. Causal attention skips the blocks wholly above the diagonal and masks the diagonal.
 Here each kernel runs with one fixed config; ``solutions/flash_attention_backward_tuned.py``
 autotunes the same kernels, and ``solutions/flash_attention_autograd.py`` joins lesson 06's forward
@@ -30,14 +30,14 @@ import triton.language as tl
 
 from tkcourse.mode import INTERPRET
 
-from ._attention_dq import _attn_bwd_dq, _attn_bwd_dq_loop, _attn_bwd_preprocess  # noqa: F401 (given kernels)
+from ._attention_dq import attn_bwd_dq, attn_bwd_dq_loop, attn_bwd_preprocess  # noqa: F401 (given kernels)
 from ._checks import ConfigSpec, boolean, integer, power_of_two, real, validate
 
 HEAD_DIMS = (16, 32, 64, 128)
 
 
 @triton.jit
-def _attn_bwd_dkdv_loop(
+def attn_bwd_dkdv_loop(
     dk, dv,  # fp32 accumulators (BLOCK_N, HEAD_DIM) of this program's keys
     k, v,  # this program's K and V blocks, (BLOCK_N, HEAD_DIM)
     desc_q, desc_do,  # tensor descriptors of this head's Q and dO, blocks of (BLOCK_M, HEAD_DIM)
@@ -81,7 +81,7 @@ def _attn_bwd_dkdv_loop(
 
 
 @triton.jit
-def _attn_bwd_dkdv(
+def attn_bwd_dkdv(
     Q,  # pointer to q, contiguous (B, H, N, D), 16-byte aligned
     K,  # pointer to k, same layout
     V,  # pointer to v, same layout
@@ -122,16 +122,16 @@ def _attn_bwd_dkdv(
     if CAUSAL:
         # queries before start_n never see these keys: skip them. The BLOCK_N // BLOCK_M query blocks
         # on the diagonal are masked; every query block below the diagonal sees all of these keys.
-        dk, dv = _attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
+        dk, dv = attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
                                      start_n, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, BLOCK_M, True)
-        dk, dv = _attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
+        dk, dv = attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
                                      start_n + BLOCK_N, N, N, qk_scale, BLOCK_M, False)
     else:
-        dk, dv = _attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
+        dk, dv = attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,
                                      0, N, N, qk_scale, BLOCK_M, False)
     dk *= sm_scale  # dS is the gradient of the scaled scores: the scale, once
     ### STUB
-    # non-causal: one _attn_bwd_dkdv_loop over the query rows [0, N), MASK=False
+    # non-causal: one attn_bwd_dkdv_loop over the query rows [0, N), MASK=False
     # causal: no query before start_n sees these keys. Loop over [start_n, min(start_n + BLOCK_N, N))
     #   with MASK=True (the diagonal), then over [start_n + BLOCK_N, N) with MASK=False
     # then multiply dk by sm_scale (once)
@@ -140,12 +140,12 @@ def _attn_bwd_dkdv(
     desc_dv.store([start_n, 0], dv.to(DV.dtype.element_ty))
 
 
-def _tma_scratch(size: int, alignment: int, stream):
+def tma_scratch(size: int, alignment: int, stream):
     """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
-def _prepare(t: torch.Tensor) -> torch.Tensor:
+def prepare(t: torch.Tensor) -> torch.Tensor:
     """Contiguous and 16-byte aligned (tensor descriptors need both)."""
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
@@ -167,7 +167,7 @@ DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32}
 PREPROCESS_BLOCK = 128
 
 
-def _config(config, name, causal=False, rows="BLOCK_M", cols="BLOCK_N"):
+def checked_config(config, name, causal=False, rows="BLOCK_M", cols="BLOCK_N"):
     """``config`` checked (TypeError/ValueError naming the key), with num_warps and num_stages filled in.
 
     Causal: a program's ``rows`` (the tile it keeps on chip) must be a multiple of ``cols`` (its loop
@@ -180,7 +180,7 @@ def _config(config, name, causal=False, rows="BLOCK_M", cols="BLOCK_N"):
     return cfg
 
 
-def _check_inputs(do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config):
+def check_inputs(do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config):
     """The arguments of ``attention_backward`` checked (an error names the argument) and prepared:
     ``(tensors, causal, sm_scale, dkdv_config, dq_config)``, the tensors contiguous and aligned."""
     validate(do, q, k, v, o, names=["do", "q", "k", "v", "o"], ndim=4, same_shape=True)
@@ -194,20 +194,20 @@ def _check_inputs(do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else real("sm_scale", sm_scale)
     causal = boolean("causal", causal)
     if dkdv_config is not None:  # before any work: a bad key or value names itself
-        dkdv_config = _config(dkdv_config, "dkdv_config", causal, rows="BLOCK_N", cols="BLOCK_M")
+        dkdv_config = checked_config(dkdv_config, "dkdv_config", causal, rows="BLOCK_N", cols="BLOCK_M")
     if dq_config is not None:
-        dq_config = _config(dq_config, "dq_config", causal)
-    tensors = [_prepare(t) for t in (do, q, k, v, o, lse)]
+        dq_config = checked_config(dq_config, "dq_config", causal)
+    tensors = [prepare(t) for t in (do, q, k, v, o, lse)]
     if not INTERPRET:
-        triton.set_allocator(_tma_scratch)  # here: autograd runs the backward in its own thread
+        triton.set_allocator(tma_scratch)  # here: autograd runs the backward in its own thread
     return tensors, causal, sm_scale, dkdv_config, dq_config
 
 
-def _delta(o, do, lse):
+def compute_delta(o, do, lse):
     """Δ = rowsum(dO ∘ O), fp32 (B, H, N): read O and dO once, write one number a row."""
     B, H, N, D = o.shape
     delta = torch.empty_like(lse)
-    _attn_bwd_preprocess[(triton.cdiv(N, PREPROCESS_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
+    attn_bwd_preprocess[(triton.cdiv(N, PREPROCESS_BLOCK), B * H)](o, do, delta, N, HEAD_DIM=D,
                                                                      BLOCK_M=PREPROCESS_BLOCK)
     return delta
 
@@ -219,16 +219,16 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
     (B, H, N). ``sm_scale`` defaults to 1/sqrt(D). ``dkdv_config`` / ``dq_config`` ({BLOCK_M, BLOCK_N,
     num_warps, num_stages}) launch that config instead of ``DKDV_CONFIG`` / ``DQ_CONFIG``.
     """
-    (do, q, k, v, o, lse), causal, sm_scale, dkdv_config, dq_config = _check_inputs(
+    (do, q, k, v, o, lse), causal, sm_scale, dkdv_config, dq_config = check_inputs(
         do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
     B, H, N, D = q.shape
-    delta = _delta(o, do, lse)
+    delta = compute_delta(o, do, lse)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     args = dict(N=N, sm_scale=sm_scale, HEAD_DIM=D, CAUSAL=causal)
-    cfg = _config(DKDV_CONFIG if dkdv_config is None else dkdv_config, "dkdv_config")
-    _attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
-    cfg = _config(DQ_CONFIG if dq_config is None else dq_config, "dq_config")
-    _attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
+    cfg = checked_config(DKDV_CONFIG if dkdv_config is None else dkdv_config, "dkdv_config")
+    attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
+    cfg = checked_config(DQ_CONFIG if dq_config is None else dq_config, "dq_config")
+    attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
     return dq, dk, dv
 
 

@@ -20,7 +20,7 @@ import torch
 import triton
 
 from ._checks import validate
-from .softmax import MAX_COLS, _num_stages, _num_warps, num_programs, softmax_kernel
+from .softmax import MAX_COLS, num_programs, softmax_kernel, stages_for, warps_for
 
 
 def plan_key(x: torch.Tensor) -> tuple:
@@ -54,16 +54,16 @@ class SoftmaxPlan:
         ### BEGIN SOLUTION
         self.shape, self.dtype, self.device = (n_rows, n_cols), x.dtype, x.device  # the output of every call
         self.BLOCK = triton.next_power_of_2(n_cols)  # one block covers the row
-        self.num_warps = _num_warps(self.BLOCK)
-        self.num_stages = _num_stages(self.BLOCK, x.element_size())
+        self.num_warps = warps_for(self.BLOCK)
+        self.num_stages = stages_for(self.BLOCK, x.element_size())
         # on a GPU: as many programs as fit at once (compiles the kernel once to read its registers)
         self.grid = (num_programs(x, x, self.BLOCK, self.num_warps, self.num_stages),)
         self.ints = (row_stride, n_cols, n_rows, n_cols)  # x's row stride, out's row stride, n_rows, n_cols
         ### STUB
         # work out once, and keep on self, everything a launch needs:
         # - the output's shape (n_rows, n_cols), dtype and device
-        # - BLOCK = triton.next_power_of_2(n_cols); num_warps = _num_warps(BLOCK);
-        #   num_stages = _num_stages(BLOCK, x.element_size())
+        # - BLOCK = triton.next_power_of_2(n_cols); num_warps = warps_for(BLOCK);
+        #   num_stages = stages_for(BLOCK, x.element_size())
         # - the grid: (num_programs(x, x, BLOCK, num_warps, num_stages),)  (out only has to be like x here)
         # - the kernel's int arguments: row_stride, out's row stride (n_cols: out is contiguous), n_rows, n_cols
         ### END SOLUTION

@@ -140,7 +140,7 @@ def _triton_config(c: dict) -> triton.Config:
 
 # The same kernel, autotuned over CONFIGS on a GPU (the interpreter cannot time kernels, so it
 # never calls this one). The best config is remembered per (M, N, K) and dtype.
-_matmul_autotuned = triton.autotune(
+matmul_autotuned = triton.autotune(
     configs=[_triton_config(c) for c in CONFIGS],
     key=["M", "N", "K"],
     prune_configs_by={"early_config_prune": _prune},
@@ -161,7 +161,7 @@ _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 512), "BLOCK_N": (power_of_t
                       "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8)}, required=CONFIG_KEYS)
 
 
-def _check_config(config: dict) -> dict:
+def check_config(config: dict) -> dict:
     """``config`` checked (TypeError/ValueError naming the key), as a new dict of plain ints."""
     return _CONFIG(config, "config")
 
@@ -183,7 +183,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torc
         if sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) >= 2**31:
             raise ValueError(f"{name} spans 2**31 elements or more; this kernel's offsets are 32-bit")
     if config is not None:
-        config = _check_config(config)
+        config = check_config(config)
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
@@ -197,7 +197,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None) -> torc
     ### END SOLUTION
 
     if config is None and not INTERPRET and M * N * K >= AUTOTUNE_MIN_MNK:
-        _matmul_autotuned[grid](*args)
+        matmul_autotuned[grid](*args)
     else:
         matmul_kernel[grid](*args, **(config or (DEFAULT_INTERPRETER_CONFIG if INTERPRET else SMALL_CONFIG)))
     return c

@@ -58,7 +58,7 @@ def softmax_kernel(
     ### END SOLUTION
 
 
-def _num_warps(BLOCK: int) -> int:
+def warps_for(BLOCK: int) -> int:
     """4 warps up to 4096 columns, then one more warp per 1024 columns, at most 16.
 
     Short rows get few warps, so many programs (rows) fit on one SM at once and keep enough bytes
@@ -69,7 +69,7 @@ def _num_warps(BLOCK: int) -> int:
     return min(16, max(4, BLOCK // 1024))
 
 
-def _num_stages(BLOCK: int, element_size: int) -> int:
+def stages_for(BLOCK: int, element_size: int) -> int:
     """Rows the persistent loop loads ahead: none.
 
     With many programs on each SM, other programs' loads already hide a row's latency, so a prefetch
@@ -132,8 +132,8 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     # BLOCK: the smallest power of two >= n_cols (triton.next_power_of_2)
     #! BLOCK = None
     ### END SOLUTION
-    num_warps = _num_warps(BLOCK)
-    num_stages = _num_stages(BLOCK, x.element_size())
+    num_warps = warps_for(BLOCK)
+    num_stages = stages_for(BLOCK, x.element_size())
     grid = (num_programs(x, out, BLOCK, num_warps, num_stages),)
     softmax_kernel[grid](x, out, x.stride(0), out.stride(0), n_rows, n_cols,
                           BLOCK=BLOCK, NUM_STAGES=num_stages, num_warps=num_warps)

@@ -11,7 +11,7 @@ from ._checks import power_of_two, validate
 
 
 @triton.jit
-def _add_kernel(
+def add_kernel(
     x_ptr,  # pointer to the first element of x
     y_ptr,  # pointer to the first element of y
     out_ptr,  # pointer to the first element of out
@@ -42,9 +42,9 @@ def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 1024) -> torch.Tensor:
     out = torch.empty_like(x)
     n = x.numel()
     grid = (triton.cdiv(n, BLOCK),)  # enough programs to cover n, the last one partial
-    _add_kernel[grid](x, y, out, n, BLOCK=BLOCK)
+    add_kernel[grid](x, y, out, n, BLOCK=BLOCK)
     ### STUB
-    # allocate out like x, launch _add_kernel on a grid of triton.cdiv(n, BLOCK) programs
+    # allocate out like x, launch add_kernel on a grid of triton.cdiv(n, BLOCK) programs
     #! out = None
     ### END SOLUTION
     return out

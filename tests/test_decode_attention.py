@@ -96,7 +96,7 @@ SPLIT = 32  # tokens per split of the planted splits
 def _module(bug=None):
     def decode_attention(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None):
         if bug != "no checks":
-            scale = da._check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=False)
+            scale = da.check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=False)
         else:
             return torch.zeros_like(q)
         if bug == "raises":
@@ -104,7 +104,7 @@ def _module(bug=None):
         if bug == "triton combine without rescale":
             kernel, da._decode_combine = da._decode_combine, _combine_unscaled
             try:
-                return da._launch(q, k_cache, v_cache, seq_lens, block_table, scale, 16, None, {}, {})
+                return da.launch(q, k_cache, v_cache, seq_lens, block_table, scale, 16, None, {}, {})
             finally:
                 da._decode_combine = kernel
         B, Hq, D = q.shape

@@ -72,18 +72,18 @@ def test_host_made_descriptors(N, monkeypatch):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     q, k, v = _qkv(2, 3, N, 16, seed=N)  # B·H = 6 heads: a wrong head offset shows
-    assert isinstance(fat._descriptors(q, k, v, q, fat.HOST_DESCRIPTOR_MULTIPLE)[0], TensorDescriptor)
-    assert not isinstance(fat._descriptors(q, k, v, q, 256)[0], TensorDescriptor) or N % 256 == 0
+    assert isinstance(fat.descriptors(q, k, v, q, fat.HOST_DESCRIPTOR_MULTIPLE)[0], TensorDescriptor)
+    assert not isinstance(fat.descriptors(q, k, v, q, 256)[0], TensorDescriptor) or N % 256 == 0
     host = {causal: _check(q, k, v, causal, "tuned") for causal in (False, True)}
-    assert isinstance(fat._descriptors(q, k, v, q, 128, host=False)[0], torch.Tensor)
+    assert isinstance(fat.descriptors(q, k, v, q, 128, host=False)[0], torch.Tensor)
     for causal, o in host.items():  # the argument a probe passes to compare the two
         torch.testing.assert_close(fat.attention_forward(q, k, v, causal=causal, impl="tuned",
                                                          host_descriptors=False)[0], o)
     monkeypatch.setattr(fat, "HOST_DESCRIPTORS", False)
-    assert isinstance(fat._descriptors(q, k, v, q, 128)[0], torch.Tensor)
+    assert isinstance(fat.descriptors(q, k, v, q, 128)[0], torch.Tensor)
     monkeypatch.setattr(fat, "HOST_DESCRIPTORS", True)
     monkeypatch.setattr(fat, "HOST_DESCRIPTOR_MAX_N", N - 1)  # longer sequences: the kernel makes its own
-    assert isinstance(fat._descriptors(q, k, v, q, 128)[0], torch.Tensor)
+    assert isinstance(fat.descriptors(q, k, v, q, 128)[0], torch.Tensor)
 
 
 def test_warp_specialized_config():
@@ -144,7 +144,7 @@ def test_bf16_refused_in_interpreter():
 def test_lesson_module_runs_only_its_kernel():
     """The lesson's module (what the exercise is made from) has no tuned kernel to dispatch to, on a GPU
     either, and imports no later step or lesson; the tuned module refuses an unknown ``impl``."""
-    assert not hasattr(fa, "_attn_fwd_tuned") and not hasattr(fa, "_use_tuned")
+    assert not hasattr(fa, "attn_fwd_tuned") and not hasattr(fa, "use_tuned")
     imports = [line for line in open(fa.__file__).read().splitlines() if line.startswith(("import ", "from "))]
     assert not any("flash_attention_" in line for line in imports), imports
     _check(*_qkv(1, 2, 20, 16), True, "simple")
@@ -161,7 +161,7 @@ def test_exercise_keeps_only_the_readable_kernel(tmp_path):
     spec = importlib.util.spec_from_file_location("stub_flash_attention", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert not hasattr(mod, "_attn_fwd_tuned") and not hasattr(mod, "_use_tuned")  # it runs the learner's kernel
+    assert not hasattr(mod, "attn_fwd_tuned") and not hasattr(mod, "use_tuned")  # it runs the learner's kernel
 
 
 # ----- the grader catches planted mistakes, each with the hint that names it ------------------
@@ -212,7 +212,7 @@ def test_autotuned_host_descriptors_match_torch_on_a_gpu(D, causal):
     whose block shapes the configs' pre-hook sets; a wrong shape or head offset shows here."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 1024, D, device="cuda", dtype=torch.float16) for _ in range(3))
-    assert not isinstance(fat._descriptors(q, k, v, q, fat.HOST_DESCRIPTOR_MULTIPLE)[0], torch.Tensor)
+    assert not isinstance(fat.descriptors(q, k, v, q, fat.HOST_DESCRIPTOR_MULTIPLE)[0], torch.Tensor)
     o, lse = fat.attention_forward(q, k, v, causal=causal)
     ro, rlse = fa.reference(q.float(), k.float(), v.float(), causal=causal, return_lse=True)
     torch.testing.assert_close(o.float(), ro, atol=2e-2, rtol=2e-2)

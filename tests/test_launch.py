@@ -164,7 +164,7 @@ def test_counting_restores_what_it_patched():
         triton.next_power_of_2(5)
         mod.SoftmaxPlan(_randn(2, 3))
         raise RuntimeError
-    assert counts == {"next_power_of_2": 2, "SoftmaxPlan": 1, "_num_warps": 1, "_num_stages": 1, "num_programs": 1}
+    assert counts == {"next_power_of_2": 2, "SoftmaxPlan": 1, "warps_for": 1, "stages_for": 1, "num_programs": 1}
     assert mod.SoftmaxPlan is real_plan and triton.next_power_of_2 is real_p2
 
 

@@ -126,44 +126,95 @@ def test_lesson_code_is_found_in_the_checkout():
     assert out.returncode == 0 and out.stdout.strip() == str(ROOT / "solutions" / "vector_add.py"), out.stderr
 
 
-def private_uses(path: Path) -> list[str]:
-    """``module._name`` and ``from solutions.x import _name`` in ``path``, for modules of ``solutions``."""
-    tree = ast.parse(path.read_text(), str(path))
+#: Packages whose modules the course writes: a name with a leading underscore in one of them is that
+#: module's own business, and another file that uses it breaks silently when the module changes.
+COURSE_PACKAGES = ("solutions", "benchmarks", "tkcourse")
+
+
+def _module_name(path: Path) -> str:
+    """``solutions/kernels/attention.py`` -> ``solutions.kernels.attention`` (a package's ``__init__``: the package)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` names a module or package of the checkout (``solutions._checks``: a module,
+    imported by its file's name, not a name inside another module)."""
+    base = ROOT.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
+
+
+def private_uses(source: str, module: str, filename: str = "<source>") -> list[str]:
+    """Where ``source`` (the text of module ``module``, dotted) uses another course module's private name:
+    ``from x import _y``, ``from .x import _y``, ``alias._y`` for an alias bound to a course module, and
+    ``solutions.x._y``. Module files whose name starts with an underscore (``_checks``) are modules,
+    imported by name, not private names of another module."""
+    tree = ast.parse(source, filename)
+    is_package = filename.endswith("__init__.py")
+    package = module if is_package else module.rpartition(".")[0]
     aliases, found = {}, []
+
+    def absolute(node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.startswith("solutions."):
+                if a.name.split(".")[0] in COURSE_PACKAGES:
                     aliases[a.asname or a.name] = a.name
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "solutions":
+        elif isinstance(node, ast.ImportFrom):
+            source_module = absolute(node)
+            if source_module.split(".")[0] not in COURSE_PACKAGES:
+                continue
             for a in node.names:
-                if a.name.startswith("_"):
-                    found.append(f"from {node.module} import {a.name}")
-                elif node.module == "solutions":
-                    aliases[a.asname or a.name] = f"solutions.{a.name}"
+                dotted = f"{source_module}.{a.name}"
+                if _is_module(dotted):
+                    aliases[a.asname or a.name] = dotted
+                elif a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"line {node.lineno}: from {source_module} import {a.name}")
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name) and node.value.id in aliases):
-            found.append(f"{aliases[node.value.id]}.{node.attr}")
-        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.attr.startswith("_")
-              and ast.unparse(node.value).startswith("solutions.")):
-            found.append(f"{ast.unparse(node.value)}.{node.attr}")
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            continue
+        owner = ast.unparse(node.value)
+        head, _, rest = owner.partition(".")
+        target = aliases[head] + (f".{rest}" if rest else "") if head in aliases else owner
+        if target.split(".")[0] in COURSE_PACKAGES and _is_module(target) and target != module:
+            found.append(f"line {node.lineno}: {target}.{node.attr}")
     return found
 
 
-def test_research_uses_public_names_only():
-    """The probes in research/ compose the solutions' public building blocks; a private name there
-    would break silently when a solution changes its internals."""
-    probes = sorted((ROOT / "research").rglob("*.py"))
-    assert probes
-    used = {str(p.relative_to(ROOT)): private_uses(p) for p in probes}
-    assert {p: u for p, u in used.items() if u} == {}
+def _course_files() -> list[Path]:
+    return sorted(p for folder in ("solutions", "research", "benchmarks") for p in (ROOT / folder).rglob("*.py"))
 
 
-def test_private_uses_are_seen(tmp_path):
-    probe = tmp_path / "probe.py"
-    probe.write_text("import solutions.softmax as S\nfrom solutions.matmul import _check_config\n"
-                     "import solutions.flash_attention_tuned\nS._num_warps(1)\n"
-                     "solutions.flash_attention_tuned._descriptors\nS.softmax\n")
-    assert sorted(private_uses(probe)) == ["from solutions.matmul import _check_config",
-                                           "solutions.flash_attention_tuned._descriptors", "solutions.softmax._num_warps"]
+def test_files_use_each_others_public_names_only():
+    """A step, a fast path (``solutions/kernels/``), a benchmark or a probe uses what a lesson exports
+    (documented in its docstring), never ``module._name``: a private name there breaks silently when the
+    lesson changes its internals."""
+    files = _course_files()
+    assert any("kernels" in p.parts for p in files) and any(p.parts[-3] == "research" for p in files)
+    used = {str(p.relative_to(ROOT)): private_uses(p.read_text(), _module_name(p), str(p)) for p in files}
+    bad = {p: u for p, u in used.items() if u}
+    assert not bad, ("these files use another module's private (underscore) names; export the name from its "
+                     "module (no underscore, said in the module's docstring) and use that:\n"
+                     + "\n".join(f"  {p}: {'; '.join(u)}" for p, u in bad.items()))
+
+
+def test_private_uses_are_seen():
+    """A planted violation of each kind is reported; public names, modules named with an underscore
+    and a module's own private names are not."""
+    probe = ("import solutions.softmax as S\nfrom solutions.matmul import _check_config\n"
+             "import solutions.kernels.attention_forward\nS._num_warps(1)\n"
+             "solutions.kernels.attention_forward._descriptors\nS.softmax\n"
+             "from solutions import _checks\n_checks.power_of_two\n")
+    assert sorted(private_uses(probe, "research.probe")) == [
+        "line 2: from solutions.matmul import _check_config", "line 4: solutions.softmax._num_warps",
+        "line 5: solutions.kernels.attention_forward._descriptors"]
+    inside = ("from .. import flash_attention as fa\nfrom ..softmax import _num_stages\nfrom . import lean\n"
+              "from .lean import tensor_key as _t\nlean._jit_of(fa)\nfa._prepare(q)\n_t(q)\n_own(1)\n")
+    assert private_uses(inside, "solutions.kernels.attention", "solutions/kernels/attention.py") == [
+        "line 2: from solutions.softmax import _num_stages", "line 5: solutions.kernels.lean._jit_of",
+        "line 6: solutions.flash_attention._prepare"]

@@ -214,8 +214,8 @@ def test_one_read_plan_only_where_it_is_safe(monkeypatch):
 def test_one_read_split_is_the_measured_plan(n_cols, plan):
     """The plans measured best on the H200 (128 parts at most there), computed anywhere: at most
     64 parts of at least 1024 values below LANES_MIN_COLS; from there 128 parts of 64 values a thread."""
-    assert one_read._one_read_split(n_cols) == plan
-    parts, part, warps = one_read._one_read_split(n_cols, sm_parts=64)  # a GPU with 64 to 127 SMs
+    assert one_read.one_read_split(n_cols) == plan
+    parts, part, warps = one_read.one_read_split(n_cols, sm_parts=64)  # a GPU with 64 to 127 SMs
     assert parts <= 64 and parts * part >= n_cols and part <= 32 * warps * one_read.ONE_READ_MAX_VALUES_PER_THREAD
 
 

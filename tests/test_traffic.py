@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from solutions.vector_add import _add_kernel, add
+from solutions.vector_add import add, add_kernel
 from tkcourse import traffic
 from tkcourse.plots import roofline as roof_plots
 from tkcourse.plots import traffic as plots
@@ -104,7 +104,7 @@ def trace_matmul(M, N, K, B=16, GROUP_M=1):
 def trace_add(n, BLOCK=256, dtype=torch.float32):
     x, y = torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype)
     out = torch.empty_like(x)
-    return traffic.trace(_add_kernel, (cdiv(n, BLOCK),), x, y, out, n, BLOCK=BLOCK), x, y, out
+    return traffic.trace(add_kernel, (cdiv(n, BLOCK),), x, y, out, n, BLOCK=BLOCK), x, y, out
 
 
 # ----- counted bytes -----------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ def test_capture_traces_a_launcher():  # on a GPU too: the launch is replayed in
 
 
 def test_autotuned_kernel_uses_a_config():
-    tuned = triton.autotune([triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])(_add_kernel)
+    tuned = triton.autotune([triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])(add_kernel)
     x, y, out = torch.randn(200), torch.randn(200), torch.empty(200)
     t = traffic.trace(tuned, lambda meta: (cdiv(200, meta["BLOCK"]),), x, y, out, 200)
     assert t.grid == (4, 1, 1) and t.total_bytes == 12 * 200

@@ -31,7 +31,7 @@ __all__ = ["attention_forward", "attention", "attention_backward", "LEANS"]
 SMALL_N_MAX = 1024
 SMALL_N_FWD_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s,
-                  pre_hook=fat._set_descriptor_blocks)
+                  pre_hook=fat.set_descriptor_blocks)
     for bm, bn, w, s in [(32, 64, 2, 2), (32, 64, 4, 3), (64, 32, 4, 3), (64, 64, 4, 2), (64, 64, 4, 3),
                          (64, 128, 4, 2), (128, 64, 8, 3)]
 ]
@@ -45,11 +45,11 @@ ONE_WAVE_FWD_CONFIG = dict(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=3)
 _fwd_small_tuned = None
 if not INTERPRET:
     _fwd_small_tuned = triton.autotune(configs=SMALL_N_FWD_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
-                                       prune_configs_by={"early_config_prune": fat._prune_fwd_configs})(
-                                           fat._attn_fwd_tuned)
-_FWD_SMALL = Lean(_fwd_small_tuned or fat._attn_fwd_tuned)
-_FWD_LARGE = Lean(fat._attn_fwd_autotuned or fat._attn_fwd_tuned)
-_FWD_FIXED = Lean(fat._attn_fwd_tuned)  # the interpreter's config, and N below fat.AUTOTUNE_MIN_N
+                                       prune_configs_by={"early_config_prune": fat.prune_fwd_configs})(
+                                           fat.attn_fwd_tuned)
+_FWD_SMALL = Lean(_fwd_small_tuned or fat.attn_fwd_tuned)
+_FWD_LARGE = Lean(fat.attn_fwd_autotuned or fat.attn_fwd_tuned)
+_FWD_FIXED = Lean(fat.attn_fwd_tuned)  # the interpreter's config, and N below fat.AUTOTUNE_MIN_N
 _FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made descriptors
 #: Host-made tensor descriptors on the lean path. Descriptors made in the kernel cost GPU time (each
 #: program encodes its own and fences it), which a small problem's kernel does not hide. Host-made
@@ -96,7 +96,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
         return _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors)
     prepared, kept, lse_template = e.info
     if not prepared:
-        q, k, v = fab._prepare(q), fab._prepare(k), fab._prepare(v)
+        q, k, v = fab.prepare(q), fab.prepare(k), fab.prepare(v)
     o = torch.empty_like(q)
     lse = torch.empty_like(lse_template)  # one float expanded to (B, H, N): see launch_lean_kernels._hot_entry
     if e.tensor_descriptors:  # host-made descriptors, which the entry encodes from the tensors
@@ -109,12 +109,12 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
 
 
 def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors=None):
-    if config is not None or not fat._use_tuned(impl):
+    if config is not None or not fat.use_tuned(impl):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
-    sm_scale = fat._check_inputs(q, k, v, sm_scale)
+    sm_scale = fat.check_inputs(q, k, v, sm_scale)
     causal = bool(fat.boolean("causal", causal))
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
-    q, k, v = fat._prepare(q), fat._prepare(k), fat._prepare(v)
+    q, k, v = fat.prepare(q), fat.prepare(k), fat.prepare(v)
     B, H, N, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
@@ -133,23 +133,23 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptor
         meta.update(PDL=True, launch_pdl=True)
     multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
     host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
-    args = fat._descriptors(q, k, v, o, *multiple, host=host)
+    args = fat.descriptors(q, k, v, o, *multiple, host=host)
     made = not isinstance(args[0], torch.Tensor)  # host-made descriptors
     templates = None
     if made:  # four with the chosen config's blocks, for an entry that encodes them itself
-        templates = lambda m: dict(enumerate(fat._descriptors(q, k, v, o, m["BLOCK_M"], m["BLOCK_N"])))  # noqa: E731
+        templates = lambda m: dict(enumerate(fat.descriptors(q, k, v, o, m["BLOCK_M"], m["BLOCK_N"])))  # noqa: E731
     entry = lean.first(key, (*args, lse), (N, sm_scale), grid, dict(meta, HEAD_DIM=D, CAUSAL=causal),
                        templates=templates)
     kept = None
     if made and not entry.tensor_descriptors:  # host-made, re-encoded by run: keep four to rebase
-        kept = fat._descriptors(q, k, v, o, entry.meta["BLOCK_M"], entry.meta["BLOCK_N"])
+        kept = fat.descriptors(q, k, v, o, entry.meta["BLOCK_M"], entry.meta["BLOCK_N"])
     entry.info = (prepared, kept, torch.empty((), device=q.device, dtype=torch.float32).expand(B, H, N))
     return o, lse
 
 
-_DELTA = Lean(fab._attn_bwd_preprocess)
-_DKDV = {True: Lean(fabt._dkdv_autotuned or fab._attn_bwd_dkdv), False: Lean(fab._attn_bwd_dkdv)}
-_DQ = {True: Lean(fabt._dq_autotuned or fab._attn_bwd_dq), False: Lean(fab._attn_bwd_dq)}
+_DELTA = Lean(fab.attn_bwd_preprocess)
+_DKDV = {True: Lean(fabt.dkdv_autotuned or fab.attn_bwd_dkdv), False: Lean(fab.attn_bwd_dkdv)}
+_DQ = {True: Lean(fabt.dq_autotuned or fab.attn_bwd_dq), False: Lean(fab.attn_bwd_dq)}
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
@@ -165,9 +165,9 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
         return _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
     prepared, dkdv, dq_entry = hit.info  # the three kernels' entries, made together
     if not prepared:
-        do, q, k, v, o, lse = (fab._prepare(t) for t in (do, q, k, v, o, lse))
+        do, q, k, v, o, lse = (fab.prepare(t) for t in (do, q, k, v, o, lse))
     if not INTERPRET:
-        triton.set_allocator(fab._tma_scratch)  # in-kernel descriptors need scratch (a ContextVar: per thread)
+        triton.set_allocator(fab.tma_scratch)  # in-kernel descriptors need scratch (a ContextVar: per thread)
     delta = torch.empty_like(lse)
     hit(o, do, delta)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -180,7 +180,7 @@ def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_
     if key is None:
         return fabt.attention_backward(do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (do, q, k, v, o, lse))
-    (do, q, k, v, o, lse), causal, sm_scale, _, _ = fab._check_inputs(do, q, k, v, o, lse, causal, sm_scale,
+    (do, q, k, v, o, lse), causal, sm_scale, _, _ = fab.check_inputs(do, q, k, v, o, lse, causal, sm_scale,
                                                                       None, None)
     B, H, N, D = q.shape
     tuned = not INTERPRET and N >= fabt.AUTOTUNE_MIN_N  # as the tuned module: fixed configs for small N
@@ -190,8 +190,8 @@ def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_
     if tuned:
         dkdv_meta = dq_meta = meta
     else:
-        dkdv_meta = dict(meta, **fab._config(fabt.INTERPRET_DKDV_CONFIG if INTERPRET else fabt.SMALL_N_DKDV_CONFIG, "c"))
-        dq_meta = dict(meta, **fab._config(fabt.INTERPRET_DQ_CONFIG if INTERPRET else fabt.SMALL_N_DQ_CONFIG, "c"))
+        dkdv_meta = dict(meta, **fab.checked_config(fabt.INTERPRET_DKDV_CONFIG if INTERPRET else fabt.SMALL_N_DKDV_CONFIG, "c"))
+        dq_meta = dict(meta, **fab.checked_config(fabt.INTERPRET_DQ_CONFIG if INTERPRET else fabt.SMALL_N_DQ_CONFIG, "c"))
     delta_entry = _DELTA.first(key, (o, do, delta), (N,), (triton.cdiv(N, fab.PREPROCESS_BLOCK), B * H),
                                dict(HEAD_DIM=D, BLOCK_M=fab.PREPROCESS_BLOCK))
     dkdv = _DKDV[tuned].first(key, (q, k, v, do, dk, dv, lse, delta), (N, sm_scale),

@@ -18,11 +18,11 @@ from tkcourse.mode import INTERPRET
 
 from ..flash_attention_autograd import trainable
 from ..flash_attention_backward import (  # noqa: F401
-    _attn_bwd_dkdv,
-    _attn_bwd_dq,
-    _check_inputs,
-    _config,
-    _delta,
+    attn_bwd_dkdv,
+    attn_bwd_dq,
+    check_inputs,
+    checked_config,
+    compute_delta,
     reference,
     reference_backward,
 )
@@ -73,12 +73,12 @@ def _prune_dq(configs, named_args, **kwargs):
     return _prune(configs, named_args, kwargs, "BLOCK_M", "BLOCK_N", 1)
 
 
-_dkdv_autotuned = _dq_autotuned = None
+dkdv_autotuned = dq_autotuned = None
 if not INTERPRET:  # autotune times kernels on a GPU; the interpreter cannot
-    _dkdv_autotuned = triton.autotune(DKDV_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
-                                      prune_configs_by={"early_config_prune": _prune_dkdv})(_attn_bwd_dkdv)
-    _dq_autotuned = triton.autotune(DQ_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
-                                    prune_configs_by={"early_config_prune": _prune_dq})(_attn_bwd_dq)
+    dkdv_autotuned = triton.autotune(DKDV_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
+                                      prune_configs_by={"early_config_prune": _prune_dkdv})(attn_bwd_dkdv)
+    dq_autotuned = triton.autotune(DQ_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"],
+                                    prune_configs_by={"early_config_prune": _prune_dq})(attn_bwd_dq)
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
@@ -87,29 +87,29 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
     ``dkdv_config`` / ``dq_config`` ({BLOCK_M, BLOCK_N, num_warps, num_stages}) launch exactly that
     config instead of autotuning (GPU) or the fixed interpreter config.
     """
-    (do, q, k, v, o, lse), causal, sm_scale, dkdv_config, dq_config = _check_inputs(
+    (do, q, k, v, o, lse), causal, sm_scale, dkdv_config, dq_config = check_inputs(
         do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
     B, H, N, D = q.shape
-    delta = _delta(o, do, lse)  # Δ = rowsum(dO ∘ O), fp32 (B, H, N)
+    delta = compute_delta(o, do, lse)  # Δ = rowsum(dO ∘ O), fp32 (B, H, N)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     args = dict(N=N, sm_scale=sm_scale, HEAD_DIM=D, CAUSAL=causal)
 
     small = N < AUTOTUNE_MIN_N  # a fixed config: tuning small problems costs more than they run
-    if dkdv_config is None and _dkdv_autotuned is not None and not small:
+    if dkdv_config is None and dkdv_autotuned is not None and not small:
         grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), B * H)
-        _dkdv_autotuned[grid](q, k, v, do, dk, dv, lse, delta, **args)
+        dkdv_autotuned[grid](q, k, v, do, dk, dv, lse, delta, **args)
     else:
-        cfg = _config(dkdv_config if dkdv_config is not None else INTERPRET_DKDV_CONFIG if INTERPRET
+        cfg = checked_config(dkdv_config if dkdv_config is not None else INTERPRET_DKDV_CONFIG if INTERPRET
                       else SMALL_N_DKDV_CONFIG, "dkdv_config")
-        _attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
+        attn_bwd_dkdv[(triton.cdiv(N, cfg["BLOCK_N"]), B * H)](q, k, v, do, dk, dv, lse, delta, **args, **cfg)
 
-    if dq_config is None and _dq_autotuned is not None and not small:
+    if dq_config is None and dq_autotuned is not None and not small:
         grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-        _dq_autotuned[grid](q, k, v, do, dq, lse, delta, **args)
+        dq_autotuned[grid](q, k, v, do, dq, lse, delta, **args)
     else:
-        cfg = _config(dq_config if dq_config is not None else INTERPRET_DQ_CONFIG if INTERPRET
+        cfg = checked_config(dq_config if dq_config is not None else INTERPRET_DQ_CONFIG if INTERPRET
                       else SMALL_N_DQ_CONFIG, "dq_config")
-        _attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
+        attn_bwd_dq[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](q, k, v, do, dq, lse, delta, **args, **cfg)
     return dq, dk, dv
 
 

@@ -26,11 +26,11 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from tkcourse.mode import INTERPRET
 
 from .._checks import ConfigSpec, boolean, integer, power_of_two
-from ..flash_attention import HEAD_DIMS, _check_inputs, _prepare, reference  # noqa: F401 (same API)
+from ..flash_attention import HEAD_DIMS, check_inputs, prepare, reference  # noqa: F401 (same API)
 from ..flash_attention import attention_forward as _simple_forward
 
 
-def _set_descriptor_blocks(nargs):
+def set_descriptor_blocks(nargs):
     """Autotune pre-hook: host-made descriptors take the block shape of the config about to run."""
     for name, block in (("Q", "BLOCK_M"), ("K", "BLOCK_N"), ("V", "BLOCK_N"), ("O", "BLOCK_M")):
         if isinstance(nargs[name], TensorDescriptor):
@@ -47,12 +47,12 @@ def _set_descriptor_blocks(nargs):
 #: host-made descriptors.
 FWD_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "WARP_SPECIALIZE": False}, num_warps=w, num_stages=s,
-                  pre_hook=_set_descriptor_blocks)
+                  pre_hook=set_descriptor_blocks)
     for bm, bn, w in [(64, 32, 4), (64, 64, 4), (128, 32, 4), (128, 64, 4), (128, 128, 8)]
     for s in (2, 3, 4)
 ] + [
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "WARP_SPECIALIZE": ws}, num_warps=8, num_stages=s,
-                  pre_hook=_set_descriptor_blocks)
+                  pre_hook=set_descriptor_blocks)
     for ws, s in [(False, 3), (False, 4), (True, 3)]
 ]
 #: Host-made tensor descriptors (one of all heads, built by the launcher) where N is a multiple of
@@ -74,7 +74,7 @@ AUTOTUNE_MIN_N = 512
 SMALL_N_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 
 
-def _prune_fwd_configs(configs, named_args, **kwargs):
+def prune_fwd_configs(configs, named_args, **kwargs):
     args = {**named_args, **kwargs}
     n, causal = args["N"], args["CAUSAL"]
 
@@ -140,7 +140,7 @@ def head_descriptor(X, bh, N, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _attn_fwd_tuned(
+def attn_fwd_tuned(
     Q,  # q, contiguous (B, H, N, D), 16-byte aligned: a pointer, or a host-made descriptor of (B·H·N, D)
     K,  # k, the same
     V,  # v, the same
@@ -202,13 +202,13 @@ def _attn_fwd_tuned(
     desc_o.store([row0 + start_m * BLOCK_M, 0], acc.to(desc_o.dtype))
 
 
-_attn_fwd_autotuned = None
+attn_fwd_autotuned = None
 if not INTERPRET:  # autotune times kernels on a GPU; the interpreter cannot
-    _attn_fwd_autotuned = triton.autotune(
+    attn_fwd_autotuned = triton.autotune(
         configs=FWD_CONFIGS,
         key=["N", "HEAD_DIM", "CAUSAL"],
-        prune_configs_by={"early_config_prune": _prune_fwd_configs},
-    )(_attn_fwd_tuned)
+        prune_configs_by={"early_config_prune": prune_fwd_configs},
+    )(attn_fwd_tuned)
 
 
 def tma_scratch(size: int, alignment: int, stream):
@@ -216,7 +216,7 @@ def tma_scratch(size: int, alignment: int, stream):
     return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
-def _descriptors(q, k, v, o, block_m, block_n=None, host=None):
+def descriptors(q, k, v, o, block_m, block_n=None, host=None):
     """The tuned kernel's Q, K, V, O: host-made descriptors of all heads, (B·H·N, D), with blocks of
     block_m rows (Q, O) and block_n rows (K, V; default block_m), where N is a multiple of both (so no
     block straddles two heads) and at most HOST_DESCRIPTOR_MAX_N; else the pointers themselves (the
@@ -230,7 +230,7 @@ def _descriptors(q, k, v, o, block_m, block_n=None, host=None):
             for t, block in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
 
 
-def _use_tuned(impl: str) -> bool:
+def use_tuned(impl: str) -> bool:
     if impl not in ("auto", "simple", "tuned"):
         raise ValueError(f"impl must be 'auto', 'simple' or 'tuned', got {impl!r}")
     return impl == "tuned" or (impl == "auto" and not INTERPRET)
@@ -258,16 +258,16 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     kernel build its own descriptors, one per head, where host-made ones would apply (None: where
     HOST_DESCRIPTORS and the shape allow), so that the two can be compared.
     """
-    sm_scale = _check_inputs(q, k, v, sm_scale)
+    sm_scale = check_inputs(q, k, v, sm_scale)
     causal = boolean("causal", causal)
     host = None if host_descriptors is None else boolean("host_descriptors", host_descriptors)
     if config is not None:
         config = _launch_config(config)  # before any work: a bad key or value names itself
-    if not _use_tuned(impl):
+    if not use_tuned(impl):
         if config is not None:
             config.pop("WARP_SPECIALIZE", None)  # the lesson's kernel has a single loop, nothing to split
         return _simple_forward(q, k, v, causal=causal, sm_scale=sm_scale, config=config)
-    q, k, v = _prepare(q), _prepare(k), _prepare(v)
+    q, k, v = prepare(q), prepare(k), prepare(v)
     B, H, N, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
@@ -275,19 +275,19 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
 
     if not INTERPRET:
         triton.set_allocator(tma_scratch)  # set here: ContextVars do not follow other threads
-    if config is None and _attn_fwd_autotuned is not None and N >= AUTOTUNE_MIN_N:
+    if config is None and attn_fwd_autotuned is not None and N >= AUTOTUNE_MIN_N:
         grid = lambda meta: (triton.cdiv(N, meta["BLOCK_M"]), B * H)
-        args = _descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE, host=host)  # every config's blocks divide it
-        _attn_fwd_autotuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+        args = descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE, host=host)  # every config's blocks divide it
+        attn_fwd_autotuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal)
     else:
         cfg = _launch_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG)
         ws = bool(cfg.pop("WARP_SPECIALIZE", False))
         if ws and (causal or N % cfg["BLOCK_N"]):
             raise ValueError("WARP_SPECIALIZE=True needs causal=False and N a multiple of BLOCK_N "
                              "(a warp-specialized loop must be the kernel's only loop)")
-        args = _descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"], host=host)
+        args = descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"], host=host)
         grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
-        _attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
+        attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
     return o, lse
 
 

@@ -15,7 +15,7 @@ This is what the benchmarks (``benchmarks/decode_attention.py``) measure.
 from tkcourse.mode import INTERPRET
 
 from .._checks import ConfigSpec, integer, power_of_two
-from ..decode_attention import BLOCK_N, HEAD_DIMS, _check_inputs, _launch, reference  # noqa: F401 (same API)
+from ..decode_attention import BLOCK_N, HEAD_DIMS, check_inputs, launch, reference  # noqa: F401 (same API)
 
 _CONFIG = ConfigSpec({"BLOCK_N": (power_of_two, 16, 256), "splits": (integer, 1, 1024),
                       "num_warps": (power_of_two, 1, 16), "num_stages": (integer, 1, 6),
@@ -46,11 +46,11 @@ def _splits(B, Hkv, capacity, target=None):
 def decode_attention(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, config=None):
     """The lesson's ``decode_attention`` with the tuned launch plan; ``config`` ({BLOCK_N, splits,
     num_warps, num_stages, combine_warps}) launches that plan instead."""
-    sm_scale = _check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=INTERPRET)
+    sm_scale = check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=INTERPRET)
     if config is None and INTERPRET:
-        return _launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, BLOCK_N, None, {}, {})
+        return launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, BLOCK_N, None, {}, {})
     cfg = _CONFIG(PLAN if config is None else config, "config")
     splits = cfg.get("splits") or _splits(q.shape[0], k_cache.shape[2], block_table.shape[1] * k_cache.shape[1])
-    return _launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, cfg["BLOCK_N"], splits,
+    return launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, cfg["BLOCK_N"], splits,
                    {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]},
                    {"num_warps": cfg["combine_warps"]})

@@ -21,9 +21,9 @@ __all__ = ["matmul", "LEANS", "matmul_entries", "forget"]
 
 
 # ---- lesson 03: split-K for small products, the lesson's autotuned kernel for large ones ----
-_MM_SMALL = Lean(small._matmul_small_autotuned or small._matmul_split_k_kernel)  # tuned once per key
-_MM_FIXED = Lean(small._matmul_split_k_kernel)  # tiny products, or a config given
-_MM_LARGE = Lean(mm._matmul_autotuned)
+_MM_SMALL = Lean(small.matmul_small_autotuned or small.matmul_split_k_kernel)  # tuned once per key
+_MM_FIXED = Lean(small.matmul_split_k_kernel)  # tiny products, or a config given
+_MM_LARGE = Lean(mm.matmul_autotuned)
 _MM_TMA = Lean(small.matmul_tma_kernel)  # small products on triton 3.6: TMA loads, descriptors kept
 #: Small products take the TMA kernel where host-made descriptors are cheap (``lean.DIRECT``):
 #: its loads need no address arithmetic, which at these sizes is a share of the kernel's time.
@@ -100,7 +100,7 @@ def _matmul_first(key, a, b, config):
     spans = [sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) for t in (a, b)]
     if a.shape[1] != b.shape[0] or max(spans) >= 2**31:
         return mm.matmul(a, b, config)  # raises the lesson's error
-    cfg = None if config is None else mm._check_config(config)
+    cfg = None if config is None else mm.check_config(config)
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)

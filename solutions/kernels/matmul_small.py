@@ -47,7 +47,7 @@ def _grouped_tile(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROU
 
 
 @triton.jit
-def _matmul_split_k_kernel(
+def matmul_split_k_kernel(
     a_ptr, b_ptr, c_ptr,  # A (M, K), B (K, N), C (M, N), any strides
     ws_ptr,  # fp32 workspace: SPLIT_K partial (BLOCK_M, BLOCK_N) tiles per tile of C
     count_ptr,  # int32 per tile of C: programs of the tile done so far (0 between launches)
@@ -207,10 +207,10 @@ def _prune(configs, named_args, **kwargs):
 
 
 _ALL = [c for cs in SMALL_CONFIGS.values() for c in cs]
-_matmul_small_autotuned = None
+matmul_small_autotuned = None
 if not INTERPRET:
-    _matmul_small_autotuned = triton.autotune(configs=_ALL, key=["M", "N", "K"],
-                                              prune_configs_by={"early_config_prune": _prune})(_matmul_split_k_kernel)
+    matmul_small_autotuned = triton.autotune(configs=_ALL, key=["M", "N", "K"],
+                                              prune_configs_by={"early_config_prune": _prune})(matmul_split_k_kernel)
 
 _WORKSPACE: dict = {}  # (device, stream) -> (fp32 partials, int32 counters), grown as needed
 
@@ -240,6 +240,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict) -> torch.Tensor:
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     ws, counts = workspace(M, N, a.device)
     meta = dict(config, M=M, N=N)
-    _matmul_split_k_kernel[grid(meta)](a, b, c, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+    matmul_split_k_kernel[grid(meta)](a, b, c, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
                                        b.stride(1), c.stride(0), c.stride(1), **config)
     return c

@@ -22,7 +22,7 @@ __all__ = ["softmax", "LEANS", "kept_slots", "forget"]
 
 _ONE_READ = Lean(one.one_read_softmax_kernel)
 _LANES = Lean(one.lanes_softmax_kernel)
-_ONLINE = Lean(osm._online_softmax_kernel)
+_ONLINE = Lean(osm.online_softmax_kernel)
 
 
 def softmax(x, parts=None, block=None, one_read=True):

@@ -32,11 +32,11 @@ from .._checks import validate
 from .._occupancy import programs_per_sm, sm_count
 from ..online_softmax import online_stats, reference, step_states
 from .online_softmax_split import (
-    _two_pass,
     checked_parts_and_block,
     combine_parts,
     exchange_span,
     publish_part,
+    two_pass,
 )
 
 __all__ = ["softmax", "reference", "step_states"]
@@ -221,7 +221,7 @@ MAX_POLLS = 1 << 16
 
 
 @functools.lru_cache(maxsize=None)  # once per row length: triton.cdiv and next_power_of_2 cost microseconds a call
-def _one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
+def one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
     """(PARTS, PART, num_warps) of the one-read plan for a row of ``n_cols`` values on a GPU whose
     rows may have ``sm_parts`` parts (a power of two; 128 on an H200's 132 SMs): ONE_READ_MAX_PARTS at
     most, LANES_PARTS for rows of the persistent grid, whose parts get ONE_READ_MAX_VALUES_PER_THREAD
@@ -239,13 +239,13 @@ def _one_read_split(n_cols: int, sm_parts: int = 128) -> tuple[int, int, int]:
 
 
 def one_read_plan(n_cols: int, device) -> tuple[int, int, int] | None:
-    """``_one_read_split``, or None where the one-read kernel does not apply: the interpreter, or a
+    """``one_read_split``, or None where the one-read kernel does not apply: the interpreter, or a
     part longer than ONE_READ_MAX_PART. All the parts of a row should run at once (or the waiting
     parts end up reading the row themselves), so a row gets no more parts than the GPU has SMs."""
     if INTERPRET:
         return None
     sms = sm_count(device.index)
-    parts, part, warps = _one_read_split(n_cols, 1 << (sms.bit_length() - 1))
+    parts, part, warps = one_read_split(n_cols, 1 << (sms.bit_length() - 1))
     if part > ONE_READ_MAX_PART:
         return None
     return parts, part, warps
@@ -316,4 +316,4 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None,
                 x = x.contiguous()
             out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
             return one_read_launch(x, out, *plan, lanes=persistent_lanes(x, out, *plan))
-    return _two_pass(x, parts, block)
+    return two_pass(x, parts, block)

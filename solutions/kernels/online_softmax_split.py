@@ -6,7 +6,7 @@ So a long row is split into ``parts``: a *stats* program per part runs pass 1 ov
 its ``(m, l)``; a *write* program per part combines the parts' pairs into the row's ``(m, l)``:
 ``m = max m_p``, ``l = sum l_p * exp(m_p - m)`` (the same rescaling as the lesson's running sum,
 applied to whole parts), and runs pass 2 over its part. The two passes are the lesson's own
-functions (``online_softmax.online_stats``, ``_write_softmax``); this step adds the exchange of
+functions (``online_softmax.online_stats``, ``write_softmax``); this step adds the exchange of
 the pairs between programs, which ``online_softmax_one_read`` builds on.
 
 Same API as the lesson: ``softmax(x, parts=None, block=None)``; ``reference`` and ``step_states``
@@ -27,11 +27,11 @@ from ..online_softmax import (
     MAX_BLOCK,
     NUM_STAGES,
     NUM_WARPS,
-    _online_softmax_kernel,
-    _write_softmax,
+    online_softmax_kernel,
     online_stats,
     reference,
     step_states,
+    write_softmax,
 )
 
 __all__ = ["softmax", "reference", "step_states"]
@@ -140,7 +140,7 @@ def _split_softmax_kernel(
         # tickets: every stats item this waits for is running, so the wait ends: no bound, no fallback,
         # and no need for the warps to agree on "complete" (SPAN as ``span`` lets the compiler drop that)
         m, l, _ = combine_parts(slots_ptr, row, 0x7FFFFFFF, SPAN, PARTS, SPAN)
-        _write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
+        write_softmax(x_row, out_ptr + row.to(tl.int64) * out_row_stride, start, end, m, l, BLOCK, NUM_STAGES)
 
 
 #: GPU plan (tune on the target): a part is about this many bytes of a row, so that the parts read
@@ -166,7 +166,7 @@ def exchange_span(num_warps: int) -> int:
 
 
 
-def _two_pass(x: torch.Tensor, parts: int | None, block: int | None) -> torch.Tensor:
+def two_pass(x: torch.Tensor, parts: int | None, block: int | None) -> torch.Tensor:
     """Both passes for a validated ``x``: one program per row (the lesson's kernel) for one part,
     else the split kernel; ``None`` for either takes ``split_plan``'s choice."""
     n_rows, n_cols = x.shape
@@ -177,7 +177,7 @@ def _two_pass(x: torch.Tensor, parts: int | None, block: int | None) -> torch.Te
         x = x.contiguous()
     out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if parts == 1:  # one program per row
-        _online_softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block,
+        online_softmax_kernel[(n_rows,)](x, out, x.stride(0), out.stride(0), n_cols, BLOCK=block,
                                           NUM_STAGES=NUM_STAGES, num_warps=NUM_WARPS)
         return out
     part_cols = triton.cdiv(triton.cdiv(n_cols, parts), block) * block
@@ -209,4 +209,4 @@ def softmax(x: torch.Tensor, parts: int | None = None, block: int | None = None)
     """
     validate(x, names=["x"], ndim=2)
     parts, block = checked_parts_and_block(parts, block)
-    return _two_pass(x, parts, block)
+    return two_pass(x, parts, block)

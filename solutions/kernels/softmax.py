@@ -48,7 +48,7 @@ def softmax(x):
     out = torch.empty_like(x)  # as every later call makes it: the same row stride
     n_rows, n_cols = x.shape
     BLOCK = triton.next_power_of_2(n_cols)
-    warps, stages = sm._num_warps(BLOCK), sm._num_stages(BLOCK, x.element_size())
+    warps, stages = sm.warps_for(BLOCK), sm.stages_for(BLOCK, x.element_size())
     if BLOCK <= SHORT_ROW_BLOCK and not INTERPRET:
         grid, warps = (n_rows,), SHORT_ROW_WARPS
     else:

@@ -15,7 +15,7 @@ from .lean import tensor_key as _t
 
 __all__ = ["add", "LEANS", "forget"]
 
-_ADD = Lean(va._add_kernel)
+_ADD = Lean(va.add_kernel)
 
 
 def add(x, y, BLOCK=1024):

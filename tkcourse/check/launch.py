@@ -7,7 +7,7 @@ handing the same output buffer to two calls; ``softmax`` over a sequence of inpu
 right at every call and makes one plan per key. Outputs compare with float64 torch references.
 
 How "planning again" is seen: during the calls that should only launch, ``triton.next_power_of_2``,
-``triton.cdiv`` and the module's own planning helpers (``_num_warps``, ``_num_stages``,
+``triton.cdiv`` and the module's own planning helpers (``warps_for``, ``stages_for``,
 ``num_programs``, ``SoftmaxPlan`` itself) count their calls.
 """
 
@@ -21,7 +21,7 @@ import triton
 from .. import mode
 from .core import Case, error_case, graded_call, padded, refuses, transposed, written_case
 
-HELPERS = ("_num_warps", "_num_stages", "num_programs")  # the lesson-02 planning helpers a plan calls once
+HELPERS = ("warps_for", "stages_for", "num_programs")  # the lesson-02 planning helpers a plan calls once
 
 
 def _spec(x: torch.Tensor) -> dict:
