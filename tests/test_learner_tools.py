@@ -256,6 +256,21 @@ def test_json_and_gradescope_agree_with_the_reports(graded, tmp_path, monkeypatc
         jsonschema.validate(dict(gs, tests=[dict(gs["tests"][0], status="ok")]), results.GRADESCOPE_SCHEMA)
 
 
+def test_the_real_command_grades_as_check_run_does(graded, tmp_path, capsys):
+    """``tkcourse check 01 --json --gradescope OUT`` with the real grader (the suite grades the reference)."""
+    _, _, _, passed = graded  # the same code, graded by check.run in the fixture
+    out = tmp_path / "results.json"
+    assert cli.main(["check", "01", "--json", "--gradescope", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (d,) = data["reports"]
+    assert d["passed"] and d["status"] == "pass" and d["seconds"] > 0
+    assert [(c["label"], c["status"]) for c in d["cases"]] == [(c.label, c.status) for c in passed.cases]
+    gs = json.loads(out.read_text())
+    jsonschema.validate(gs, results.GRADESCOPE_SCHEMA)
+    assert gs["score"] == 1.0 and gs["tests"][0]["status"] == "passed"
+    assert all(c.label in gs["tests"][0]["output"] for c in passed.cases)
+
+
 def test_check_json_prints_every_case(graded, capsys, monkeypatch):
     _, _, failed, _ = graded
     monkeypatch.setattr(check, "run", lambda name, quiet=False: failed)
