@@ -5,8 +5,8 @@ problem, so the cases after it are not listed). ``gradescope`` is Gradescope's `
 (https://gradescope-autograders.readthedocs.io/en/latest/specs/): one test an exercise, worth one
 point when its check passes, the report as the test's output. An instructor's ``run_autograder``
 copies a student's ``exercises/`` into a checkout of the course and runs
-``tkcourse check --gradescope /autograder/results/results.json``: the class is graded by the same
-checks the learners ran.
+``tkcourse check --gradescope /autograder/results/results.json || true`` (the status is 1 when an
+exercise fails, as for any check): the class is graded by the same checks the learners ran.
 """
 
 from __future__ import annotations
