@@ -1,9 +1,10 @@
 """The layers README draws, held by tests: import-linter's contracts (pyproject.toml) and the lesson order.
 
 import-linter checks the package layers and the forbidden arrows (tkcourse -> solutions, exercises ->
-solutions, ...). What it cannot say is the course's order: a step module such as
-``solutions/online_softmax_split.py`` belongs to lesson 05 and may import lesson 05's file or an
-earlier lesson's, never a later one's (a learner's unfinished 07 must not run under their 06).
+solutions, ...). What it cannot say is the course's order: a lesson's module (``solutions/matmul.py``)
+may import an earlier lesson's, never a later one's (a learner's unfinished 07 must not run under
+their 06). The fast kernel library, ``solutions/kernels/``, sits above every lesson: its modules may
+import any lesson, and no lesson imports it.
 """
 
 from __future__ import annotations
@@ -42,12 +43,15 @@ def imported(path: Path, package: str) -> set[str]:
     return out
 
 
-def closure(package: str, start: str) -> set[str]:
-    """Every module of ``package`` that importing ``package.start`` runs (``start`` included)."""
+def closure(package: str, start: str, root: Path = ROOT) -> set[str]:
+    """Every module of ``package`` that importing ``package.start`` runs (``start`` included); a
+    subpackage (the kernel library) counts as one module, not followed."""
     seen, todo = set(), [start]
     while todo:
         m = todo.pop()
-        path = ROOT / package / f"{m}.py"
+        path = root / package / f"{m}.py"
+        if m not in seen and (root / package / m / "__init__.py").is_file():
+            seen.add(m)
         if m in seen or not path.is_file():
             continue
         seen.add(m)
@@ -55,19 +59,28 @@ def closure(package: str, start: str) -> set[str]:
     return seen
 
 
-def test_lesson_order():
-    """A lesson's module, and everything it imports, belongs to that lesson or an earlier one.
+#: The package of fast kernels, above every lesson (``solutions/kernels/``).
+LIBRARY = "kernels"
 
-    Step modules count by name (``online_softmax_split`` is lesson 05's). A module that joins two
-    lessons (``flash_attention_autograd``: 06's forward with 07's backward) may import the later one,
-    as long as no earlier lesson's module imports it.
+
+def test_lesson_order():
+    """A lesson's module, and everything it imports, belongs to that lesson or an earlier one, and
+    never to the kernel library above the lessons.
+
+    A module that joins two lessons (``flash_attention_autograd``: 06's forward with 07's backward)
+    may import the later one, as long as no earlier lesson's module imports it.
     """
+    assert (ROOT / "solutions" / LIBRARY / "__init__.py").is_file()
     for package in ("solutions", "exercises"):
         for path in sorted((ROOT / package).glob("*.py")):
             if path.stem not in ORDER:
+                assert LIBRARY not in closure(package, path.stem), f"{package}.{path.stem} imports the kernel library"
                 continue
             mine = ORDER.index(path.stem)
             for other in sorted(closure(package, path.stem)):
+                assert other != LIBRARY, (
+                    f"importing {package}.{path.stem} runs {package}.{LIBRARY}: the kernel library sits above the "
+                    "lessons and a lesson never imports it (move what both need into the lesson, or _checks)")
                 theirs = lesson_of(other)
                 assert theirs is None or ORDER.index(theirs) <= mine, (
                     f"importing {package}.{path.stem} (lesson {course.notebook(path.stem)}) runs "
@@ -83,6 +96,14 @@ def test_lesson_order_sees_a_later_import(tmp_path):
     assert lesson_of("_checks") is None
     (tmp_path / "softmax.py").write_text("from . import _checks\n")
     assert imported(tmp_path / "softmax.py", "solutions") == {"_checks"}
+    (tmp_path / "matmul.py").write_text("from .kernels import matmul_small\nimport solutions.kernels.lean\n")
+    assert imported(tmp_path / "matmul.py", "solutions") == {LIBRARY}  # the library, seen as one module
+    pkg = tmp_path / "solutions"
+    (pkg / LIBRARY).mkdir(parents=True)
+    (pkg / LIBRARY / "__init__.py").write_text("")
+    (pkg / "softmax.py").write_text("from . import _checks\n")
+    (pkg / "_checks.py").write_text("from .kernels import lean\n")  # a lesson reaching the library indirectly
+    assert closure("solutions", "softmax", tmp_path) == {"softmax", "_checks", LIBRARY}
 
 
 def test_every_registered_module_exists():
