@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from tkcourse import check, cli, course, labels, progress, results, reveal, stubs
-from tkcourse.check.core import Case, Report
+from tkcourse.check import Case, Report
 
 ROOT = stubs.ROOT
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
