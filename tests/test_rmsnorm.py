@@ -2,6 +2,7 @@
 input; its grader catches each planted mistake with the hint that names it."""
 
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -228,3 +229,47 @@ def test_grader_survives_a_kernel_that_returns_garbage():
     mod = types.SimpleNamespace(rmsnorm=lambda x, w, eps=1e-6, residual=None: "y", __name__="planted")
     rep = check.run("rmsnorm", module=mod, quiet=True)
     assert rep.status == "fail", rep
+
+
+# ----- layouts: the solution's source with one mistake written in, run through the grader ---------
+
+SOURCE = (Path(__file__).resolve().parents[1] / "solutions" / "rmsnorm.py").read_text()
+
+
+def _mutant(*edits, name="planted_rmsnorm"):
+    """solutions/rmsnorm.py with each ``(old, new)`` of ``edits`` applied (each ``old`` found exactly once)."""
+    text = SOURCE
+    for old, new in edits:
+        assert text.count(old) == 1, f"the planted edit no longer matches solutions/rmsnorm.py: {old!r}"
+        text = text.replace(old, new)
+    mod = types.ModuleType(f"solutions.{name}")
+    mod.__package__ = "solutions"
+    exec(compile(text, f"<planted {name}>", "exec"), mod.__dict__)
+    return mod
+
+
+LAYOUT_MISTAKES = [
+    ("the kernel reads the residual at x's row stride", [("res_ptr + row * res_row_stride", "res_ptr + row * x_row_stride")],
+     "x rows padded, residual contiguous", "the residual's is not x's"),
+    ("the launcher passes x's row stride for the residual", [("x2.stride(0), r2.stride(0)", "x2.stride(0), x2.stride(0)")],
+     "x rows padded, residual contiguous", "the residual's is not x's"),
+    ("a strided weight read as contiguous", [("    weight = weight.contiguous()\n", "")],
+     "weight strided", "weight.contiguous()"),
+    ("a column-major x not copied", [("if t.stride(-1) != 1:", "if False:")],
+     "x column-major", "copy such an x first"),
+    ("a 3-D x read at x.stride(-2)",
+     [("    x2 = as_rows(x)\n    r2 = as_rows(residual) if residual is not None else x2",
+       "    x2 = x if x.stride(-1) == 1 else x.contiguous()\n    r2 = residual if residual is not None else x2"),
+      ("x2.stride(0), r2.stride(0)", "x2.stride(-2), r2.stride(-2)"), ("n_rows = x2.shape[0]", "n_rows = x2.numel() // H")],
+     "3-D, x[:, :T] of a longer buffer", "no single row stride describes its rows"),
+]
+
+
+@pytest.mark.parametrize("name, edits, where, hint", LAYOUT_MISTAKES, ids=[m[0] for m in LAYOUT_MISTAKES])
+def test_grader_catches_a_layout_mistake(name, edits, where, hint):
+    rep = assert_grader_catches("rmsnorm", _mutant(*edits), name, hint)
+    assert where in rep.first_problem().label, rep
+
+
+def test_grader_passes_a_faithful_copy():
+    assert check.run("rmsnorm", module=_mutant(), quiet=True).passed

@@ -4,8 +4,10 @@ Fixed shapes with and without the residual (lengths 1, 3, 1000, 1025; many rows;
 built so that each usual mistake changes the result: tiny values and a large eps (where the eps's place
 shows), a row of zeros (eps forgotten: 0 / 0), large fp16 values (a fp16 sum of squares overflows
 65504), a weight far from 1, a length that is not a power of two (the mean over BLOCK instead of H);
-strided rows; then random lengths up to 20000 (a BLOCK or grid hard-coded to fit the fixed shapes
-fails there). Expected values are float64 from the inputs: the sum rounded to x's dtype, as the lesson
+strided rows; then every layout the API accepts, each tensor with strides of its own (x with padded rows
+and the residual contiguous, and the other way round; the weight strided; x column-major, which the
+launcher copies; (B, T, H) views whose batches are not T rows apart, and whose rows are); then random
+lengths up to 20000 (a BLOCK or grid hard-coded to fit the fixed shapes fails there). Expected values are float64 from the inputs: the sum rounded to x's dtype, as the lesson
 asks, then normalized. Every launch is traced; outputs aliasing inputs and changed inputs fail.
 """
 
@@ -15,16 +17,20 @@ import torch
 
 from .. import mode
 from .core import (
+    INPUT_PAD,
     Case,
     alias_case,
     graded_call,
     padded,
     random_sizes,
     refuses,
+    row_padded,
     seeded,
     sliced_rows,
     storage_overlap,
+    strided,
     tolerance,
+    transposed,
     written_case,
 )
 
@@ -100,7 +106,7 @@ def _close(o, ref, dtype) -> bool:
     return bool(ok.float().mean() > 0.99)
 
 
-def _y_hint(x, w, eps, r, note, dtype):
+def _y_hint(x, w, eps, r, note, dtype, layout=""):
     def hint(o, e, wrong):
         nan = torch.isnan(o)
         if note == "a row of zeros" and nan[1].all() and not nan[0].any():
@@ -115,11 +121,11 @@ def _y_hint(x, w, eps, r, note, dtype):
         for ref, text in _mistakes(x, w, eps, r, dtype):
             if not torch.isnan(o).any() and _close(o, ref, dtype):
                 return text
-        return _layout_hint(o, note)
+        return layout or _layout_hint(o, note)
     return hint
 
 
-def _sum_hint(x, r, y_expected, note, dtype):
+def _sum_hint(x, r, y_expected, note, dtype, layout=""):
     def hint(o, e, wrong):
         for ref, text in ((x, "the sum you returned is x: add the residual (h = x + residual) and store that"),
                           (r, "the sum you returned is the residual: store x + residual"),
@@ -127,7 +133,7 @@ def _sum_hint(x, r, y_expected, note, dtype):
                                        "before normalizing it (is the variable overwritten by x * rstd first?)")):
             if not torch.isnan(o).any() and _close(o, ref.double().cpu(), dtype):
                 return text
-        return _layout_hint(o, note)
+        return layout or _layout_hint(o, note)
     return hint
 
 
@@ -155,10 +161,12 @@ def _rows_hint(n_rows):
     return hint
 
 
-def graded(label, fn, x, w, eps, r, dtype, note=""):
-    """One call of ``fn(x, w, eps, r)``: the sum (with the residual), then y, then the inputs untouched."""
+def graded(label, fn, x, w, eps, r, dtype, note="", layout=""):
+    """One call of ``fn(x, w, eps, r)``: the sum (with the residual), then y, then the inputs untouched.
+    ``layout``: the hint of a layout case, for a failure that no model of a mistake explains."""
     n_rows = x.numel() // x.shape[-1]
-    g = graded_call(label, fn, (x, w, eps, r), oob_hint=_rows_hint(n_rows))
+    rows_hint = _rows_hint(n_rows)
+    g = graded_call(label, fn, (x, w, eps, r), oob_hint=lambda bad, hint: rows_hint(bad, hint) or layout)
     if isinstance(g, Case):
         return g
     out = g.out
@@ -170,15 +178,15 @@ def graded(label, fn, x, w, eps, r, dtype, note=""):
             return Case(label, "fail", f"returned a {type(out).__name__} of {len(out)} without a residual",
                         "without a residual, rmsnorm returns y alone (a tensor); only with residual= it returns "
                         "(y, x + residual)")
-        outs = [("y", out, y_exp, _y_hint(x, w, eps, r, note, dtype))]
+        outs = [("y", out, y_exp, _y_hint(x, w, eps, r, note, dtype, layout))]
     else:
         if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
             what = type(out).__name__ + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
             return Case(label, "fail", f"with a residual, rmsnorm returned a {what}, not two tensors",
                         "with residual= given, return both outputs: return y, h, where h = x + residual "
                         "(the next block's residual stream) is written by the same kernel")
-        outs = [("h = x + residual", out[1], h_exp, _sum_hint(x, r, y_exp, note, dtype)),
-                ("y", out[0], y_exp, _y_hint(x, w, eps, r, note, dtype))]
+        outs = [("h = x + residual", out[1], h_exp, _sum_hint(x, r, y_exp, note, dtype, layout)),
+                ("y", out[0], y_exp, _y_hint(x, w, eps, r, note, dtype, layout))]
         if storage_overlap(out[0], out[1]):
             return Case(label, "fail", "y and the sum share memory",
                         "y and h = x + residual are one tensor (or overlap): each needs its own output, "
@@ -201,6 +209,81 @@ def graded(label, fn, x, w, eps, r, dtype, note=""):
     return changed if changed is not None else Case(label, "pass")
 
 
+def _batch_sliced(t, extra=3, pad=5):
+    """(B, T, H) values as ``big[:, :T, :H]`` of a (B, T + extra, H + pad) buffer whose gaps hold INPUT_PAD: rows
+    H + pad apart, batches (T + extra)(H + pad) apart, so that no single row stride describes its rows."""
+    B, T, H = t.shape
+    big = torch.full((B, T + extra, H + pad), INPUT_PAD, dtype=t.dtype, device=t.device)
+    view = big[:, :T, :H]
+    view.copy_(t)
+    return view
+
+
+def _time_strided(t):
+    """(B, T, H) values as every other time step of a (B, 2T, H) buffer: one row stride, 2H."""
+    B, T, H = t.shape
+    big = torch.full((B, 2 * T, H), INPUT_PAD, dtype=t.dtype, device=t.device)
+    view = big[:, ::2]
+    view.copy_(t)
+    return view
+
+
+def _rows_padded3(t, pad=5):
+    """(B, T, H) values whose rows are H + pad apart (``big[..., :H]``): one row stride, H + pad."""
+    return _batch_sliced(t, extra=0, pad=pad)
+
+
+def _stride_words(t):
+    return f"strides {tuple(t.stride())}"
+
+
+def _two_strides(x, r):
+    return (f"x and the residual have rows of different strides here (x: {_stride_words(x)}, residual: "
+            f"{_stride_words(r)}), while inputs of one layout passed. Read each at its own row stride, "
+            "x_ptr + row * x_row_stride and res_ptr + row * res_row_stride, with each tensor's own stride(0) passed "
+            "by the launcher (the residual's is not x's)")
+
+
+# (what, shape, x's layout, the residual's (None: no residual), the weight's, the hint of a failure)
+LAYOUTS = [
+    ("x rows padded, residual contiguous", (6, 257), row_padded, padded, padded, _two_strides),
+    ("x contiguous, residual rows padded", (6, 257), padded, row_padded, padded, _two_strides),
+    ("x every other row, residual rows padded", (6, 257), sliced_rows, lambda t: row_padded(t, pad=3), padded,
+     _two_strides),
+    ("weight strided (every other element)", (6, 257), padded, padded, strided,
+     lambda x, r: "the weight is a strided view here (stride 2), and the kernel reads w_ptr + cols: the launcher "
+                  "must pass weight.contiguous() (or the kernel read w_ptr + cols * the weight's stride)"),
+    ("x column-major, residual contiguous", (6, 257), transposed, padded, padded,
+     lambda x, r: f"x is column-major here ({_stride_words(x)}), and the kernel reads a row as contiguous columns: "
+                  "the launcher must copy such an x first (x.contiguous() when x.stride(-1) != 1)"),
+    ("3-D, x[:, :T] of a longer buffer (no single row stride), residual contiguous", (3, 5, 96), _batch_sliced,
+     padded, padded,
+     lambda x, r: f"x is a (B, T, H) view here ({_stride_words(x)}) whose batches are not T rows apart, so no single "
+                  "row stride describes its rows. View it as (rows, H), copying when needed (x.reshape(-1, H), as "
+                  "the lesson's as_rows does), and pass that view's stride(0): x.stride(-2) alone is right only when "
+                  "the batches are T rows apart"),
+    ("3-D, x[:, :T] of a longer buffer, no residual", (3, 5, 96), _batch_sliced, None, padded,
+     lambda x, r: f"x is a (B, T, H) view here ({_stride_words(x)}) whose batches are not T rows apart, so no single "
+                  "row stride describes its rows. View it as (rows, H), copying when needed (x.reshape(-1, H), as "
+                  "the lesson's as_rows does), and pass that view's stride(0)"),
+    ("3-D, x rows padded, residual every other time step", (3, 5, 96), _rows_padded3, _time_strided, padded,
+     lambda x, r: f"x and the residual are (B, T, H) views here (x: {_stride_words(x)}, residual: "
+                  f"{_stride_words(r)}), each with rows one stride apart, x's {x.stride(-2)} and the residual's "
+                  f"{r.stride(-2)}. View each as (rows, H) (t.view(-1, H) keeps the stride) and pass each one's own "
+                  "stride(0)"),
+]
+
+
+def _layout_cases(mod, gen):
+    """Every layout the API accepts, each tensor with strides of its own (float32: the layout is the point)."""
+    for what, shape, x_layout, r_layout, w_layout, hint in LAYOUTS:
+        x, r, w, eps = _inputs(shape, "", torch.float32, gen)
+        x, w = x_layout(x), w_layout(w)
+        r = r_layout(r) if r_layout is not None else None
+        label = f"{'x'.join(map(str, shape))} float32, {what}"
+        yield graded(label, mod.rmsnorm, x, w, eps, r, torch.float32, layout=hint(x, r))
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     dtypes = [d for d in mode.float_dtypes() if d != torch.float32]
@@ -213,6 +296,7 @@ def grade(mod):
             for res in ((r, None) if note not in ("many rows", "3-D") else (r,)):
                 label = base + (", with residual" if res is not None else ", no residual")
                 yield graded(label, mod.rmsnorm, x, w, eps, res, dtype, note)
+    yield from _layout_cases(mod, gen)
     seed, lengths = random_sizes(*N_RANDOM)
     for H in lengths:
         rows = max(1, min(600, MAX_RANDOM_ELEMENTS // H))
