@@ -7,10 +7,10 @@ needs the number that fit at once: by threads, by registers (handed out 8 at a t
 memory, read from the compiled kernel. Triton's tutorial 02 computes it the same way.
 
 It lives in solutions/ beside ``_checks``, not in the ``tkcourse`` package: it is part of the kernel
-library (a launcher needs it to size its grid), so solutions import only ``tkcourse.mode`` of the
-helper package. ``make exercises`` (``tkcourse.stubs``) copies it verbatim into
-``exercises/_occupancy.py``, so lesson 02's exercise sizes its grid the same way without importing
-``solutions/``. It imports only the standard library and torch.
+library (a launcher needs it to size its grid). ``make exercises`` (``tkcourse.stubs``) copies it
+verbatim into ``exercises/_occupancy.py``, so lesson 02's exercise sizes its grid the same way without
+importing ``solutions/``. It imports the standard library, torch, and ``tkcourse.triton_internals`` for
+the compiled kernel's registers and shared memory (Triton keeps them on private attributes).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 
 import torch
+
+from tkcourse.triton_internals import compiled_resources
 
 #: An SM holds at most this many programs (thread blocks) at once on the GPUs this course targets.
 MAX_PROGRAMS_PER_SM = 32
@@ -39,11 +41,9 @@ def programs_per_sm(jit_fn, *args, num_warps: int, device_index: int, **kwargs) 
     threads = 32 * num_warps
     fit = getattr(props, "max_threads_per_multi_processor", 2048) // threads
     try:
-        kernel = jit_fn.warmup(*args, num_warps=num_warps, grid=(1,), **kwargs)
-        kernel._init_handles()
-        regs = -(-max(kernel.n_regs, 1) // 8) * 8
+        n_regs, smem = compiled_resources(jit_fn.warmup(*args, num_warps=num_warps, grid=(1,), **kwargs))
+        regs = -(-max(n_regs, 1) // 8) * 8
         fit = min(fit, getattr(props, "regs_per_multiprocessor", 65536) // (regs * threads))
-        smem = kernel.metadata.shared
         if smem:
             fit = min(fit, getattr(props, "shared_memory_per_multiprocessor", 233472) // (smem + 1024))
     except (AttributeError, TypeError, KeyError):

@@ -13,6 +13,7 @@ import yaml
 from packaging.requirements import Requirement
 
 from tkcourse import mode
+from tkcourse import triton_internals as ti
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -135,7 +136,7 @@ def test_the_patch_is_on_where_triton_needs_it():
     import triton.runtime.interpreter as interp
 
     patched = getattr(interp._patch_lang_tensor, "_tkcourse_patched", False)
-    assert patched == (mode._triton_version() < mode.INTERPRETER_FIXED_IN)
+    assert patched == (ti.triton_version() < ti.INTERPRETER_FIXED_IN)
     got, want = _run_loop_kernel()
     assert got == want
 
@@ -150,8 +151,8 @@ def test_the_patch_fixes_the_interpreter_on_numpy_24(monkeypatch):
     monkeypatch.setattr(interp, "_patch_lang_tensor", _buggy_patch_lang_tensor(original))
     with pytest.raises(Exception, match="0-dimensional"):
         _run_loop_kernel()
-    assert mode.patch_interpreter(force=True)
-    assert mode.patch_interpreter(force=True)  # idempotent: wraps once
+    assert ti.patch_interpreter(force=True)
+    assert ti.patch_interpreter(force=True)  # idempotent: wraps once
     assert getattr(interp._patch_lang_tensor.__wrapped__, "_tkcourse_patched", False) is False
     got, want = _run_loop_kernel()
     assert got == want
@@ -161,8 +162,6 @@ def test_the_tracer_applies_the_patch(monkeypatch):
     """On a GPU the tracer switches to the interpreter: it must get the patched one."""
     import triton.runtime.interpreter as interp
 
-    from tkcourse import traffic
-
     calls = []
-    monkeypatch.setattr(mode, "patch_interpreter", lambda force=False: calls.append(force) or True)
-    assert traffic._interp() is interp and calls == [False]
+    monkeypatch.setattr(ti, "patch_interpreter", lambda force=False: calls.append(force) or True)
+    assert ti.interpreter() is interp and calls == [False]

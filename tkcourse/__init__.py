@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import importlib
 
-from . import mode  # noqa: F401  (first: sets TRITON_INTERPRET before any kernel is defined)
+# first the mode (TRITON_INTERPRET, before any kernel is defined), then the interpreter's NumPy fix
+from . import mode, triton_internals  # noqa: F401
 from .course import put_checkout_on_path, size  # noqa: F401  (tkcourse.size(name): a lesson's problem size)
 from .labels import exercise, use_solutions  # noqa: F401  (re-exported: tkcourse.exercise(name))
 from .mode import DEVICE, INTERPRET  # noqa: F401

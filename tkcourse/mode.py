@@ -8,7 +8,8 @@ This module is the foundation of the course and imports nothing else of it, so a
   ``@triton.jit`` kernel is defined, so every kernel runs in Triton's interpreter on the CPU.
 
 It also holds the guard that keeps bf16 away from the interpreter, where it gives wrong results
-(``check_dtype``). Problem sizes that fit the mode are the lessons' (``tkcourse.size``).
+(``check_dtype``). Problem sizes that fit the mode are the lessons' (``tkcourse.size``); the fix that
+lets an older Triton's interpreter run on a current NumPy is ``tkcourse.triton_internals``'.
 """
 
 from __future__ import annotations
@@ -43,67 +44,6 @@ if "triton" in sys.modules and INTERPRET and not _USER_SET:
         stacklevel=2,
     )
 
-
-# --------------------------------------------------------------------------------------------
-# Triton's interpreter on a current NumPy. Triton 3.6's interpreter (and older) turns a scalar
-# tensor into a Python int with ``int(handle.data)``, and that data is a 1-element array, not a
-# 0-d one: NumPy deprecated such conversions in 1.25 and NumPy 2.4 refuses them with
-# ``TypeError: only 0-dimensional arrays can be converted to Python scalars``. It happens whenever a
-# kernel uses a tensor as a Python int, as ``for k in range(tl.cdiv(K, BLOCK_K))`` does. Triton 3.7
-# and later squeeze the array first (``int(handle.data.squeeze())``); ``patch_interpreter`` backports that
-# one change to older interpreters instead of asking learners for an old NumPy.
-# It lives here, in the leaf, because every mode that runs the interpreter passes through here
-# first: importing ``tkcourse`` with ``TRITON_INTERPRET=1``, and the traffic tracer on a GPU.
-# --------------------------------------------------------------------------------------------
-
-#: The first triton whose interpreter needs no patch (it squeezes before ``int()``).
-INTERPRETER_FIXED_IN = (3, 7)
-
-
-def _triton_version() -> tuple[int, int]:
-    import triton
-
-    try:
-        return tuple(int(p) for p in triton.__version__.split(".")[:2])
-    except ValueError:  # a development build: assume it is current
-        return INTERPRETER_FIXED_IN
-
-
-def _index(self) -> int:
-    """``tl.tensor.__index__`` in the interpreter: a 1-element array becomes its one element."""
-    data = self.handle.data
-    return int(data.item() if getattr(data, "size", 0) == 1 else data)
-
-
-def patch_interpreter(force: bool = False) -> bool:
-    """Make an older Triton interpreter work with NumPy >= 2.4; returns whether the patch is active.
-
-    Narrow and idempotent: only ``tl.tensor.__index__`` as the interpreter installs it for a launch
-    (``_patch_lang_tensor``) is replaced, and only for triton older than ``INTERPRETER_FIXED_IN``
-    (``force`` applies it anyway, for tests). Nothing else of the interpreter changes.
-    """
-    import triton.runtime.interpreter as interp
-
-    original = getattr(interp, "_patch_lang_tensor", None)
-    if original is None:
-        return False
-    if getattr(original, "_tkcourse_patched", False):
-        return True
-    if not force and _triton_version() >= INTERPRETER_FIXED_IN:
-        return False
-
-    def _patch_lang_tensor(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", _index)
-
-    _patch_lang_tensor._tkcourse_patched = True
-    _patch_lang_tensor.__wrapped__ = original
-    interp._patch_lang_tensor = _patch_lang_tensor
-    return True
-
-
-if INTERPRET:
-    patch_interpreter()
 
 #: Where tensors live in this mode.
 DEVICE: str = "cpu" if INTERPRET else "cuda"

@@ -459,7 +459,7 @@ def _just_past_end(bad, name: str) -> bool:
 def launched_kernels(fn, names) -> list:
     """The ``@triton.jit`` functions named ``names`` that ``fn`` can reach: its module's globals and its
     closure (a launcher's kernel lives beside it). Unknown names are left out."""
-    from triton.runtime.jit import KernelInterface  # @triton.jit, compiled or interpreted; Autotuner; Heuristics
+    from .. import triton_internals as ti
 
     names = set(names)
     found = []
@@ -469,7 +469,7 @@ def launched_kernels(fn, names) -> list:
                    if _cell_filled(c)})
     for scope in scopes:
         for obj in list(scope.values()):
-            if not isinstance(obj, KernelInterface):
+            if not ti.is_kernel(obj):  # @triton.jit, compiled or interpreted; Autotuner; Heuristics
                 continue
             k = obj
             while not inspect.isfunction(k) and hasattr(k, "fn"):

@@ -381,9 +381,9 @@ def _narrow_offsets(traces, threshold: int):
     """Note every pointer addition whose offsets are narrower than 64 bits and reach ``threshold`` elements:
     yields a list of ``(launch index, resulting pointer block, dtype, largest offset)``. The tracer, which wraps
     the same addition inside this one, tags each resulting block with the tensor it points into."""
-    from ..traffic import interpreter as hooks  # the interpreter's builder: the tracer's own hook point
+    from .. import triton_internals  # the interpreter's builder: the tracer's own hook point
 
-    b = hooks._interp().interpreter_builder
+    b = triton_internals.interpreter_builder()
     had = vars(b).get("create_addptr")
     real = b.create_addptr
     seen = []

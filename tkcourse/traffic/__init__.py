@@ -22,18 +22,18 @@ One module per idea:
     table.py        fmt_bytes and Table: the small reports every summary prints
     records.py      what a trace holds (TensorInfo, Access, OutOfBounds, Launch, Trace) and combine()
     tracer.py       trace() and capture(): staging the arguments, mapping addresses to tensors
-    interpreter.py  the hooks into Triton's interpreter: the one version-fragile module
+    interpreter.py  the hooks into Triton's interpreter (its private objects: tkcourse.triton_internals)
     eager.py        count_eager(): bytes per aten op of torch eager code
     l2.py           program_order() and simulate_l2(): L2 reuse in a tiled matmul
 
-Only ``tkcourse.mode`` is imported from the course (first, so the mode is set before triton loads).
+Only ``tkcourse.mode`` (first, so the mode is set before triton loads) and ``tkcourse.triton_internals``
+(every private Triton object the tracer touches) are imported from the course.
 """
 
 from __future__ import annotations
 
 from .. import mode  # noqa: F401  (decides TRITON_INTERPRET; triton itself is imported where it is used)
 from .eager import EagerTraffic, count_eager
-from .interpreter import _interp  # noqa: F401  (tests check the tracer gets the patched interpreter)
 from .l2 import L2Result, matmul_tile_loads, program_order, simulate_l2
 from .records import (
     Access,

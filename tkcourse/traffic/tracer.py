@@ -4,18 +4,19 @@ or every launch of a block of code (``capture``).
 The tensor arguments are staged into one CPU buffer with guard gaps between them (``_stage``), so an
 overrun lands in no tensor; the recorder maps each address to the argument it lies in, and masks off
 lanes that lie in none before they reach memory. How the interpreter is hooked is ``interpreter``'s
-business (the one module that touches triton's internals); what a trace holds is ``records``.
+business; what a trace holds is ``records``; Triton's private objects (``TensorWrapper``, the
+interpreter's) come from ``tkcourse.triton_internals``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 
 import numpy as np
 import torch
 
+from .. import triton_internals as ti
 from . import interpreter
 from .records import Access, Launch, OutOfBounds, OutOfBoundsError, TensorInfo, Trace, TraceError
 from .table import fmt_bytes
@@ -97,13 +98,11 @@ def _stage(args, kwargs):
     one tensor land in no tensor, where it is reported, rather than in its neighbour. Returns the staged
     arguments and ``(original storage as bytes, staged bytes)`` pairs for copying results back.
     """
-    from triton.runtime.jit import TensorWrapper
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
+    wrapped = ti.wrapped_tensor_types()  # TensorWrapper, TensorDescriptor: a tensor in .base
     found: dict[tuple, torch.UntypedStorage] = {}
 
     def scan(a):
-        if isinstance(a, (TensorWrapper, TensorDescriptor)):
+        if isinstance(a, wrapped):
             return scan(a.base)
         if isinstance(a, tuple) and not hasattr(a, "data_ptr"):
             return [scan(x) for x in a]
@@ -129,10 +128,8 @@ def _stage(args, kwargs):
         pairs.append((orig, dst))
 
     def cvt(a):
-        if isinstance(a, TensorWrapper):
-            return TensorWrapper(cvt(a.base), a.dtype)
-        if isinstance(a, TensorDescriptor):
-            return dataclasses.replace(a, base=cvt(a.base))
+        if isinstance(a, wrapped):
+            return ti.rewrapped(a, cvt(a.base))
         if isinstance(a, tuple) and not hasattr(a, "data_ptr"):
             return type(a)(*map(cvt, a)) if hasattr(a, "_fields") else tuple(map(cvt, a))
         if isinstance(a, torch.Tensor):
@@ -148,9 +145,7 @@ def _stage(args, kwargs):
 
 def _collect_tensors(fn, dev_args, dev_kwargs, cpu_args, cpu_kwargs):
     """(TensorInfo, CPU base address) per distinct tensor argument, named after the kernel's arguments."""
-    from triton.runtime.jit import TensorWrapper
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
+    wrapped = ti.wrapped_tensor_types()
     sig = inspect.signature(fn)
     try:
         dev = sig.bind_partial(*dev_args, **dev_kwargs).arguments
@@ -160,9 +155,7 @@ def _collect_tensors(fn, dev_args, dev_kwargs, cpu_args, cpu_kwargs):
     found: dict[tuple, list] = {}
 
     def add(name, d, c):
-        if isinstance(d, TensorWrapper):
-            return add(name, d.base, c.base)
-        if isinstance(d, TensorDescriptor):
+        if isinstance(d, wrapped):
             return add(name, d.base, c.base)
         if isinstance(d, tuple) and not hasattr(d, "data_ptr"):
             for j, (dd, cc) in enumerate(zip(d, c)):
