@@ -175,7 +175,7 @@ def _module(bug="none", block=None, grid=None, returns="both", torch_sum=False, 
         BLOCK = block or triton.next_power_of_2(H)
         n_rows = x2.shape[0]
         has_res = residual is not None and not torch_sum
-        _planted[(grid(n_rows) if grid else n_rows,)](x2, r2, weight, y, h, x2.stride(0), r2.stride(0), n_rows, H,
+        _planted[(grid(n_rows) if grid else n_rows,)](x2, r2, weight.contiguous(), y, h, x2.stride(0), r2.stride(0), n_rows, H,
                                                     eps, HAS_RES=has_res, BLOCK=BLOCK, BUG=bug)
         y = y.view(x.shape)
         if residual is None:
