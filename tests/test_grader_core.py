@@ -280,17 +280,17 @@ def _decode_with_table_stride(extra):
         B, Hq, D = q.shape
         _, page_size, Hkv, _ = k_cache.shape
         max_pages = block_table.shape[1]
-        splits, split_tokens = sol._plan(B, Hkv, max_pages, page_size, sol.BLOCK_N)
+        splits, split_tokens = sol.split_plan(B, Hkv, max_pages, page_size, sol.BLOCK_N)
         m = torch.empty((B, Hq, splits), device=q.device, dtype=torch.float32)
         l = torch.empty_like(m)
         acc = torch.empty((B, Hq, splits, D), device=q.device, dtype=torch.float32)
         out = torch.empty_like(q)
         group = Hq // Hkv
-        sol._decode_split[(B * Hkv, splits)](
+        sol.decode_split[(B * Hkv, splits)](
             q, k_cache, v_cache, seq_lens, block_table, m, l, acc, max_pages + extra, split_tokens,
             sm_scale * sol.LOG2E, splits, HKV=Hkv, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)),
             HEAD_DIM=D, PAGE_SIZE=page_size, BLOCK_N=sol.BLOCK_N)
-        sol._decode_combine[(B * Hq,)](m, l, acc, out, HEAD_DIM=D, SPLITS=splits,
+        sol.decode_combine[(B * Hq,)](m, l, acc, out, HEAD_DIM=D, SPLITS=splits,
                                        BLOCK_S=triton.next_power_of_2(splits))
         return out
     return types.SimpleNamespace(decode_attention=decode_attention, reference=sol.reference, __name__="planted")
@@ -300,7 +300,7 @@ def test_a_wrong_block_table_stride_names_the_lookup_not_the_mask():
     """The loads are masked; what ran past the table's end is the row index into it: the hint says so."""
     rep = check.run("decode_attention", module=_decode_with_table_stride(3), quiet=True)
     bad = rep.first_problem()
-    assert rep.status == "fail" and "block_table" in bad.hint and "stride" in bad.hint, rep
+    assert rep.status == "fail" and "block_table" in bad.hint.lower() and "row stride" in bad.hint, rep
     assert "mask the load" not in bad.hint.lower() and "offsets < n" not in bad.hint + bad.detail, bad
 
 
@@ -334,3 +334,26 @@ def test_a_nan_never_written_is_called_so():
         return out
     bad = check.run("vector_add", module=types.SimpleNamespace(add=add), quiet=True).first_problem()
     assert "never written by your kernel" in bad.detail and "computed" not in bad.detail, bad
+
+
+def test_after_check_runs_the_learners_module_only_once_it_passes(monkeypatch):
+    """The one rule for every cell after a check: the learner's module once it passes, the reference until
+    then, with a line that says which ran and why."""
+    from solutions import vector_add as ref
+    from tkcourse import labels
+
+    mine = types.ModuleType("exercises.vector_add")  # what tkcourse.exercise returns once the file is edited
+    report = check.Report("vector_add", "exercises/vector_add.py", [check.Case("n=1", "fail")]).finish()
+    module, ran, line = labels.after_check(report, mine, ref)
+    assert module is ref and not ran.learner and ran.label() == "the reference kernel"
+    assert line.startswith("running the reference kernel: exercises/vector_add.py does not pass the check yet")
+    assert labels.after_check(report, mine)[0] is ref  # the reference by default: solutions.<lesson>
+    report = check.Report("vector_add", "exercises/vector_add.py", [check.Case("n=1", "pass")]).finish()
+    module, ran, line = labels.after_check(report, mine, ref)
+    assert module is mine and ran.learner and line == "running your kernel: exercises/vector_add.py passes the check"
+    monkeypatch.delenv("TKCOURSE_SOLUTIONS", raising=False)  # as a learner
+    monkeypatch.setattr(ref, "__tkcourse_whose__", labels.Whose("vector_add", False, "not done yet"), raising=False)
+    todo = check.Report("vector_add", "exercises/vector_add.py", status="todo")  # the reference stands in for a stub
+    assert labels.after_check(todo, ref, ref)[2].endswith("exercises/vector_add.py is not done yet")
+    module, ran, line = labels.after_check(report, ref, ref)  # edited and passing, but loaded as the stub
+    assert module is ref and "re-run the notebook's first cell" in line

@@ -70,6 +70,7 @@ class Whose:
     lesson: str
     learner: bool  # True: the learner's exercises/<lesson>.py ran
     why: str  # "your exercise" | "not done yet" | "TKCOURSE_SOLUTIONS=1" | "reference" (imported directly)
+    #           | "fails the check" | "loaded before your edit" (the two of ``after_check``)
 
     def label(self, thing: str = "kernel") -> str:
         """For prose: 'your kernel' or 'the reference kernel'."""
@@ -84,11 +85,23 @@ class Whose:
         """One line saying why the reference ran, or '' when the learner's code did."""
         if self.learner:
             return ""
-        if self.why == "not done yet":
-            return f"the reference solution ran: exercises/{self.lesson}.py is not done yet"
-        if self.why == "TKCOURSE_SOLUTIONS=1":
-            return "the reference solution ran (TKCOURSE_SOLUTIONS=1)"
-        return f"the reference solution (solutions/{self.lesson}.py) ran"
+        if self.why in ("reference", "TKCOURSE_SOLUTIONS=1"):
+            return f"the reference solution ran ({self.reason})"
+        return f"the reference solution ran: {self.reason}"
+
+    @property
+    def reason(self) -> str:
+        """Why this code ran, in a few words (the end of ``note`` and of ``after_check``'s line)."""
+        ex = f"exercises/{self.lesson}.py"
+        return {
+            "your exercise": f"{ex} is yours",
+            "not done yet": f"{ex} is not done yet",
+            "TKCOURSE_SOLUTIONS=1": "TKCOURSE_SOLUTIONS=1",
+            "fails the check": f"{ex} does not pass the check yet (tkcourse.check.run(\"{self.lesson}\") shows where "
+                               "it stops); yours runs here once it passes",
+            "loaded before your edit": f"it was loaded while {ex} was not done yet, and your file passes the "
+                                       "check now: re-run the notebook's first cell to run yours",
+        }.get(self.why, f"solutions/{self.lesson}.py")
 
     def source(self, obj) -> str:
         """The source of ``obj`` (a function or a Triton kernel) as this learner may see it.
@@ -101,6 +114,40 @@ class Whose:
 
     def __str__(self) -> str:
         return self.label("code") if self.learner else self.note
+
+
+def after_check(report, mine, reference=None, thing: str = "kernel") -> tuple[types.ModuleType, Whose, str]:
+    """What a cell after a check runs: ``(module, whose, line)``.
+
+    ``report``: what ``tkcourse.check.run`` returned; ``mine``: the module from ``tkcourse.exercise``;
+    ``reference``: the lesson's solution module (by default ``solutions.<lesson>``, imported when needed).
+    The learner's module runs only when it passed the check;
+    otherwise the reference runs, so that no cell after a failed check shows a result as the learner's.
+    ``whose`` labels what ran (``whose.label("kernel")``), and ``line`` says which ran and why, to print
+    first::
+
+        kernel, ran, line = tkcourse.labels.after_check(report, mod, ref)
+        print(line)
+    """
+    passed = bool(getattr(report, "passed", False))
+    lesson = getattr(report, "lesson", "") or _lesson_of(mine)[1]
+    who = whose(mine)
+    if who.learner and passed:
+        ran = who
+        reason = f"exercises/{who.lesson}.py passes the check"
+    elif who.learner:
+        ran = Whose(who.lesson, False, "fails the check")
+        if reference is None:
+            reference = import_checkout(f"solutions.{who.lesson}")
+        mine, reason = reference, ran.reason
+    elif passed and who.why == "not done yet" and not use_solutions():
+        ran = Whose(lesson, False, "loaded before your edit")  # the check graded the edited file
+        reason = ran.reason
+    else:
+        ran, reason = who, who.reason
+    sep = " " if ran.why in ("reference", "TKCOURSE_SOLUTIONS=1") else ": "
+    line = f"running {ran.label(thing)}{sep}{'(' + reason + ')' if sep == ' ' else reason}"
+    return mine, ran, line
 
 
 def _lesson_of(module: types.ModuleType) -> tuple[str, str]:

@@ -415,9 +415,9 @@ def oob_case(label: str, exc: "traffic.OutOfBoundsError", *, fn=None, mask: str 
                 "pointer argument plus offsets (x_ptr + offsets); never turn an integer into a pointer")
     elif what == "load" and trace is not None and _integer_tensor(trace, t):
         hint = (f"your kernel reads the index tensor {t} outside it ({saw}): the lookup into {t} is wrong, not a "
-                f"mask. Check the row and column you index {t} with, and the row stride you use for it "
-                f"({t}.stride(0), passed from the launcher): every value your kernel takes from {t} comes "
-                "from that lookup")
+                "mask. Check the row and the column it is indexed with, and its row stride (the table's "
+                ".stride(0), passed from the launcher): every index your kernel takes from the table comes from "
+                "that lookup")
     elif first.where == "before the start":
         hint = (f"your kernel {what}s before the start of {t} ({saw}): an offset is negative (offsets - 1? a "
                 "shifted start?). Offsets must run from 0, and every lane outside the tensor must be masked off")
