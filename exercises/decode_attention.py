@@ -18,12 +18,12 @@ roofline), so decode is memory-bound and the goal is the HBM bandwidth of a copy
 
 Two kernels (flash-decoding, Dao et al. 2023):
 
-1. ``_decode_split``: a program per (sequence, KV head, split). It loads the G query heads that
+1. ``decode_split``: a program per (sequence, KV head, split). It loads the G query heads that
    share its KV head as one (BLOCK_G, D) block, so each K/V token is read from HBM once for all of
    them, and runs lesson 06's online softmax over its split's keys, BLOCK_N tokens a step, each
    token's address found through the block table. It writes its partial result: the running max
    m, the running sum l and the unnormalized accumulator.
-2. ``_decode_combine``: a program per (sequence, query head) merges the splits' partials with
+2. ``decode_combine``: a program per (sequence, query head) merges the splits' partials with
    lesson 05's rule: m = max m_i, out = Σ exp(m_i - m)·acc_i / Σ exp(m_i - m)·l_i.
 
 One program per (sequence, head) would leave most of the GPU idle at small batches (B·Hkv = 64
@@ -46,7 +46,7 @@ LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2(e))
 
 
 @triton.jit
-def _decode_split(
+def decode_split(
     Q,  # pointer to q, (B, Hq, D), contiguous
     K,  # pointer to k_cache, (num_pages, PAGE_SIZE, Hkv, D), contiguous
     V,  # pointer to v_cache, same layout as K
@@ -81,7 +81,7 @@ def _decode_split(
 
 
 @triton.jit
-def _decode_combine(
+def decode_combine(
     M,  # pointer to the partial maxima, (B, Hq, SPLITS) fp32, log2 units
     L,  # pointer to the partial sums, (B, Hq, SPLITS) fp32
     ACC,  # pointer to the partial accumulators, (B, Hq, SPLITS, D) fp32
@@ -142,7 +142,7 @@ BLOCK_N = 16 if INTERPRET else 64
 SM_PROGRAMS = 4 * 132
 
 
-def _plan(B, Hkv, max_pages, page_size, block_n, splits=None):
+def split_plan(B, Hkv, max_pages, page_size, block_n, splits=None):
     """(splits, split_tokens): each split a multiple of block_n tokens, together covering the block table."""
     capacity = max_pages * page_size
     if splits is None:
@@ -162,22 +162,22 @@ def decode_attention(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None):
 
 
 def launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, block_n, splits, split_opts, combine_opts):
-    """Both kernels for checked inputs: ``splits`` None for ``_plan``'s; ``*_opts``: num_warps, num_stages."""
+    """Both kernels for checked inputs: ``splits`` None for ``split_plan``'s; ``*_opts``: num_warps, num_stages."""
     q, k_cache, v_cache, seq_lens, block_table = (t.contiguous() for t in (q, k_cache, v_cache, seq_lens, block_table))
     B, Hq, D = q.shape
     _, page_size, Hkv, _ = k_cache.shape
     block_n = power_of_two("block_n", block_n, 16, 1024)
-    splits, split_tokens = _plan(B, Hkv, block_table.shape[1], page_size, block_n, splits)
+    splits, split_tokens = split_plan(B, Hkv, block_table.shape[1], page_size, block_n, splits)
     m = torch.empty((B, Hq, splits), device=q.device, dtype=torch.float32)
     l = torch.empty((B, Hq, splits), device=q.device, dtype=torch.float32)
     acc = torch.empty((B, Hq, splits, D), device=q.device, dtype=torch.float32)
     out = torch.empty_like(q)
     group = Hq // Hkv
     # TODO: your code here
-    # launch _decode_split on a grid of (B * Hkv, splits) programs: q, k_cache, v_cache, seq_lens,
+    # launch decode_split on a grid of (B * Hkv, splits) programs: q, k_cache, v_cache, seq_lens,
     # block_table, m, l, acc, block_table.shape[1], split_tokens, sm_scale * LOG2E, splits, HKV=Hkv,
     # GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=D, PAGE_SIZE=page_size,
-    # BLOCK_N=block_n, **split_opts; then _decode_combine on (B * Hq,) programs: m, l, acc, out,
+    # BLOCK_N=block_n, **split_opts; then decode_combine on (B * Hq,) programs: m, l, acc, out,
     # HEAD_DIM=D, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits), **combine_opts
     pass
     return out

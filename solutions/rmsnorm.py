@@ -101,8 +101,8 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, residual: 
                          "one program's registers here")
     if residual is not None:
         validate(x, residual, names=["x", "residual"], same_shape=True)
-    x2 = _rows(x)
-    r2 = _rows(residual) if residual is not None else x2
+    x2 = as_rows(x)
+    r2 = as_rows(residual) if residual is not None else x2
     weight = weight.contiguous()
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual is not None else y
@@ -118,7 +118,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, residual: 
     return y if residual is None else (y, h)
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
+def as_rows(t: torch.Tensor) -> torch.Tensor:
     """``t`` as a (rows, H) view with contiguous columns and one row stride, copied only if it has none."""
     if t.stride(-1) != 1:
         t = t.contiguous()

@@ -29,7 +29,8 @@ def _inputs(lens, ps=16, Hq=8, Hkv=2, D=64, dtype=torch.float32, seed=0):
     return paged(lens, ps, Hq, Hkv, D, dtype, torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("fn", [da.decode_attention, dat.decode_attention], ids=["lesson", "tuned"])
+@pytest.mark.parametrize("fn", [da.decode_attention, dat.tuned_decode_attention, dat.decode_attention],
+                         ids=["lesson", "tuned", "lean"])
 @pytest.mark.parametrize("lens, ps, Hq, Hkv, D", [
     ([37, 100], 16, 8, 2, 64), ([1], 16, 4, 4, 64), ([200, 1, 64], 32, 8, 1, 128), ([130, 70], 64, 16, 2, 128),
 ])
@@ -102,11 +103,11 @@ def _module(bug=None):
         if bug == "raises":
             raise RuntimeError("the launcher is broken")
         if bug == "triton combine without rescale":
-            kernel, da._decode_combine = da._decode_combine, _combine_unscaled
+            kernel, da.decode_combine = da.decode_combine, _combine_unscaled
             try:
                 return da.launch(q, k_cache, v_cache, seq_lens, block_table, scale, 16, None, {}, {})
             finally:
-                da._decode_combine = kernel
+                da.decode_combine = kernel
         B, Hq, D = q.shape
         ps = k_cache.shape[1]
         lens = [int(n) for n in seq_lens]

@@ -80,7 +80,7 @@ def test_stub_kernels_are_named_as_still_to_write():
     rep = check.run("decode_attention", module=mod, quiet=True)
     assert rep.status == "todo", rep
     bad = rep.first_problem()
-    assert "_decode_split and _decode_combine are still the stubs" in bad.hint, rep
+    assert "decode_split and decode_combine are still the stubs" in bad.hint, rep
     assert "combine's grid" not in bad.hint
 
 
@@ -122,4 +122,4 @@ def test_the_lesson_plan_matches_the_solution():
 
     for B, Hkv, pages, ps in ((5, 2, 9, 16), (2, 2, 8, 16), (3, 1, 8, 32), (2, 4, 17, 16)):
         splits, size, block_n = grader.lesson_plan(B, Hkv, pages, ps, gpu=False)
-        assert da._plan(B, Hkv, pages, ps, block_n) == (splits, size)
+        assert da.split_plan(B, Hkv, pages, ps, block_n) == (splits, size)

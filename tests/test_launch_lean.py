@@ -8,14 +8,17 @@ import tkcourse  # noqa: F401  (mode first)
 from solutions import flash_attention_backward as fab
 from solutions import kernels as lean
 from solutions import matmul as mm
+from solutions import rmsnorm as rn
 from solutions import softmax as sm
 from solutions import vector_add as va
 from solutions.kernels import attention as lean_attention
 from solutions.kernels import attention_forward as fat
+from solutions.kernels import decode_attention as lean_decode
 from solutions.kernels import matmul as lean_matmul
 from solutions.kernels import matmul_small as small
 from solutions.kernels import online_softmax as lean_online
 from solutions.kernels import online_softmax_one_read as one
+from solutions.kernels import rmsnorm as lean_rmsnorm
 from solutions.kernels import softmax as lean_softmax
 from solutions.kernels import vector_add as lean_add
 from solutions.kernels.lean import Lean, _jit_of
@@ -83,6 +86,30 @@ def test_attention_forward_and_backward():
                 _close(g, r, 1e-4)
 
 
+def test_rmsnorm_and_decode_attention():
+    """Lesson 09's lean paths: the lessons' results on the first call and from the kept entry, for
+    strided rows, rows that must be copied and the residual; one compile per key."""
+    from tkcourse.check.decode_attention import paged
+    from tkcourse.check.decode_attention import reference as model
+
+    table = lean.LEANS["rmsnorm"]
+    table.entries.clear()
+    x, w = torch.randn(6, 3, 40, device=DEVICE), torch.randn(40, device=DEVICE)
+    for t in (x, x[::2], x.transpose(0, 1)):  # contiguous, strided rows, rows no single stride describes
+        r = torch.randn_like(t)
+        for _ in range(2):
+            _close(lean_rmsnorm.rmsnorm(t, w), rn.reference(t, w))
+            for got, want in zip(lean_rmsnorm.rmsnorm(t, w, 1e-5, r), rn.reference(t, w, 1e-5, r)):
+                _close(got, want)
+    assert table.compiles == 6 and len(table.entries) == 6  # 3 layouts, with and without the residual
+    args = paged([37, 100], 16, 8, 2, 64, torch.float32, torch.Generator().manual_seed(0))
+    compiles = lean.LEANS["decode_split"].compiles
+    for _ in range(3):
+        _close(lean_decode.decode_attention(*args).cpu(), model(*args))
+    assert lean.LEANS["decode_split"].compiles == compiles + 1
+    _close(lean_decode.decode_attention(*args, sm_scale=0.5).cpu(), model(*args, sm_scale=0.5))
+
+
 def test_bad_inputs_raise_the_lessons_errors():
     with pytest.raises(ValueError, match="inner dimensions"):
         lean_matmul.matmul(torch.randn(4, 5, device=DEVICE), torch.randn(4, 5, device=DEVICE))
@@ -92,6 +119,8 @@ def test_bad_inputs_raise_the_lessons_errors():
         lean_add.add(torch.randn(8, device=DEVICE), torch.randn(8, device=DEVICE), BLOCK=1024.0)
     with pytest.raises(ValueError):
         lean_softmax.softmax([1.0, 2.0])
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        lean_rmsnorm.rmsnorm(torch.randn(2, 8, device=DEVICE), torch.randn(8, device=DEVICE), eps=0.0)
 
 
 def test_keys_one_entry_per_dtype_shape_stride_and_alignment():

@@ -48,12 +48,12 @@ def correctness():
     for lens, ps, hq, hkv, d in [([1, 100, 1000], 16, 32, 8, 128), ([17, 64, 333], 64, 32, 8, 128),
                                  ([5000, 1], 16, 8, 1, 64), ([250, 4097], 32, 16, 16, 64)]:
         args = bench.paged_cache(lens, ps, Hq=hq, Hkv=hkv, D=d, seed=len(lens))
-        for name, f in (("lesson", lesson.decode_attention), ("tuned", tuned.decode_attention)):
+        for name, f in (("lesson", lesson.decode_attention), ("tuned", tuned.tuned_decode_attention)):
             check(f"{name} lens {lens} page {ps} Hq {hq} Hkv {hkv} D {d}", f, args)
     for ps in bench.PAGE_SIZES:
         for shape, lens in bench.SHAPES.items():
             args = bench.paged_cache(lens, ps)
-            for name, f in (("lesson", lesson.decode_attention), ("tuned", tuned.decode_attention)):
+            for name, f in (("lesson", lesson.decode_attention), ("tuned", tuned.tuned_decode_attention)):
                 check(f"{name} {shape} page {ps}", f, args)
             del args
             torch.cuda.empty_cache()

@@ -30,9 +30,9 @@ driver query (``cuPointerGetAttribute``) per pointer to check that it is on the 
 checked the device already.
 """
 
-from . import attention, matmul, online_softmax, softmax, vector_add
+from . import attention, decode_attention, matmul, online_softmax, rmsnorm, softmax, vector_add
 
-_MODULES = (vector_add, softmax, online_softmax, matmul, attention)
+_MODULES = (vector_add, softmax, online_softmax, matmul, attention, rmsnorm, decode_attention)
 
 #: Every lean launcher's table by name, for tests and lesson 08 (entries, compiles).
 LEANS = {name: lean for m in _MODULES for name, lean in m.LEANS.items()}

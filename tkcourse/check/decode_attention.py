@@ -304,7 +304,7 @@ GPU_SM_PROGRAMS = 4 * 132
 
 
 def lesson_plan(B, Hkv, max_pages, page_size, gpu: bool):
-    """(splits, split_tokens, block_n) of the lesson's launcher (its ``_plan``): 4 splits in the interpreter,
+    """(splits, split_tokens, block_n) of the lesson's launcher (its ``split_plan``): 4 splits in the interpreter,
     on a GPU enough for about four programs an SM, one per 256 tokens of the table at most."""
     cdiv = lambda a, b: -(-a // b)
     capacity = max_pages * page_size
