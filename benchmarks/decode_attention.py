@@ -6,10 +6,11 @@ B 32 at 8192, B 8 at 32768, and ``mixed``: 32 sequences whose lengths run evenly
 block table is a real permutation.
 
 Bytes of a row: the K and V bytes read (2 · L · Hkv · D · 2 for L cached tokens), plus q and out.
-Providers: ``triton`` (``solutions.decode_attention_tuned``), ``copy`` (a device copy of the K cache:
-read + written = the KV bytes), and ``sdpa``: ``F.scaled_dot_product_attention(q[:, :, None], k, v,
-enable_gqa=True)`` on the same cache laid out contiguously (B, Hkv, N, D). SDPA has no lengths
-argument, so it runs at the uniform shapes only; at ``mixed`` the copy is the peer.
+Providers: ``triton`` (``solutions.kernels.decode_attention``: the tuned plan behind a lean launch),
+``copy`` (a device copy of the K cache: read + written = the KV bytes), and ``sdpa``:
+``F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)`` on the same cache laid out
+contiguously (B, Hkv, N, D). SDPA has no lengths argument, so it runs at the uniform shapes only; at
+``mixed`` the copy is the peer.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def sdpa(q, k, v):
 
 
 def shape_cases(name, lens, page_size, decode=None, device="cuda"):
-    """One shape's cases: ``decode`` (default: the tuned launcher) as triton, the copy and (uniform
+    """One shape's cases: ``decode`` (default: the tuned plan behind a lean launch) as triton, the copy and (uniform
     lengths) SDPA; bytes = the KV bytes read, plus q and out."""
     if decode is None:
         from solutions.kernels.decode_attention import decode_attention as decode

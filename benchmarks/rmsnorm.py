@@ -8,7 +8,8 @@ few microseconds are under 2% of the time.
 Bytes, the same for every provider (the minimum): read x and residual, write y and the sum, each
 (rows, H) in x's dtype, plus the weight once: ``4 * rows * H * 2 + H * 2``. Providers:
 
-* ``triton``: ``rmsnorm(x, w, eps, residual=r)``, one kernel;
+* ``triton``: ``rmsnorm(x, w, eps, residual=r)``, one kernel (the lesson's, behind the lean launch of
+  ``solutions.kernels.rmsnorm``);
 * ``torch``: the unfused eager ops (``solutions.rmsnorm.eager_rmsnorm``: the add, then Hugging Face's
   ``LlamaRMSNorm``), about 5x those bytes in fp16, over several kernels;
 * ``torch-rms_norm``: the add, then ``torch.nn.functional.rms_norm`` (where this torch has it);
@@ -52,9 +53,9 @@ def shape_cases(rmsnorm, eager, rows: int, H: int, dtype):
 
 
 def cases(rmsnorm=None, eager=None):
-    """Every shape and dtype; ``rmsnorm`` defaults to the lesson's kernel (its one file is the fast path)."""
+    """Every shape and dtype; ``rmsnorm`` defaults to the fast path: the lesson's kernel behind a lean launch."""
     if rmsnorm is None:
-        from solutions.rmsnorm import rmsnorm
+        from solutions.kernels.rmsnorm import rmsnorm
     if eager is None:
         from solutions.rmsnorm import eager_rmsnorm as eager
     for dtype in DTYPES:
