@@ -118,6 +118,22 @@ PLANTED = [
      "returned the same output tensor to two calls"),
     ("a plan whose stride is the column count",
      [("row_stride = n_cols if self.copy else x.stride(0)", "row_stride = n_cols")], "pass x.stride(0) as x's row stride"),
+    # keys that hold part of the layout: two inputs share the partial key and differ in what it leaves out
+    ("a key with the row stride alone",
+     [("x.stride(), x.dtype, x.device", "x.stride(0), x.dtype, x.device")], "put the whole x.stride() in it"),
+    ("a key with whether x is contiguous",
+     [("x.stride(), x.dtype, x.device", "x.is_contiguous(), x.dtype, x.device")], "not whether x is contiguous"),
+    ("a key with the element size for the dtype",
+     [("x.stride(), x.dtype, x.device", "x.stride(), x.element_size(), x.device")], "put x.dtype itself in it"),
+    ("a key with 8-byte alignment",
+     [("x.data_ptr() % 16 == 0)", "x.data_ptr() % 8 == 0)")], "an address 8 bytes off that grid"),
+    ("the launcher's own key, without the alignment",
+     [("_PLANS.get(plan_key(x))", "_PLANS.get(plan_key(x)[:4])"), ("_PLANS[plan.key] = plan", "_PLANS[plan.key[:4]] = plan")],
+     "they differ in aligned. Triton compiles a kernel for a 16-byte aligned pointer"),
+    ("the launcher's own key, with the row stride alone",
+     [("_PLANS.get(plan_key(x))", "_PLANS.get((x.shape, x.stride(0), x.dtype))"),
+      ("_PLANS[plan.key] = plan", "_PLANS[(x.shape, x.stride(0), x.dtype)] = plan")],
+     "they differ in strides. The strides were the other input's"),
 ]
 
 

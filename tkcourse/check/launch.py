@@ -1,10 +1,13 @@
 """Grader for lesson 08: ``plan_key``, ``SoftmaxPlan`` and the cached ``softmax`` (host work done once).
 
 In order: the lesson-02 kernel the module launches works; ``plan_key`` gives one key to inputs of one
-kind and different keys when the shape, strides, dtype, device or alignment differ; a plan is right
-for the input it was made for, and for later inputs of its key, without planning again and without
-handing the same output buffer to two calls; ``softmax`` over a sequence of inputs of several keys is
-right at every call and makes one plan per key. Outputs compare with float64 torch references.
+kind and different keys when the shape, strides, dtype, device or alignment differ, each difference
+tried against a key that holds only part of it (the row stride alone, whether x is contiguous, the
+element size, 8-byte alignment); a plan is right for the input it was made for, and for later inputs
+of its key, without planning again and without handing the same output buffer to two calls;
+``softmax`` over a sequence of inputs of several keys (rows of one stride and columns of another, an
+address off the 16-byte grid) is right at every call and makes a plan for every key it has not seen,
+even where reusing one would compute the right values. Outputs compare with float64 torch references.
 
 How "planning again" is seen: during the calls that should only launch, ``triton.next_power_of_2``,
 ``triton.cdiv`` and the module's own planning helpers (``warps_for``, ``stages_for``,
@@ -19,7 +22,7 @@ import torch
 import triton
 
 from .. import mode
-from .core import Case, error_case, graded_call, padded, refuses, transposed, written_case
+from .core import INPUT_PAD, Case, error_case, graded_call, padded, refuses, transposed, written_case
 
 HELPERS = ("warps_for", "stages_for", "num_programs")  # the lesson-02 planning helpers a plan calls once
 
@@ -35,6 +38,8 @@ def _words(x: torch.Tensor) -> str:
     text = f"{s['rows']}x{s['columns']} {str(s['dtype'])[6:]}"
     if s["strides"] is not None:
         text += f" strides {s['strides']}"
+    if not s["aligned"]:
+        text += " not 16-byte aligned"
     return text
 
 
@@ -46,7 +51,10 @@ WHY = {
     "columns": "BLOCK (triton.next_power_of_2 of the columns) and the output's shape were made for the other row "
                "length: a longer row is cut short, a shorter one is read past its end",
     "dtype": "the output was allocated in the other dtype, and Triton compiles a kernel per pointer dtype",
-    "strides": "the row stride the plan passes to the kernel was the other input's",
+    "strides": "the strides were the other input's: the row stride the plan passes to the kernel, and whether it "
+               "copies x first (columns that are not contiguous)",
+    "aligned": "Triton compiles a kernel for a 16-byte aligned pointer and another for one that is not: a plan that "
+               "keeps its compiled kernel must not run it on the other kind",
 }
 
 
@@ -106,16 +114,23 @@ def _inputs(gen):
     def r(rows, cols, dtype=torch.float32):
         return torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE)
 
-    wide = torch.full((8, 128), -31328.0, device=mode.DEVICE)
+    def loud(*shape):
+        return torch.full(shape, INPUT_PAD, device=mode.DEVICE)
+
+    wide, every_other, off = loud(8, 200), loud(8, 200), loud(8 * 100 + 4096)
     wide[:, :100] = r(8, 100)
+    every_other[:, ::2] = r(8, 100)
+    off[1:801] = r(8, 100).reshape(-1)
     return [("8x100 float32", padded(r(8, 100))),
             ("8x100 float32 again, other values", padded(r(8, 100))),
             ("8x300 float32 (longer rows)", padded(r(8, 300))),
             ("40x100 float32 (more rows)", padded(r(40, 100))),
             ("3x100 float32 (fewer rows)", padded(r(3, 100))),
             ("8x100 float16 (another dtype)", padded(r(8, 100, torch.float16))),
-            ("8x100 float32, rows 128 apart (another stride)", wide[:, :100]),
+            ("8x100 float32, rows 200 apart (another stride)", wide[:, :100]),
+            ("8x100 float32, every other column, rows 200 apart (another column stride)", every_other[:, ::2]),
             ("8x100 float32, column-major (copied first)", transposed(r(8, 100))),
+            ("8x100 float32, 4 bytes past a 16-byte boundary (not aligned)", off[1:801].view(8, 100)),
             ("8x100 float32 a third time", padded(r(8, 100)))]
 
 
@@ -125,6 +140,24 @@ def _key_cases(mod):
     other = torch.randn(8, 100, device=mode.DEVICE) + 1
     buf = torch.randn(8 * 100 + 4, device=mode.DEVICE)
     wide = torch.randn(8, 128, device=mode.DEVICE)
+    big = torch.randn(8, 200, device=mode.DEVICE)
+    # (what, x, hint): x must get another key than base. Then (what, a, b, hint): a key holding part of what a
+    # plan depends on (the row stride alone, whether x is contiguous, the element size, 8-byte alignment) gives
+    # a and b one key; the whole of it, two.
+    pairs = [("two layouts that are both not contiguous (strides (128, 1) and (1, 8))", wide[:, :100],
+              base.t().contiguous().t(),
+              "put x.stride() itself in it, not whether x is contiguous: the plan passes the row stride to the "
+              "kernel, and copies x first when its columns are not contiguous"),
+             ("rows of one stride, columns of another (strides (200, 1) and (200, 2))", big[:, :100], big[:, ::2],
+              "put the whole x.stride() in it, not x.stride(0) alone: with columns that are not contiguous the plan "
+              "copies x first, so two inputs of one row stride may need two plans"),
+             ("float16 and bfloat16 (one element size)", base.half(), base.bfloat16(),
+              "put x.dtype itself in it, not its size: float16 and bfloat16 take 2 bytes each, but the output is "
+              "allocated in x's dtype and Triton compiles a kernel per pointer dtype"),
+             ("addresses 8 bytes apart, one 16-byte aligned and one not", buf[:800].view(8, 100),
+              torch.randn(8 * 100 + 4, device=mode.DEVICE)[2:802].view(8, 100),
+              "put x.data_ptr() % 16 == 0 in it: Triton specializes a pointer on 16-byte alignment, and an address "
+              "8 bytes off that grid is not aligned for it")]
     differ = [("more rows", torch.randn(40, 100, device=mode.DEVICE),
                "put x.shape in it: the grid and the output's shape depend on the number of rows"),
               ("longer rows", torch.randn(8, 300, device=mode.DEVICE),
@@ -175,6 +208,20 @@ def _key_cases(mod):
             return
         yield Case(label, "pass") if differs else Case(
             label, "fail", f"plan_key gave {k1!r} for 8x100 float32 and for {what}", f"the key misses something: {hint}")
+        if not differs:
+            return
+    for what, a, b, hint in pairs:
+        label = f"plan_key: different keys for {what}"
+        try:
+            ka, kb = key(a), key(b)
+            differs = bool(ka != kb)
+        except Exception as exc:  # noqa: BLE001
+            yield error_case(label, exc)
+            return
+        yield Case(label, "pass") if differs else Case(
+            label, "fail", f"plan_key gave {ka!r} for both", f"the key holds only part of the layout: {hint}")
+        if not differs:
+            return
 
 
 def _kernel_case(mod):
@@ -209,11 +256,13 @@ def _plan_cases(mod, inputs):
         case, _ = _graded(f"SoftmaxPlan(x)(x), {label}", plan_then_call, x, fn_name="plan")
         if case.status == "fail" and "stride" in label and case.hint.startswith("compare your formula"):
             case.hint = ("a strided input is wrong while contiguous ones pass: the plan must pass x.stride(0) as x's "
-                         "row stride (n_cols only when x was copied to a contiguous tensor)")
+                         "row stride (n_cols only when x was copied to a contiguous tensor), and copy x first when "
+                         "its columns are not contiguous (x.stride(1) != 1)")
         yield case
         if case.status != "pass":
             return
-    a, b, c = (inputs[i][1] for i in (0, 1, 8))
+    by_label = dict(inputs)
+    a, b, c = by_label["8x100 float32"], by_label["8x100 float32 again, other values"], by_label["8x100 float32 a third time"]
     try:
         plan = mod.SoftmaxPlan(a)
     except Exception as exc:  # noqa: BLE001
@@ -269,6 +318,19 @@ def _reused_hint(i, inputs) -> str:
             "softmax must look plans up by plan_key(x), and the key must hold x.shape, x.stride() and x.dtype")
 
 
+def _unplanned_hint(i, inputs) -> str:
+    """The hint for an input of a new key that ``softmax`` ran with an earlier plan (right values or not)."""
+    x = inputs[i][1]
+    mine = _spec(x)
+    diffs = [([k for k in mine if _spec(y)[k] != mine[k]], j) for j, (_, y) in enumerate(inputs[:i])]
+    fields, j = min((d for d in diffs if d[0]), key=lambda d: len(d[0]))
+    why = "; ".join(WHY[k] for k in fields if k in WHY)
+    return (f"softmax reused the plan made for {_words(inputs[j][1])} (call {j + 1}, or another of its key) for "
+            f"{_words(x)}: they differ in {' and '.join(fields)}" + (f". {why[0].upper() + why[1:]}" if why else "")
+            + ". softmax must look plans up by plan_key(x), and the key must hold x.shape, x.stride(), x.dtype, "
+            "x.device and x.data_ptr() % 16 == 0")
+
+
 def _launcher_cases(mod, inputs):
     """``softmax`` over the sequence: right at every call, no planning for a key seen before, results kept."""
     plans = getattr(mod, "_PLANS", None)
@@ -284,6 +346,11 @@ def _launcher_cases(mod, inputs):
             case.hint = _reused_hint(i, inputs) or case.hint
         if case.status != "pass":
             yield case
+            return
+        if key not in seen and made and not counts.get("SoftmaxPlan", 0):  # plans are counted, and none was made
+            yield Case(f"softmax, call {i + 1}: a plan of its own for a key not seen before", "fail",
+                       f"softmax made no plan for {_words(x)}, which no earlier call had, and ran a plan made before",
+                       _unplanned_hint(i, inputs))
             return
         made += counts.get("SoftmaxPlan", 0)
         if key in seen and counts:
