@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -117,15 +118,19 @@ def _false_your(line: str) -> bool:
     return bool(YOUR.search(stripped))
 
 
-def _run(path: Path):
+def _run(path: Path, root: Path = ROOT):
+    """Run the notebook at ``path`` as a learner does, in ``notebooks/`` of the checkout at ``root`` (another
+    checkout's ``tkcourse`` comes first on the kernel's path)."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
 
     nb = nbformat.read(path, as_version=4)
     env = {k: v for k, v in os.environ.items() if k != "TKCOURSE_SOLUTIONS"}
     env["MPLBACKEND"] = "Agg"
+    if root != ROOT:
+        env["PYTHONPATH"] = os.pathsep.join([str(root)] + [p for p in [env.get("PYTHONPATH")] if p])
     client = nbclient.NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
-                                     resources={"metadata": {"path": str(ROOT / "notebooks")}})
+                                     resources={"metadata": {"path": str(root / "notebooks")}})
     with client.setup_kernel(env=env):  # the kernel's whole environment: this one, less TKCOURSE_SOLUTIONS
         hook = nbformat.v4.new_code_cell(_FIGURE_TEXT_HOOK)
         nb.cells.append(hook)  # executed at an index of its own, then taken out again
@@ -223,3 +228,45 @@ def test_an_edited_exercise_skips_its_notebook(monkeypatch):
                         if name == "vector_add" else real(name))
     with pytest.raises(pytest.skip.Exception, match=r"edited here: exercises/vector_add\.py"):
         test_notebook_as_a_learner(ROOT / "notebooks" / "01_vector_add.ipynb")
+
+
+def _wrong_exercise(solution: str, right: str, wrong: str) -> str:
+    """The solution's text as a learner would have written it (no exercise markers), with ``right`` made ``wrong``."""
+    kept, in_stub = [], False
+    for line in solution.splitlines(keepends=True):
+        marker = line.strip()
+        if marker.startswith("### STUB"):
+            in_stub = True
+        elif marker.startswith("### END SOLUTION"):
+            in_stub = False
+        elif not in_stub and not marker.startswith("### BEGIN SOLUTION"):
+            kept.append(line)
+    text = "".join(kept)
+    assert text.count(right) == 1, right
+    return text.replace(right, wrong)
+
+
+def test_a_failing_exercise_is_never_shown_as_right(tmp_path):
+    """A learner whose kernel fails the check (Python's `and` in the mask) runs lesson 01: the check says
+    FAIL, and every cell after it runs the reference and says so; none credits the learner with a result.
+
+    The notebook runs in a copy of the checkout whose exercises/vector_add.py is the wrong one, so this
+    checkout's exercises stay as they are."""
+    pytest.importorskip("nbclient")
+    for part in ("tkcourse", "solutions", "exercises", "benchmarks"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__", "*.bak-*"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "notebooks").mkdir()
+    shutil.copy(ROOT / "notebooks" / "01_vector_add.ipynb", tmp_path / "notebooks")
+    wrong = _wrong_exercise((ROOT / "solutions" / "vector_add.py").read_text(), "mask = offsets < n ",
+                            "mask = offsets < n and offsets >= 0 ")
+    (tmp_path / "exercises" / "vector_add.py").write_text(wrong)
+
+    nb = _run(tmp_path / "notebooks" / "01_vector_add.ipynb", root=tmp_path)
+    texts = ["\n".join(line for o in cell.get("outputs", []) for line in _output_lines(o)) for cell in nb.cells]
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "check.run(" in "".join(c.source))
+    assert "exercises/vector_add.py): FAIL" in texts[at] and "Python's `and`" in texts[at], texts[at]
+    after = "\n".join(texts[at + 1:])
+    assert "running the reference kernel" in after and "does not pass the check" in after, after
+    problems = [p for p in _problems(nb) if int(p.split(":")[0].split()[1]) > at]
+    assert not problems, "after the failed check:\n  " + "\n  ".join(problems)
