@@ -358,10 +358,9 @@ def stream_lookup() -> Callable[[int], int]:
 
 def hooks_on() -> bool:
     """A launch hook is set, such as a profiler's (triton 3.6: a callable or None; 3.7: a ``HookChain``,
-    empty by default): then launches must go through ``kernel[grid]``, which calls it."""
-    import triton
-
-    knobs = getattr(triton, "knobs", None)
+    empty by default): then launches must go through ``kernel[grid]``, which calls it. Cheap (a lean
+    launch asks on every call): no triton imported yet means no hook set."""
+    knobs = getattr(sys.modules.get("triton"), "knobs", None)
     hook = getattr(getattr(knobs, "runtime", None), "launch_enter_hook", None)
     return hook is not None and bool(getattr(hook, "calls", True))
 
