@@ -30,7 +30,7 @@ import math
 import numpy as np
 import torch
 
-from .. import mode, traffic
+from .. import mode, traffic, triton_internals
 from .core import (
     Case,
     alias_case,
@@ -324,9 +324,10 @@ def gpu_plan(mod):
     tokens a step and its ``INTERPRET`` to False (the GPU's split counts), put back afterwards. Yields whether
     the module has them (a launcher of the learner's own keeps its plan)."""
     saved = {}
+    names = getattr(mod, "__dict__", {})
     for name, value in (("BLOCK_N", GPU_BLOCK_N), ("INTERPRET", False)):
-        if name in vars(mod) and isinstance(vars(mod)[name], int):
-            saved[name] = vars(mod)[name]
+        if isinstance(names.get(name), int):
+            saved[name] = names[name]
             setattr(mod, name, value)
     try:
         yield "BLOCK_N" in saved
@@ -380,34 +381,24 @@ def _gpu_plan_cases(mod, gen):
 def _narrow_offsets(traces, threshold: int):
     """Note every pointer addition whose offsets are narrower than 64 bits and reach ``threshold`` elements:
     yields a list of ``(launch index, resulting pointer block, dtype, largest offset)``. The tracer, which wraps
-    the same addition inside this one, tags each resulting block with the tensor it points into."""
-    from .. import triton_internals  # the interpreter's builder: the tracer's own hook point
-
-    b = triton_internals.interpreter_builder()
-    had = vars(b).get("create_addptr")
-    real = b.create_addptr
+    the same addition inside this one at each launch, tags each resulting block with the tensor it points into."""
     seen = []
 
-    def addptr(ptr, offset, *args, **kwargs):
-        out = real(ptr, offset, *args, **kwargs)
-        with contextlib.suppress(Exception):  # never let the watch break a launch
-            ty = offset.dtype
-            bits = getattr(getattr(ty, "scalar", ty), "primitive_bitwidth", 64)
-            if bits < 64:
-                top = int(np.abs(np.asarray(offset.data).astype(np.int64)).max(initial=0))
-                if top >= threshold:
-                    seen.append((len(traces), out, str(ty), top))
-        return out
+    def wrapper(real):
+        def addptr(ptr, offset, *args, **kwargs):
+            out = real(ptr, offset, *args, **kwargs)
+            with contextlib.suppress(Exception):  # never let the watch break a launch
+                ty = offset.dtype
+                bits = getattr(getattr(ty, "scalar", ty), "primitive_bitwidth", 64)
+                if bits < 64:
+                    top = int(np.abs(np.asarray(offset.data).astype(np.int64)).max(initial=0))
+                    if top >= threshold:
+                        seen.append((len(traces), out, str(ty), top))
+            return out
+        return addptr
 
-    b.create_addptr = addptr
-    try:
+    with triton_internals.builder_wrapped({"create_addptr": wrapper}):
         yield seen
-    finally:
-        if had is not None:
-            b.create_addptr = had
-        else:
-            with contextlib.suppress(AttributeError):
-                del b.create_addptr
 
 
 def _pool_offsets_case(mod, gen):
