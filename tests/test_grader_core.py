@@ -357,3 +357,16 @@ def test_after_check_runs_the_learners_module_only_once_it_passes(monkeypatch):
     assert labels.after_check(todo, ref, ref)[2].endswith("exercises/vector_add.py is not done yet")
     module, ran, line = labels.after_check(report, ref, ref)  # edited and passing, but loaded as the stub
     assert module is ref and "re-run the notebook's first cell" in line
+
+
+@triton.jit
+def _add_twice(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    s = tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, s + s, mask=mask)  # a mistake no lesson hint models
+
+
+def test_a_hint_that_cannot_name_the_mistake_says_what_it_saw():
+    bad = check.run("vector_add", module=_add_module(_add_twice), quiet=True).first_problem()
+    assert "what the grader sees: every value is wrong, each is the expected value times 2" in bad.hint, bad

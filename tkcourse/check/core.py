@@ -685,8 +685,37 @@ def compare(label, out, expected, *, dtype=None, atol=None, rtol=None, allocs=()
                     "or inf * 0 (exp of a large value overflows to inf; a masked lane loaded with other=-inf and "
                     "then subtracted), and for values read from outside the data")
         else:
-            hint = "compare your formula with the reference, and check offsets and strides"
+            hint = (f"no known mistake fits; what the grader sees: {describe_wrong(o, e, wrong)}. Compare your "
+                    "formula with the reference, and check the offsets and strides")
     return Case(label, "fail", detail, hint)
+
+
+def describe_wrong(o: torch.Tensor, e: torch.Tensor, wrong: torch.Tensor) -> str:
+    """What a wrong output looks like, for a hint that cannot name the mistake: how many values, where
+    (a run at the end, whole rows or columns), and whether they are the expected ones scaled or shifted."""
+    n_wrong, n = int(wrong.sum()), wrong.numel()
+    parts = ["every value is wrong" if n_wrong == n else f"{n_wrong} of {n} values are wrong"]
+    flat = wrong.reshape(-1)
+    first = int(flat.nonzero()[0])
+    if n_wrong < n and bool(flat[first:].all()):
+        parts.append(f"all of them from position {first} on{' (row-major)' if o.dim() > 1 else ''}, none before")
+    elif n_wrong < n and o.dim() == 2 and o.shape[0] > 1 and o.shape[1] > 1:
+        rows, cols = wrong.any(1), wrong.any(0)
+        if int(rows.sum()) < o.shape[0]:
+            parts.append(f"in {int(rows.sum())} of {o.shape[0]} rows (the first: {int(rows.nonzero()[0])})")
+        if int(cols.sum()) < o.shape[1]:
+            parts.append(f"in {int(cols.sum())} of {o.shape[1]} columns (the first: {int(cols.nonzero()[0])})")
+    ow, ew = o[wrong], e[wrong]
+    finite = torch.isfinite(ow) & torch.isfinite(ew) & (ew.abs() > 1e-12)
+    if bool((ow == 0).all()):
+        parts.append("each of them 0 (stored as 0, or a zero-filled output never written there)")
+    elif int(finite.sum()) >= 2:
+        ratio, diff = ow[finite] / ew[finite], ow[finite] - ew[finite]
+        if torch.allclose(ratio, ratio.median().expand_as(ratio), rtol=1e-3, atol=1e-6):
+            parts.append(f"each is the expected value times {float(ratio.median()):.4g}")
+        elif torch.allclose(diff, diff.median().expand_as(diff), rtol=1e-3, atol=1e-6):
+            parts.append(f"each is the expected value plus {float(diff.median()):.4g}")
+    return ", ".join(parts)
 
 
 def _diagnosis(diagnose, o, e, wrong) -> str:

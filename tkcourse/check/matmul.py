@@ -14,7 +14,7 @@ import math
 import torch
 
 from .. import mode
-from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows
+from .core import attempt, describe_wrong, padded, random_sizes, refuses, row_padded, seeded, sliced_rows
 
 # (M, N, K, layout): primes, size 1, K not a multiple of any BLOCK_K, transposed inputs
 SHAPES = [(67, 45, 29, ""), (128, 128, 64, ""), (1, 1, 1, ""), (1, 37, 300, ""), (131, 1, 17, ""),
@@ -85,7 +85,8 @@ def _diagnose(a, b, layout):
                 return "only the last K step counts: accumulate with acc += tl.dot(a, b), not acc = tl.dot(a, b)"
             if K > bk and torch.allclose(o, ad[:, :bk] @ bd[:bk], atol=1e-2, rtol=1e-2):
                 return "only the first K step counts: accumulate, and advance the pointers by BLOCK_K each step"
-        return "compare with the reference: are a's and b's strides passed in the right order (am, ak, bk, bn)?"
+        return (f"no known mistake fits; what the grader sees: {describe_wrong(o, e, wrong)}. Are a's and b's "
+                "strides passed in the order the kernel takes them (am, ak, bk, bn)?")
     return hint
 
 
