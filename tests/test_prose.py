@@ -128,6 +128,35 @@ def test_every_allowed_phrase_is_still_there():
         assert phrase in text, f"{name} no longer says {phrase!r} ({why}): drop it from ALLOWED"
 
 
+#: What a code cell that prints a rate or a time must read it from: the recorded table (through
+#: ``tkcourse.bench``) or a measurement it takes now.
+RATE_SOURCES = ("bench.", "ratios(", "ratio(", "recorded(", "peaks", "load_records", "device_ceilings", "summary.",
+                "timed_rows", "host_and_gpu_time", "do_bench", "timeit", "perf_counter", "proton")
+RATE_WORDS = re.compile(r"GB/s|TB/s|TFLOP/s|(?<![\w/])(?:us|µs|ms)\b")
+
+
+def rates_from_nowhere(cells: list[dict]) -> list[int]:
+    """Code cells whose printed text names a rate or a time and that neither read the table nor measure."""
+    return [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+            and RATE_WORDS.search(" ".join(_strings_and_comments(_text(c))))
+            and not any(s in _text(c) for s in RATE_SOURCES)]
+
+
+@pytest.mark.parametrize("name", _notebooks())
+def test_printed_rates_come_from_the_table_or_a_measurement(name):
+    assert not rates_from_nowhere(_cells(name)), (
+        f"{name}: cells {rates_from_nowhere(_cells(name))} print a rate or a time without reading "
+        "tkcourse/data/h200/bench.csv (tkcourse.bench) or measuring it")
+
+
+def test_a_rate_from_nowhere_is_caught():
+    cells = [{"cell_type": "code", "source": ['rate = 94\nprint(f"the kernel: {rate} TFLOP/s")\n']},
+             {"cell_type": "code", "source": ['r = summary.recorded("matmul", "1024x1024x1024", "float16")\n'
+                                              'print(f"the kernel: {r:.0f} TFLOP/s")\n']},
+             {"cell_type": "code", "source": ['print("a tile of 128 x 128")\n']}]
+    assert rates_from_nowhere(cells) == [0]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # comparisons in words, against the table
 # ---------------------------------------------------------------------------------------------------------
