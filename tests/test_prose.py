@@ -2,7 +2,8 @@
 
 * GPU figures (µs, GB/s, TFLOP/s, ratios such as 1.04x, percentages) are never typed into a lesson: the
   markdown says what the figures show in words, and a code cell prints the numbers from the recorded table
-  (``tkcourse/data/h200/bench.csv``, read through ``tkcourse.bench``), so that they cannot drift from it.
+  (``tkcourse/data/h200/bench.csv``, read through ``tkcourse.bench``), so that they cannot drift from it;
+  a code cell that prints a rate or a time reads that table or measures it now.
 * The comparisons the markdown still makes in words ("beats torch at every shape") are checked against
   that table (``CLAIMS``).
 * What the text says the learner writes is what the exercise leaves open: a lesson's "You write:" line
