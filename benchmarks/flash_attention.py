@@ -30,7 +30,8 @@ def _sdpa(backend):
 def providers(attention=None) -> dict:
     """``{provider: f(q, k, v, causal)}``: ``attention`` as triton, and SDPA. The default is the
     reference's fast path, the tuned forward with the autotuned backward (the recorded rows' kernels),
-    behind lesson 08's lean launch path; its ordinary launch (the tuned modules) is triton-readable."""
+    behind a lean launch (``solutions.kernels.attention``); its ordinary launch (``kernels.attention_forward``
+    and ``kernels.attention_backward``) is triton-readable."""
     from torch.nn.attention import SDPBackend
 
     sdpa = {"sdpa-flash": _sdpa(SDPBackend.FLASH_ATTENTION), "sdpa-cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION)}

@@ -28,9 +28,10 @@ def shape_cases(kernel: str, softmax, x: torch.Tensor, readable=None):
 
 def cases(fused=None, online=None):
     """Both kernels at their shapes, fp16; ``fused``/``online`` default to the references' fast paths
-    behind lesson 08's lean launch path (``solutions.launch_lean_kernels``): lesson 02's kernel, and for
-    lesson 05 its last step, ``solutions.online_softmax_one_read`` (the one-read and lanes kernels that
-    the recorded ``online_softmax`` rows measured). Their readable launchers are the triton-readable rows."""
+    behind a lean launch (``solutions.kernels.softmax``, ``solutions.kernels.online_softmax``): lesson
+    02's kernel, and for lesson 05 its last step, ``solutions.kernels.online_softmax_one_read`` (the
+    one-read and lanes kernels that the recorded ``online_softmax`` rows measured). Their readable
+    launchers are the triton-readable rows."""
     readables = {}
     if fused is None:
         from solutions import softmax as lesson02

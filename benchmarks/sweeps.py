@@ -5,7 +5,7 @@ for each kernel, so that the command finds the kernels by name and ``tkcourse`` 
 
 * ``matmul``: lesson 03's matmul over lesson 04's ``config_space()`` (``--prune``: minus what lesson 04's
   ``prune`` drops), timed beside ``torch.matmul``.
-* ``attention``: lesson 06's tuned forward (``solutions.flash_attention_tuned``, the kernel the recorded
+* ``attention``: lesson 06's tuned forward (``solutions.kernels.attention_forward``, the kernel the recorded
   figures measure) over ``ATTENTION_AXES``, timed beside PyTorch's SDPA.
 """
 

@@ -1,7 +1,7 @@
 """Benchmark cases of lesson 01: vector add against ``torch.add``, and a copy.
 
-Provider ``triton`` is the lean launch path (``solutions.launch_lean_kernels.add``, lesson 08),
-``triton-readable`` the lesson's own launcher (``solutions.vector_add.add``): same kernel, the
+Provider ``triton`` is the lean launch path (``solutions.kernels.vector_add.add``, the lesson's
+kernel), ``triton-readable`` the lesson's own launcher (``solutions.vector_add.add``): same kernel, the
 difference is the host's launch cost. 4096 elements: a size where only that cost shows.
 
 Traffic: read x and y, write out: 3 x 4 bytes an element in fp32.

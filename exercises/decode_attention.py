@@ -27,8 +27,9 @@ Two kernels (flash-decoding, Dao et al. 2023):
    lesson 05's rule: m = max m_i, out = Σ exp(m_i - m)·acc_i / Σ exp(m_i - m)·l_i.
 
 One program per (sequence, head) would leave most of the GPU idle at small batches (B·Hkv = 64
-programs for 132 SMs at B = 8), hence the splits. ``solutions/decode_attention_tuned.py`` picks
-the split count and blocks for the H200, behind the same API.
+programs for 132 SMs at B = 8), hence the splits. ``solutions/kernels/decode_attention.py`` picks
+the split count and blocks for the H200, behind the same API and a lean launch; it uses this
+file's ``check_inputs``, ``launch``, ``split_plan``, ``decode_split``, ``decode_combine`` and ``LOG2E``.
 """
 
 import math

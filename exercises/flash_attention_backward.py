@@ -15,9 +15,11 @@ The kernels work in base 2: exp(x) = exp2(x · log2 e), so P = exp2(scale·log2(
 Three kernels: ``attn_bwd_preprocess`` (Δ), ``attn_bwd_dkdv`` (a program per K/V block looping
 over the query blocks: the one you write) and ``attn_bwd_dq`` (a program per Q block looping over
 the K/V blocks); the two given ones live in ``solutions/_attention_dq.py``. Causal attention skips the blocks wholly above the diagonal and masks the diagonal.
-Here each kernel runs with one fixed config; ``solutions/flash_attention_backward_tuned.py``
-autotunes the same kernels, and ``solutions/flash_attention_autograd.py`` joins lesson 06's forward
-and this backward into one trainable ``attention``.
+Here each kernel runs with one fixed config; ``solutions/kernels/attention_backward.py``
+autotunes the same kernels (``attn_bwd_dkdv``, ``attn_bwd_dq``; with ``attn_bwd_preprocess``,
+``check_inputs``, ``checked_config``, ``compute_delta``, ``prepare`` and ``tma_scratch`` from
+here), and ``solutions/flash_attention_autograd.py`` joins lesson 06's forward and this backward
+into one trainable ``attention``.
 
 Traffic (minimum): read Q, K, V, O, dO (5·B·H·N·D elements) and lse, write dQ, dK, dV (3·B·H·N·D):
 16·B·H·N·D bytes in fp16 (+ 12·B·H·N bytes for lse and Δ). Each kernel re-reads what it loops over.

@@ -12,6 +12,9 @@ Precision: products are summed in fp32, C is returned in the inputs' dtype. For 
 GPU, ``tl.dot`` uses TF32 tensor cores by default (10-bit mantissa: ~1e-3 relative error, like
 ``torch.backends.cuda.matmul.allow_tf32 = True``); in the interpreter it is exact fp32. Graders pick
 their tolerances by mode.
+
+Used by the fast path (``solutions/kernels/matmul.py``, the same kernel behind a lean launch): ``matmul_autotuned`` and
+``check_config`` (with ``matmul_kernel`` and ``DEFAULT_INTERPRETER_CONFIG``).
 """
 
 import torch

@@ -13,12 +13,17 @@ Traffic: read the (M, N) input, write the (M, N) output: ``2 * M * N`` elements 
 comes from L2, not HBM, when the row was read a moment before.
 
 This file is the lesson: one program per row, the two functions you write and their launcher.
-The steps from correct to fast, each behind the same ``softmax(x, ...)``, are their own modules:
+The steps from correct to fast, each behind the same ``softmax(x, ...)``, are modules of the kernel
+library (``solutions/kernels/``):
 
 - ``online_softmax_split``: a long row split over several programs (``parts``), whose partial
   ``(m, l)`` pairs are combined, so that few long rows still fill the GPU;
 - ``online_softmax_one_read``: each part read once and held in registers while the row's parts
-  exchange their pairs, and a persistent grid for few long rows (GPU only; the course's benchmark).
+  exchange their pairs, and a persistent grid for few long rows (GPU only; the course's benchmark,
+  behind the lean launch of ``kernels/online_softmax.py``).
+
+They use this file's ``online_stats``, ``write_softmax``, ``online_softmax_kernel``, ``step_states``
+and ``reference``.
 """
 
 import math

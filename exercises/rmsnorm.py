@@ -18,6 +18,9 @@ The sum is rounded to x's dtype, stored, and that rounded sum is what is normali
 exactly ``rmsnorm`` of the ``h`` returned (what the unfused ops compute, and what vLLM's
 ``fused_add_rms_norm`` does). The statistics are fp32: a fp16 sum of squares overflows at
 65504 (a row of 4096 values of size 4 is already there).
+
+Used by the fast path (``solutions/kernels/rmsnorm.py``, the same kernel behind a lean launch): ``rmsnorm_kernel``,
+``num_warps`` and ``as_rows``.
 """
 
 import torch

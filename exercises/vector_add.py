@@ -4,6 +4,8 @@
 """Lesson 01: vector add, ``out = x + y``, one program per BLOCK elements.
 
 Traffic: read 2n elements, write n elements (12 bytes an element in fp32).
+
+Used by the fast path (``solutions/kernels/vector_add.py``, the same kernel behind a lean launch): ``add_kernel``.
 """
 
 import torch

@@ -8,6 +8,9 @@ block held in registers, so rows are limited to ``MAX_COLS`` columns; longer row
 
 ``naive_softmax`` does the same maths with five torch ops, each a trip through HBM:
 read ``5MN + 2M`` and write ``3MN + 2M`` elements, about 4x the fused kernel's bytes.
+
+Used by lesson 08 (``launch.py``) and the fast path (``solutions/kernels/softmax.py``): ``softmax_kernel``
+and its plan, ``warps_for``, ``stages_for``, ``num_programs``.
 """
 
 import torch

@@ -1,4 +1,4 @@
-"""Lesson 08's lean launch paths: same results as the references and the lessons' launchers, one
+"""The kernel library's lean launch paths (solutions/kernels/): same results as the references and the lessons' launchers, one
 entry per compile-relevant key (dtype, shape, stride, alignment), and, on a GPU, CUDA-graph capture."""
 
 import pytest

@@ -1,6 +1,7 @@
-"""Lesson 08: attention forward (lesson 06's tuned kernel) and backward (lesson 07's autotuned kernels)
-behind lean launch paths, with the step modules' APIs; the mechanism and the keys are those of
-``launch_lean`` and ``launch_lean_kernels`` (dtypes, shapes, strides, alignment, device, options).
+"""Attention forward (lesson 06's tuned kernel) and backward (lesson 07's autotuned kernels) behind
+lean launches, with the APIs of ``attention_forward`` and ``attention_backward``; the mechanism and
+the keys are those of ``lean`` and the package's other modules (dtypes, shapes, strides, alignment,
+device, options).
 Host-made tensor descriptors: a direct entry (triton 3.6) keeps each address's encoded map
 (``lean._DirectDescriptors``); elsewhere four descriptors are kept with the entry and only
 their base changes from call to call.
@@ -60,7 +61,7 @@ _FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made de
 #: ``attention_forward(..., host_descriptors=...)`` asks for one or the other.
 HOST_DESCRIPTORS = DIRECT
 #: The forward launched with programmatic dependent launch where the GPU has it (as
-#: ``launch_lean_kernels.MATMUL_PDL``). At B1 H16 N512 D64 on the H200, eight forwards in one CUDA
+#: ``matmul.MATMUL_PDL``). At B1 H16 N512 D64 on the H200, eight forwards in one CUDA
 #: graph: 7.1 us each with it, 7.7 without (causal 7.6 against 8.2; ``research/launch/pdl_probe.py``).
 #: Read when a key's entry is made.
 FWD_PDL = True
@@ -81,7 +82,7 @@ def _descs(q, k, v, o, meta, kept):
 
 
 def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None, host_descriptors=None):
-    """``(o, lse)``, as ``flash_attention_tuned.attention_forward``; ``config``, ``host_descriptors``
+    """``(o, lse)``, as ``attention_forward.attention_forward``; ``config``, ``host_descriptors``
     or a non-tuned ``impl`` take that module's ordinary launch."""
     if config is not None or host_descriptors not in (None, True, False):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config, host_descriptors)
@@ -98,7 +99,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     if not prepared:
         q, k, v = fab.prepare(q), fab.prepare(k), fab.prepare(v)
     o = torch.empty_like(q)
-    lse = torch.empty_like(lse_template)  # one float expanded to (B, H, N): see launch_lean_kernels._hot_entry
+    lse = torch.empty_like(lse_template)  # one float expanded to (B, H, N): see matmul._hot_entry
     if e.tensor_descriptors:  # host-made descriptors, which the entry encodes from the tensors
         e(q, k, v, o, lse)
         return o, lse
@@ -153,7 +154,7 @@ _DQ = {True: Lean(fabt.dq_autotuned or fab.attn_bwd_dq), False: Lean(fab.attn_bw
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
-    """``(dq, dk, dv)``, as ``flash_attention_backward_tuned.attention_backward``."""
+    """``(dq, dk, dv)``, as ``attention_backward.attention_backward``."""
     hit = key = None
     try:
         if dkdv_config is None and dq_config is None and (sm_scale is None or type(sm_scale) in (float, int)):
@@ -202,7 +203,7 @@ def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_
     return dq, dk, dv
 
 
-#: The trainable layer: the lean forward and backward, as ``flash_attention_backward_tuned.attention``.
+#: The trainable layer: the lean forward and backward, as ``attention_backward.attention``.
 attention = trainable(attention_forward, attention_backward)
 
 LEANS = dict(fwd_small=_FWD_SMALL, fwd_large=_FWD_LARGE, fwd_fixed=_FWD_FIXED, delta=_DELTA, dkdv=_DKDV[True],

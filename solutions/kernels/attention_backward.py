@@ -1,11 +1,11 @@
-"""Lesson 07, from correct to fast: the FlashAttention backward autotuned, and the trainable layer.
+"""FlashAttention backward (lesson 07), from correct to fast: autotuned, and the trainable layer.
 
 The kernels are the lesson's (``flash_attention_backward.py``), unchanged; what this step adds is
 ``triton.autotune`` over ``DKDV_CONFIGS`` and ``DQ_CONFIGS`` on a GPU (keyed on N, D, causal and the
 dtype), pruned to configs whose fp32 accumulators fit in registers. ``attention`` is the trainable
-layer made of the tuned forward (``flash_attention_tuned.py``) and this backward: the reference's
+layer made of the tuned forward (``attention_forward.py``) and this backward: the reference's
 fast path on a GPU, which the benchmarks (``benchmarks/flash_attention.py``) and the recorded H200
-figures measure. Compiled for sm_90 with triton 3.9, every config below fits without register
+figures measure behind a lean launch (``attention.py``). Compiled for sm_90 with triton 3.9, every config below fits without register
 spills except those the prune drops: fp32 accumulators of more than MAX_ACC_REGS registers per
 thread (e.g. dK/dV with BLOCK_N=128, D=128, 4 warps). Configs that need more shared memory than the
 GPU has fail at launch; autotune skips them.
@@ -114,6 +114,6 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
 
 
 #: The trainable layer: ``attention(q, k, v, causal=False, sm_scale=None, config=None, impl="auto")``,
-#: the tuned forward (``impl`` and ``config`` as in ``flash_attention_tuned.attention_forward``) and
+#: the tuned forward (``impl`` and ``config`` as in ``attention_forward.attention_forward``) and
 #: the autotuned backward.
 attention = trainable(forward.attention_forward, attention_backward)

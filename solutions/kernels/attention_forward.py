@@ -1,4 +1,4 @@
-"""Lesson 06, from correct to fast: the tuned FlashAttention forward, behind the lesson's API.
+"""FlashAttention forward (lesson 06), from correct to fast: the tuned kernel, behind the lesson's API.
 
 The same attention as ``flash_attention.py`` (the kernel a learner writes), in four steps that
 follow Triton's fused-attention tutorial (``06-fused-attention.py``) and the notebook's
@@ -14,7 +14,7 @@ follow Triton's fused-attention tutorial (``06-fused-attention.py``) and the not
    warp-specialized loops among them.
 
 This is the reference's fast path on a GPU: the benchmarks (``benchmarks/flash_attention.py``) and
-the recorded H200 figures measure it. ``impl="simple"`` runs the lesson's kernel instead.
+the recorded H200 figures measure it, behind a lean launch (``attention.py``). ``impl="simple"`` runs the lesson's kernel instead.
 """
 
 import torch
@@ -173,7 +173,7 @@ def attn_fwd_tuned(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     qk_scale = sm_scale * 1.4426950408889634  # fold log2(e) in: exp(x·s) = exp2(x·s·log2 e)
-    if PDL:  # nothing before this reads or writes memory (launch_matmul_small.matmul_tma_kernel says why)
+    if PDL:  # nothing before this reads or writes memory (matmul_small.matmul_tma_kernel says why)
         gdc_wait()
     q = desc_q.load([row0 + start_m * BLOCK_M, 0])
 
@@ -293,5 +293,5 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
 
 def attention(q, k, v, causal=False, sm_scale=None, config=None, impl="auto"):
     """FlashAttention's forward, as the lesson's ``attention``; see ``attention_forward`` for ``impl``
-    and ``config``. The trainable layer with this forward is ``flash_attention_backward_tuned.attention``."""
+    and ``config``. The trainable layer with this forward is ``attention_backward.attention``."""
     return attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, impl=impl, config=config)[0]

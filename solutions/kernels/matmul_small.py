@@ -1,4 +1,4 @@
-"""Lesson 08: matmul for problems too small to fill the GPU with the lesson's tiles (split-K), and
+"""Matmul (lesson 03) for problems too small to fill the GPU with the lesson's tiles (split-K), and
 with TMA loads (``matmul_tma_kernel``) where host-made descriptors are cheap.
 
 At 1024³ the lesson's 128x256 tiles make 32 programs for an H200's 132 SMs; 64x128 tiles make 128,
@@ -10,7 +10,7 @@ program resets the counter to 0, so the counters are zeroed once, when the works
 
 On triton 3.6 the lean path takes ``matmul_tma_kernel`` for products up to ``TMA_MAX_MNK``: the
 lesson's loop, its tiles fetched by the TMA unit from host-made descriptors, which a direct entry
-encodes once an address (``launch_lean._DirectDescriptors``). In CUDA graphs on the H200 it gave
+encodes once an address (``lean._DirectDescriptors``). In CUDA graphs on the H200 it gave
 0.93-0.99x cuBLAS at 1024³ and 2048³, where the pointer kernel's best tile gave 0.91x
 (``research/launch/host_breakdown.py``, part T).
 
@@ -160,7 +160,7 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: dict) -> torch.Tensor:
 
 
 #: TMA tiles by problem size (M·N·K up to the bound), for the lean path where host-made descriptors
-#: are cheap (``launch_lean._DirectDescriptors``): the fastest in CUDA graphs on the H200
+#: are cheap (``lean._DirectDescriptors``): the fastest in CUDA graphs on the H200
 #: (``research/launch/host_breakdown.py``, part T). Up to 1280^3, 7 stages: all 16 K steps of a
 #: 1024^3 tile but the last few are in flight at once (``research/launch/pdl_probe.py``, part M).
 TMA_CONFIGS = {
