@@ -338,17 +338,19 @@ def gpu_plan(mod):
 
 # (lengths, page_size, Hq, Hkv, D). RESIDUES: the interpreter's plan gives 3 splits of 48 tokens (a table
 # of 9 pages of 16): lengths of 2 splits exactly, one more than 1, one less, 2 and a part, and 1 token.
+# On a GPU its plan gives 3 splits of 256 tokens for a table of 23 pages of 32.
 RESIDUES = ([96, 49, 1, 47, 128], 16, 4, 2, 64)
+RESIDUES_GPU = ([512, 257, 1, 255, 700], 32, 4, 2, 64)
 # The GPU's plan: 64 tokens a step over pages of 16 (a step spans 4 pages) in one split; over pages of 32 in
 # 3 splits of 256 tokens (700 = 2 * 256 + 188; 90 leaves two splits empty).
 GPU_CASES = [([37, 200], 16, 8, 2, 64), ([700, 90], 32, 4, 1, 128)]
 
 
 def _residue_case(mod, gen):
-    lens, ps, Hq, Hkv, D = RESIDUES
+    lens, ps, Hq, Hkv, D = RESIDUES if mode.INTERPRET else RESIDUES_GPU
     splits, size, _ = lesson_plan(len(lens), Hkv, _max_pages(lens, ps), ps, gpu=not mode.INTERPRET)
-    label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: {splits} splits of {size} tokens, lengths of every "
-             "residue against them")
+    label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: {splits} split{'s' * (splits > 1)} of {size} tokens, "
+             "lengths of every residue against them")
     extra = (f"this case has {splits} splits per sequence (not a power of two), and lengths that end on a split's "
              "end, one past it, one before it, and inside the first split (the later splits are empty). In the "
              "combine, mask the partials' loads with s < SPLITS (other=-inf for m, 0 for l and acc) and find them at "
