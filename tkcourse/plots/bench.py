@@ -5,6 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from ..bench.core import select
+from ..bench.summary import provider_label
 
 
 def provenance_label(rows) -> str:
@@ -18,8 +19,8 @@ def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: st
                  labels: dict | None = None):
     """Rate (the rows' metric) against problem size for each provider of ``kernel``.
 
-    ``labels``: legend text per provider (e.g. ``{"triton": tkcourse.whose(mod).legend("kernel")}``); the
-    rate axis starts at zero, so heights compare as ratios.
+    ``labels``: legend text per provider (e.g. ``{"triton": tkcourse.whose(mod).legend("kernel")}``; others in
+    plain words, ``tkcourse.bench.summary.provider_label``); the rate axis starts at zero, so heights compare as ratios.
     """
     rows = select(rows, kernel=kernel, **({"dtype": dtype} if dtype else {}))
     if not rows:
@@ -30,7 +31,7 @@ def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: st
     for provider in sorted({r["provider"] for r in rows}, key=lambda p: (p != "triton", p)):
         pr = sorted(select(rows, provider=provider), key=lambda r: _size(r["shape"]))
         xs = [_size(r["shape"]) for r in pr]
-        ax.plot(xs, [r["median"] for r in pr], marker="o", label=(labels or {}).get(provider, provider))
+        ax.plot(xs, [r["median"] for r in pr], marker="o", label=(labels or {}).get(provider) or provider_label(provider))
         ax.fill_between(xs, [r["p20"] for r in pr], [r["p80"] for r in pr], alpha=0.2)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("problem size (elements)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
+from ..bench.summary import provider_label
 from .bench import provenance_label
 
 BARS = (("host_us", 1.0, "host: call to return", "tab:orange"),
@@ -25,7 +26,8 @@ def timed_rows(rows) -> list[dict]:
 def host_vs_gpu(rows, title: str = "where a call's time goes", labels: dict | None = None, ax=None):
     """Horizontal bars, microseconds on a log axis, one group per (kernel, shape, dtype, provider).
 
-    ``labels``: text per provider (``{"triton": "reference kernel (triton)"}``). Raises ValueError when
+    ``labels``: text per provider (``{"triton": "reference kernel (triton)"}``; others in plain words,
+    ``tkcourse.bench.summary.provider_label``). Raises ValueError when
     no row has a host time.
     """
     rows = timed_rows(rows)
@@ -43,7 +45,7 @@ def host_vs_gpu(rows, title: str = "where a call's time goes", labels: dict | No
         for y, v in zip(ys, vals):
             if v == v:
                 ax.text(v, y, f" {v:.1f}", va="center", fontsize=7)
-    names = [f"{r['kernel']} {r['shape']} {r['dtype']}\n{(labels or {}).get(r['provider'], r['provider'])}" for r in rows]
+    names = [f"{r['kernel']} {r['shape']} {r['dtype']}\n{(labels or {}).get(r['provider']) or provider_label(r['provider'])}" for r in rows]
     ax.set_yticks(range(len(rows)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
