@@ -154,7 +154,7 @@ def test_online_softmax_grader_passes_a_correct_triton_kernel():
 
 @pytest.mark.parametrize("broken", [False, True])
 def test_online_softmax_grader_on_a_gpu_grades_the_two_functions(monkeypatch, broken):
-    """On a GPU, for a module whose softmax takes ``one_read`` (solutions.online_softmax_one_read), the grader
+    """On a GPU, for a module whose softmax takes ``one_read`` (solutions.kernels.online_softmax_one_read), the grader
     grades the two passes traced (one_read=False: the one-read kernel's programs wait for each other, which a
     replay in the interpreter would turn into minutes of polling), the one-read plan untraced after them, and
     leaves the module as it found it, even when it stops early."""

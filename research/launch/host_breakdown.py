@@ -14,7 +14,7 @@ C. Attention forward at B1 H16 N512 D64: host-made descriptors kept by a direct 
 D. Matmul 1024^3 fp16/bf16 tiles in CUDA graphs against cuBLAS, interleaved.
 E. Each lean call as the bench table times it (host, eager, graph) beside its peer, three times
    interleaved, after the trims A pointed to (``torch.empty_like`` of a template, the TMA matmul).
-T. TMA matmul tiles (``launch_matmul_small.matmul_tma``) at 512^3, 1024^3 and 2048^3 in CUDA graphs
+T. TMA matmul tiles (``kernels.matmul_small.matmul_tma``) at 512^3, 1024^3 and 2048^3 in CUDA graphs
    against cuBLAS and the pointer kernel's best tile.
 
 S. Attention forward at B1 H16 N512 D64: each of the small-N configs the lean path tunes over, in

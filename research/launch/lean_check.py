@@ -1,6 +1,6 @@
 """Do the lean launch paths meet issue #20's targets on this GPU? (lesson 08; run on the GPU machine)
 
-Correctness first: every lean function (``solutions.launch_lean_kernels``) against its torch
+Correctness first: every lean function (``solutions.kernels``) against its torch
 reference, twice (the first call compiles, the second runs the kept kernel), then inside a CUDA
 graph. Then, for each target, in one run against the peer: host microseconds per call
 (``tkcourse.bench.core.host_us``: calls queued without waiting, on problems small enough that the

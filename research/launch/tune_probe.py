@@ -5,7 +5,7 @@ A. attention forward B1 H16 N512 D64 on the lean path, host-made against in-kern
    (host, eager and graph time; SDPA's default beside it);
 B. softmax fp16 4096x1024: the lesson's kernel on its persistent grid against a program per row,
    at 2, 4, 8 and 16 warps (graph and eager time; torch.softmax beside it);
-C. matmul 1024^3 and 512^3, fp16 and bf16: single configs of ``launch_matmul_small`` (split-K among
+C. matmul 1024^3 and 512^3, fp16 and bf16: single configs of ``kernels.matmul_small`` (split-K among
    them), graph time against cuBLAS;
 D. the lean online softmax's host time beside ``torch.zeros`` (its per-call exchange slots).
 Run on the GPU machine from the repository root:

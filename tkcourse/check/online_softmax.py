@@ -133,8 +133,8 @@ def _graded(label, softmax, x, note, dtype=torch.float32, trace=True):
 
 
 def _has_one_read(mod) -> bool:
-    """Whether ``mod.softmax`` takes ``one_read`` (``solutions.online_softmax_one_read``, the lesson's last
-    step): a keyword that chooses between the one-read kernel and the two passes."""
+    """Whether ``mod.softmax`` takes ``one_read`` (``solutions.kernels.online_softmax_one_read``, the
+    lesson's last step): a keyword that chooses between the one-read kernel and the two passes."""
     try:
         return "one_read" in inspect.signature(mod.softmax).parameters
     except (TypeError, ValueError):
