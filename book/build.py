@@ -35,24 +35,30 @@ def lessons(folder: Path) -> list[Path]:
     return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
 
 
-def execute(into: Path = EXECUTED) -> list[Path]:
-    """Run every lesson as a learner first does; write each, with its outputs, into ``into``."""
+def execute(into: Path = EXECUTED) -> list[str]:
+    """Run every lesson as a learner first does; write each, with its outputs, into ``into``.
+
+    A lesson whose cell raises is written as far as it ran; the others still run. Returns the failures.
+    """
     import nbclient
     import nbformat
 
     env = {k: v for k, v in os.environ.items() if k not in ("TKCOURSE_SOLUTIONS", "MPLBACKEND")}
     into.mkdir(parents=True, exist_ok=True)
-    done = []
+    failed = []
     for path in lessons(NOTEBOOKS):
         t0 = time.monotonic()
         nb = nbformat.read(path, as_version=4)
         client = nbclient.NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
                                          resources={"metadata": {"path": str(NOTEBOOKS)}})
-        client.execute(env=env)  # raises CellExecutionError, naming the cell, on the first error
+        try:
+            client.execute(env=env)
+            print(f"ran {path.name} in {time.monotonic() - t0:.0f} s", flush=True)
+        except nbclient.exceptions.CellExecutionError as e:
+            failed.append(f"{path.name}: {e.ename}: {e.evalue}")
+            print(f"{path.name} FAILED: {e.ename}: {e.evalue}", flush=True)
         nbformat.write(nb, into / path.name)
-        done.append(into / path.name)
-        print(f"ran {path.name} in {time.monotonic() - t0:.0f} s", flush=True)
-    return done
+    return failed
 
 
 def _for_a_page(nb):
@@ -89,10 +95,11 @@ def main(argv=None) -> None:
     parser.add_argument("--from", dest="executed", type=Path, metavar="DIR",
                         help="build from notebooks already run into DIR; run none here")
     args = parser.parse_args(argv)
-    if args.executed is None:
-        execute(EXECUTED)
+    failed = execute(EXECUTED) if args.executed is None else []
     index = build(args.executed or EXECUTED)
     print(f"the course's site: {index}")
+    if failed:
+        raise SystemExit("these lessons raised (their pages stop at the error):\n  " + "\n  ".join(failed))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ myst_heading_anchors = 3         # headings get anchors, so links to a section s
 
 html_theme = "sphinx_book_theme"
 html_title = project
+html_static_path = ["_static"]
+html_css_files = ["course.css"]  # wide code: the lessons' lines run to 120 columns
 html_last_updated_fmt = None
 html_copy_source = False          # the notebooks are in the repository: no second copy in the site
 html_show_sourcelink = False

@@ -35,6 +35,7 @@ from tkcourse import stubs
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+EXECUTED = ROOT / "build" / "executed"  # each run notebook, kept: tests/test_book.py builds the site from them
 TIMEOUT = 900  # seconds a cell may take; the slowest notebook cell takes well under a minute
 
 MARKERS = ("### BEGIN SOLUTION", "### STUB", "### END SOLUTION")
@@ -153,6 +154,8 @@ def test_notebook_as_a_learner(path):
                     + ", ".join(f"exercises/{n}.py" for n in edited))
 
     nb = _run(path)
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, EXECUTED / path.name)
     problems = _problems(nb)
     assert not problems, (f"{path.name}, run with untouched exercises (the reference solution standing in):\n  "
                           + "\n  ".join(problems))
