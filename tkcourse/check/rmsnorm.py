@@ -166,7 +166,8 @@ def graded(label, fn, x, w, eps, r, dtype, note="", layout=""):
     ``layout``: the hint of a layout case, for a failure that no model of a mistake explains."""
     n_rows = x.numel() // x.shape[-1]
     rows_hint = _rows_hint(n_rows)
-    g = graded_call(label, fn, (x, w, eps, r), oob_hint=lambda bad, hint: rows_hint(bad, hint) or layout)
+    g = graded_call(label, fn, (x, w, eps, r), oob_hint=lambda bad, hint: rows_hint(bad, hint) or layout,
+                    mask="cols < n_cols")
     if isinstance(g, Case):
         return g
     out = g.out
