@@ -880,7 +880,7 @@ def refuses(label, fn, *args, hint: str, message_hint: tuple | None = None) -> C
     try:
         (traced_call if traceable(args) else call)(fn, *args)  # a launch that should not happen: traced too
     except traffic.OutOfBoundsError as exc:
-        case = oob_case(label, exc)
+        case = oob_case(label, exc, fn=fn)
         case.hint = f"{hint}; and your kernel went out of bounds on this input: {case.hint}"
         return case
     except ValueError as e:
