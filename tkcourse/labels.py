@@ -11,6 +11,12 @@ place that decides it; notebooks ask it instead of writing "your" themselves::
     w.legend("kernel")    # "your kernel"  or  "reference kernel"     (for legends and table rows)
     w.note                # ""             or  "the reference solution ran: exercises/matmul.py is not done yet"
     print(w.source(mod.matmul_kernel))   # what the learner should see of a function (never a solution)
+
+After a check, a cell runs the learner's module only once it passes; ``after_check`` is that rule::
+
+    report = tkcourse.check.run("matmul")
+    kernel, ran, line = tkcourse.labels.after_check(report, mod)   # mod, or solutions.matmul until it passes
+    print(line)           # "running the reference kernel: exercises/matmul.py does not pass the check yet ..."
 """
 
 from __future__ import annotations
