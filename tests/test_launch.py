@@ -129,7 +129,7 @@ PLANTED = [
      [("x.data_ptr() % 16 == 0)", "x.data_ptr() % 8 == 0)")], "an address 8 bytes off that grid"),
     ("the launcher's own key, without the alignment",
      [("_PLANS.get(plan_key(x))", "_PLANS.get(plan_key(x)[:4])"), ("_PLANS[plan.key] = plan", "_PLANS[plan.key[:4]] = plan")],
-     "they differ in aligned. Triton compiles a kernel for a 16-byte aligned pointer"),
+     "they differ in 16-byte alignment. Triton compiles a kernel for a 16-byte aligned pointer"),
     ("the launcher's own key, with the row stride alone",
      [("_PLANS.get(plan_key(x))", "_PLANS.get((x.shape, x.stride(0), x.dtype))"),
       ("_PLANS[plan.key] = plan", "_PLANS[(x.shape, x.stride(0), x.dtype)] = plan")],

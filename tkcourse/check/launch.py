@@ -254,7 +254,7 @@ def _plan_cases(mod, inputs):
         if "again" in label or "third" in label:
             continue
         case, _ = _graded(f"SoftmaxPlan(x)(x), {label}", plan_then_call, x, fn_name="plan")
-        if case.status == "fail" and "stride" in label and case.hint.startswith("compare your formula"):
+        if case.status == "fail" and "stride" in label:  # the same shape passed contiguous: the strides are wrong
             case.hint = ("a strided input is wrong while contiguous ones pass: the plan must pass x.stride(0) as x's "
                          "row stride (n_cols only when x was copied to a contiguous tensor), and copy x first when "
                          "its columns are not contiguous (x.stride(1) != 1)")
@@ -314,8 +314,12 @@ def _reused_hint(i, inputs) -> str:
     fields = [k for k in WHY if _spec(y)[k] != mine[k]]
     why = "; ".join(WHY[k] for k in fields)
     return (f"a plan of its own gets this input right (checked above), so softmax reused the plan made for "
-            f"{_words(y)} (call {j + 1}) for {_words(x)}: they differ in {' and '.join(fields)}. {why[0].upper() + why[1:]}. "
+            f"{_words(y)} (call {j + 1}) for {_words(x)}: they differ in {_fields_words(fields)}. {why[0].upper() + why[1:]}. "
             "softmax must look plans up by plan_key(x), and the key must hold x.shape, x.stride() and x.dtype")
+
+
+def _fields_words(fields) -> str:
+    return " and ".join({"aligned": "16-byte alignment"}.get(k, k) for k in fields)
 
 
 def _unplanned_hint(i, inputs) -> str:
@@ -326,7 +330,7 @@ def _unplanned_hint(i, inputs) -> str:
     fields, j = min((d for d in diffs if d[0]), key=lambda d: len(d[0]))
     why = "; ".join(WHY[k] for k in fields if k in WHY)
     return (f"softmax reused the plan made for {_words(inputs[j][1])} (call {j + 1}, or another of its key) for "
-            f"{_words(x)}: they differ in {' and '.join(fields)}" + (f". {why[0].upper() + why[1:]}" if why else "")
+            f"{_words(x)}: they differ in {_fields_words(fields)}" + (f". {why[0].upper() + why[1:]}" if why else "")
             + ". softmax must look plans up by plan_key(x), and the key must hold x.shape, x.stride(), x.dtype, "
             "x.device and x.data_ptr() % 16 == 0")
 
