@@ -775,9 +775,11 @@ def written_case(label, out, expected, graded: GradedCall, **compare_kwargs) -> 
     """``compare``, with what the tracer knows: which elements no store reached (a NaN there was never
     written, a NaN elsewhere was computed), the hidden unwritten elements of a filled output, Python's
     ``and``/``or`` between tensor tests in a launched kernel, and the warnings that explain an inf or NaN."""
-    never = _never_stored(out, graded.traces) if graded.traces and isinstance(out, torch.Tensor) else None
-    stored = None if never is None else ~never
-    case = compare(label, out, expected, allocs=graded.allocs, stored=stored, **compare_kwargs)
+    case = compare(label, out, expected, allocs=graded.allocs, **compare_kwargs)
+    if case.status == "fail" and graded.traces and isinstance(out, torch.Tensor) and "NaN" in case.detail:
+        never = _never_stored(out, graded.traces)  # only now: reading the stores of a big trace costs time
+        if never is not None:
+            case = compare(label, out, expected, allocs=graded.allocs, stored=~never, **compare_kwargs)
     if case.status == "fail" and graded.traces:
         case = _unwritten_case(label, out, expected, graded.traces, graded.allocs, compare_kwargs) or case
         boolean = boolean_op_hint(graded.fn, {ln.kernel for tr in graded.traces for ln in tr.launches})
