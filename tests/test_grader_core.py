@@ -370,3 +370,15 @@ def _add_twice(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 def test_a_hint_that_cannot_name_the_mistake_says_what_it_saw():
     bad = check.run("vector_add", module=_add_module(_add_twice), quiet=True).first_problem()
     assert "what the grader sees: every value is wrong, each is the expected value times 2" in bad.hint, bad
+
+
+def test_out_of_bounds_hints_name_the_lessons_mask_not_vector_adds():
+    """What an out-of-bounds hint says to mask comes from the lesson's grader; without one, it names no
+    lesson's variables, and the detail says only what the tracer saw."""
+    oob = traffic.OutOfBounds("store", (3, 0, 0), "out", np.arange(40, 48), 40, "k")
+    trace = traffic.Trace("k", [], [], [oob], [traffic.Launch("k", (4, 1, 1))])
+    plain = core.oob_case("c", traffic.OutOfBoundsError(trace))
+    assert "stores 8 elements past the end of out (offsets 40..47" in plain.detail
+    assert "offsets < n" not in plain.hint + plain.detail and core.EDGE_MASK in plain.hint, plain
+    named = core.oob_case("c", traffic.OutOfBoundsError(trace), mask="(offs_m[:, None] < M) & (offs_n[None, :] < N)")
+    assert "Mask the store with (offs_m[:, None] < M) & (offs_n[None, :] < N)" in named.hint, named
