@@ -56,7 +56,7 @@ doctor: setup  ## runs a tiny kernel; GPU or interpreter; versions against the t
 	$(BIN)/tkcourse doctor
 
 lint: setup  ## style (ruff) and the layers (import-linter, pyproject.toml)
-	$(BIN)/ruff check tkcourse solutions benchmarks tests
+	$(BIN)/ruff check tkcourse solutions benchmarks tests book
 	$(BIN)/lint-imports
 
 # The stored form of a lesson: no outputs, no execution counts, the cells' ids kept (tests check it).
