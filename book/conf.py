@@ -12,11 +12,12 @@ extensions = ["myst_nb"]
 root_doc = "index"
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 
-# Executed beforehand, by book/build.py with Triton's interpreter: rendering only, here.
+# The notebooks were run beforehand (book/build.py, or the suite's notebook test): rendering only, here.
 nb_execution_mode = "off"
 nb_merge_streams = True          # a cell's prints read as one block, as in JupyterLab
 myst_enable_extensions = ["dollarmath", "amsmath"]  # the lessons write math as $...$ and $$...$$
 myst_heading_anchors = 3         # headings get anchors, so links to a section stay stable
+suppress_warnings = ["myst.header"]  # a lesson may skip a heading level; the page renders the same
 
 html_theme = "sphinx_book_theme"
 html_title = project
