@@ -125,7 +125,7 @@ def test_bf16_refused_in_interpreter():
 @triton.jit
 def _planted(x_ptr, r_ptr, w_ptr, y_ptr, h_ptr, x_stride, r_stride, n_rows, n_cols, eps,
              HAS_RES: tl.constexpr, BLOCK: tl.constexpr, BUG: tl.constexpr):
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # row * stride can pass 2**31 on a big tensor
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
     xs = n_cols if BUG == "contiguous" else x_stride
@@ -262,6 +262,8 @@ LAYOUT_MISTAKES = [
        "    x2 = x if x.stride(-1) == 1 else x.contiguous()\n    r2 = residual if residual is not None else x2"),
       ("x2.stride(0), r2.stride(0)", "x2.stride(-2), r2.stride(-2)"), ("n_rows = x2.shape[0]", "n_rows = x2.numel() // H")],
      "3-D, x[:, :T] of a longer buffer", "no single row stride describes its rows"),
+    ("int32 row offsets", [("row = tl.program_id(0).to(tl.int64)", "row = tl.program_id(0)")],
+     "row offsets in int64", "row = tl.program_id(0).to(tl.int64)"),
 ]
 
 

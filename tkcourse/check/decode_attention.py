@@ -404,23 +404,18 @@ def _narrow_offsets(traces, threshold: int):
         yield seen
 
 
-def _pool_offsets_case(mod, gen):
-    """The offsets into the pool must be int64: at a GPU's pool sizes page * (elements of a page) passes 2**31."""
-    lens, ps, Hq, Hkv, D = FIXED[0]
-    q, k, v, seq_lens, table = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
-    page = ps * Hkv * D
-    label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: offsets into the pool in int64 (a pool of more than "
-             "2**31 elements, 4 GiB of fp16, is common on a GPU)")
-    call = (padded(q), padded(k), padded(v), seq_lens, table)
-    if not traceable(list(call)):
+def narrow_offsets(fn, args, threshold: int, wanted) -> list | None:
+    """``fn(*args)`` traced, under poisoned allocations: ``(tensor name, dtype, largest offset)`` of every pointer
+    addition narrower than 64 bits whose offsets reach ``threshold`` elements, into a tensor argument for which
+    ``wanted(TensorInfo)`` holds. None when the call cannot be traced or fails (other cases report that)."""
+    if not traceable(list(args)):
         return None
     from ..traffic.interpreter import _TAG  # the tracer's tag: which tensor a pointer block points into
 
-    pool = {t.data_ptr() for t in call[1:3]}  # the caches as passed (a launcher may view them in another shape)
     try:
         with poisoned_allocations(), traffic.capture(stop_on_oob=True) as traces, \
-                _narrow_offsets(traces, page) as seen:
-            mod.decode_attention(*call)
+                _narrow_offsets(traces, threshold) as seen:
+            fn(*args)
     except Exception:  # noqa: BLE001  (a failing call is the other cases' business)
         return None
     narrow = []
@@ -429,8 +424,24 @@ def _pool_offsets_case(mod, gen):
         if tag is None or j >= len(traces) or tag >= len(traces[j].tensors):
             continue
         info = traces[j].tensors[tag]
-        if info.key[0] in pool or tuple(info.shape) == tuple(k.shape):
+        if wanted(info):
             narrow.append((info.name, ty, top))
+    return narrow
+
+
+def _pool_offsets_case(mod, gen):
+    """The offsets into the pool must be int64: at a GPU's pool sizes page * (elements of a page) passes 2**31."""
+    lens, ps, Hq, Hkv, D = FIXED[0]
+    q, k, v, seq_lens, table = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
+    page = ps * Hkv * D
+    label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: offsets into the pool in int64 (a pool of more than "
+             "2**31 elements, 4 GiB of fp16, is common on a GPU)")
+    call = (padded(q), padded(k), padded(v), seq_lens, table)
+    pool = {t.data_ptr() for t in call[1:3]}  # the caches as passed (a launcher may view them in another shape)
+    narrow = narrow_offsets(mod.decode_attention, call, page,
+                            lambda info: info.key[0] in pool or tuple(info.shape) == tuple(k.shape))
+    if narrow is None:
+        return None
     if not narrow:
         return Case(label, "pass")
     name, ty, top = max(narrow, key=lambda n: n[2])

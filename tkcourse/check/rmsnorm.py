@@ -285,6 +285,28 @@ def _layout_cases(mod, gen):
         yield graded(label, mod.rmsnorm, x, w, eps, r, torch.float32, layout=hint(x, r))
 
 
+def _row_offsets_case(mod, gen):
+    """Row offsets in int64: row * row_stride passes 2**31 on a tensor of more than 2**31 elements (seen in the
+    tracer: the offsets added to a pointer into x, the residual or an output, past one row, must be int64)."""
+    from .decode_attention import narrow_offsets  # the same watch as the paged pool's
+
+    x, r, w, eps = _inputs((80, 1000), "", torch.float32, gen)
+    label = "80x1000 float32, with residual: row offsets in int64 (a tensor of more than 2**31 elements)"
+    # rows reach past 65536 elements here, and a row's own lanes never do (a BLOCK is at most MAX_COLS = 32768,
+    # even a hard-coded one): an int32 offset that large holds row * stride
+    narrow = narrow_offsets(mod.rmsnorm, (padded(x), padded(w), eps, padded(r)), 2 * 32768,
+                            lambda info: info.numel == x.numel())
+    if narrow is None:
+        return None
+    if not narrow:
+        return Case(label, "pass")
+    name, ty, top = max(narrow, key=lambda n: n[2])
+    return Case(label, "fail", f"the tracer saw {ty} offsets up to {top} elements added to the pointer {name}",
+                "the row offsets are computed in int32: row * x_row_stride passes 2**31 once the tensor holds more "
+                "than 2**31 elements (262144 rows of 8192, a long prefill), and the address wraps around. Make the "
+                "row int64 before multiplying: row = tl.program_id(0).to(tl.int64)")
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     dtypes = [d for d in mode.float_dtypes() if d != torch.float32]
@@ -298,6 +320,9 @@ def grade(mod):
                 label = base + (", with residual" if res is not None else ", no residual")
                 yield graded(label, mod.rmsnorm, x, w, eps, res, dtype, note)
     yield from _layout_cases(mod, gen)
+    case = _row_offsets_case(mod, gen)
+    if case is not None:
+        yield case
     seed, lengths = random_sizes(*N_RANDOM)
     for H in lengths:
         rows = max(1, min(600, MAX_RANDOM_ELEMENTS // H))
