@@ -14,7 +14,8 @@ follow Triton's fused-attention tutorial (``06-fused-attention.py``) and the not
    warp-specialized loops among them.
 
 This is the reference's fast path on a GPU: the benchmarks (``benchmarks/flash_attention.py``) and
-the recorded H200 figures measure it, behind a lean launch (``attention.py``). ``impl="simple"`` runs the lesson's kernel instead.
+the recorded H200 figures measure it, behind a lean launch (``attention.py``). ``impl="simple"``
+runs the lesson's kernel instead.
 """
 
 import torch
