@@ -3,12 +3,12 @@
 The kernels are the lesson's (``flash_attention_backward.py``), unchanged; what this step adds is
 ``triton.autotune`` over ``DKDV_CONFIGS`` and ``DQ_CONFIGS`` on a GPU (keyed on N, D, causal and the
 dtype), pruned to configs whose fp32 accumulators fit in registers. ``attention`` is the trainable
-layer made of the tuned forward (``attention_forward.py``) and this backward: the reference's
-fast path on a GPU, which the benchmarks (``benchmarks/flash_attention.py``) and the recorded H200
-figures measure behind a lean launch (``attention.py``). Compiled for sm_90 with triton 3.9, every config below fits without register
-spills except those the prune drops: fp32 accumulators of more than MAX_ACC_REGS registers per
-thread (e.g. dK/dV with BLOCK_N=128, D=128, 4 warps). Configs that need more shared memory than the
-GPU has fail at launch; autotune skips them.
+layer made of the tuned forward (``attention_forward.py``) and this backward: the reference's fast
+path on a GPU, which the benchmarks (``benchmarks/flash_attention.py``) and the recorded H200
+figures measure behind a lean launch (``attention.py``). Compiled for sm_90 with triton 3.9, every
+config below fits without register spills except those the prune drops: fp32 accumulators of more
+than MAX_ACC_REGS registers per thread (e.g. dK/dV with BLOCK_N=128, D=128, 4 warps). Configs that
+need more shared memory than the GPU has fail at launch; autotune skips them.
 """
 
 import torch
