@@ -216,10 +216,10 @@ def _hint(fn, clean_call, kwargs, models, tol, extra=""):
                 if _close_to(o2, e, tol):
                     return READS_UNUSED
                 wrong2 = ~torch.isclose(o2, e.double().cpu(), atol=tol, rtol=tol * 5)
-                found = models(o2, e, wrong2)
-                if found:
-                    return found
-                return extra or GENERIC
+                found = models(o2, e, wrong2) or extra or GENERIC
+                return (found + ". The NaN in your output come from slots of the pool that no sequence uses, which "
+                        "hold NaN here as unused memory may: with ordinary values there, your output is wrong as "
+                        "this says")
         return models(o, e, wrong) or extra or GENERIC
     return hint
 
