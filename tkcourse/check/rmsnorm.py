@@ -6,9 +6,11 @@ shows), a row of zeros (eps forgotten: 0 / 0), large fp16 values (a fp16 sum of 
 65504), a weight far from 1, a length that is not a power of two (the mean over BLOCK instead of H);
 strided rows; then every layout the API accepts, each tensor with strides of its own (x with padded rows
 and the residual contiguous, and the other way round; the weight strided; x column-major, which the
-launcher copies; (B, T, H) views whose batches are not T rows apart, and whose rows are); then random
-lengths up to 20000 (a BLOCK or grid hard-coded to fit the fixed shapes fails there). Expected values are float64 from the inputs: the sum rounded to x's dtype, as the lesson
-asks, then normalized. Every launch is traced; outputs aliasing inputs and changed inputs fail.
+launcher copies; (B, T, H) views whose batches are not T rows apart, and whose rows are); the row
+offsets in int64 (seen in the tracer: row * stride passes 2**31 on a tensor of more than 2**31
+elements); then random lengths up to 20000 (a BLOCK or grid hard-coded to fit the fixed shapes fails
+there). Expected values are float64 from the inputs: the sum rounded to x's dtype, as the lesson asks,
+then normalized. Every launch is traced; outputs aliasing inputs and changed inputs fail.
 """
 
 from __future__ import annotations
