@@ -123,3 +123,20 @@ def test_the_lesson_plan_matches_the_solution():
     for B, Hkv, pages, ps in ((5, 2, 9, 16), (2, 2, 8, 16), (3, 1, 8, 32), (2, 4, 17, 16)):
         splits, size, block_n = grader.lesson_plan(B, Hkv, pages, ps, gpu=False)
         assert da.split_plan(B, Hkv, pages, ps, block_n) == (splits, size)
+
+
+def test_grader_never_crashes_on_a_function_that_changes_its_mind():
+    """A NaN result whose rerun on the clean pool raises, and module constants that are not ints: a hint all
+    the same, and the module left as it was."""
+    calls = []
+
+    def flaky(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("not twice")
+        return torch.full_like(q, float("nan"))
+
+    mod = types.SimpleNamespace(decode_attention=flaky, BLOCK_N="sixty-four", INTERPRET=None, __name__="flaky")
+    rep = check.run("decode_attention", module=mod, quiet=True)
+    assert rep.status == "fail" and "rows are NaN" in rep.first_problem().hint, rep
+    assert mod.BLOCK_N == "sixty-four" and mod.INTERPRET is None
