@@ -195,3 +195,24 @@ def test_the_search_finds_a_private_access():
     text = ("from triton.runtime import driver\nx = k.n_regs  # regs\n# triton.runtime in a comment\n"
             "b = ti.interpreter_builder()\n")
     assert [no for no, _ in _private_lines(text)] == [1, 2]
+
+
+on_a_gpu = pytest.mark.skipif(mode.INTERPRET, reason="compiled kernels and the CUDA driver: GPU only")
+
+
+@on_a_gpu
+def test_compiled_kernel_internals_on_a_gpu():
+    """On this GPU's triton: a compiled kernel's resources and launch handles, the driver's stream, and
+    the direct launcher exactly where the version gate says (triton 3.6: its C function)."""
+    x = torch.arange(40, dtype=torch.float32, device="cuda")
+    compiled = _double[(3,)](x, 40, BLOCK=16)
+    regs, smem = ti.compiled_resources(compiled)
+    assert regs > 0 and smem >= 0 and ti.launch_api(compiled)
+    device, lookup = ti.driver_stream()
+    assert device == torch.cuda.current_device()
+    assert lookup(device) == torch.cuda.current_stream().cuda_stream == ti.stream_lookup()(device)
+    direct = ti.direct_launcher(compiled)
+    if ti.direct_launch():
+        assert direct is not None and type(direct[0]).__name__ == "builtin_function_or_method" and direct[3] == {}
+    torch.cuda.synchronize()
+    assert torch.equal(x, torch.arange(40, dtype=torch.float32, device="cuda") * 2)
