@@ -7,6 +7,7 @@ slots hold NaN), int32 offsets into the pool, a combine that is right only for a
 and kernels left as the exercise's stubs.
 """
 
+import linecache
 import re
 import types
 from pathlib import Path
@@ -30,7 +31,9 @@ def _mutant(*edits, name="planted_decode", source=SOURCE):
         text = text.replace(old, new)
     mod = types.ModuleType(f"solutions.{name}")
     mod.__package__ = "solutions"
-    exec(compile(text, f"<planted {name}>", "exec"), mod.__dict__)
+    filename = f"<planted {name}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # @triton.jit reads its source
+    exec(compile(text, filename, "exec"), mod.__dict__)
     return mod
 
 
@@ -40,7 +43,7 @@ COMBINE_MASKS = [('mask=s < SPLITS, other=float("-inf"))', ")", 1), ("mask=s < S
 PLANTED = [
     ("one page for the whole step",  # right while BLOCK_N <= PAGE_SIZE: the interpreter's 16 tokens a step
      [(PAGE_LOAD, "page = tl.load(BLOCK_TABLE + b * max_pages + n // PAGE_SIZE)", 1)],
-     "a step spans 4 pages here", "the GPU's launch plan"),
+     "over pages of 16 spans 4 pages here", "the GPU's launch plan" if mode.INTERPRET else "B=2 lengths [37, 100]"),
     ("K and V loaded unmasked",  # right while the unused slots of the pool hold ordinary values
      [(PAGE_LOAD, "page = tl.load(BLOCK_TABLE + b * max_pages + pos // PAGE_SIZE)", 1),
       ("d[None, :], mask=valid[:, None], other=0.0)", "d[None, :])", 2)],
@@ -49,11 +52,11 @@ PLANTED = [
      [("page.to(tl.int64) * PAGE_SIZE", "page * PAGE_SIZE", 1)],
      "Convert the page to int64 before multiplying", "offsets into the pool in int64"),
     ("the combine's loads unmasked",  # right while SPLITS is a power of two, as the interpreter's 4
-     COMBINE_MASKS, "Mask its loads with s < SPLITS", "3 splits of 48 tokens"),
+     COMBINE_MASKS, "Mask its loads with s < SPLITS", "3 splits of"),
     ("the combine steps by BLOCK_S",
      [("M + bh * SPLITS + s", "M + bh * BLOCK_S + s", 1), ("L + bh * SPLITS + s", "L + bh * BLOCK_S + s", 1),
       ("ACC + (bh * SPLITS + s)", "ACC + (bh * BLOCK_S + s)", 1)],
-     "find head bh's partials at bh * SPLITS + s", "3 splits of 48 tokens"),
+     "find head bh's partials at bh * SPLITS + s", "3 splits of"),
 ]
 
 

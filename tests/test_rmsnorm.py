@@ -1,6 +1,7 @@
 """Lesson 09, part 1: the fused RMSNorm (+ residual add) matches torch, reads strided rows, refuses bad
 input; its grader catches each planted mistake with the hint that names it."""
 
+import linecache
 import types
 from pathlib import Path
 
@@ -244,7 +245,9 @@ def _mutant(*edits, name="planted_rmsnorm"):
         text = text.replace(old, new)
     mod = types.ModuleType(f"solutions.{name}")
     mod.__package__ = "solutions"
-    exec(compile(text, f"<planted {name}>", "exec"), mod.__dict__)
+    filename = f"<planted {name}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # @triton.jit reads its source
+    exec(compile(text, filename, "exec"), mod.__dict__)
     return mod
 
 

@@ -269,6 +269,9 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     clean = (padded(q), padded(k), padded(v), seq_lens, table)
     kwargs = {} if sm_scale is None else {"sm_scale": sm_scale}
     fn = mod.decode_attention
+    block_n = INTERPRETER_BLOCK_N if mode.INTERPRET else GPU_BLOCK_N  # the lesson launcher's, as it runs here
+    if not extra and block_n > k.shape[1]:
+        extra = f"{GENERIC}; and {_spanning(block_n, k.shape[1])}"
     B, Hq, D = q.shape
     g = graded_call(label, fn, call, kwargs=kwargs, oob_hint=_partials_oob(splits, B, Hq, D) if splits else None,
                     mask="valid = pos < end, each token against its sequence's length (seq_lens[b]), on the loads")
@@ -361,6 +364,13 @@ def _residue_case(mod, gen):
                    extra=extra)
 
 
+def _spanning(block_n, ps) -> str:
+    """The hint of a kernel that is wrong when a step of ``block_n`` tokens spans pages of ``ps``."""
+    return (f"a step of {block_n} tokens over pages of {ps} spans {block_n // ps} pages here: look up each token's "
+            "own page, page = block_table[b, pos // PAGE_SIZE] for the vector pos (not one page for the whole step), "
+            "and its slot pos % PAGE_SIZE; the step's last tokens may lie past the split's end (mask them)")
+
+
 def _gpu_plan_cases(mod, gen):
     for lens, ps, Hq, Hkv, D in GPU_CASES:
         splits, size, block_n = lesson_plan(len(lens), Hkv, _max_pages(lens, ps), ps, gpu=True)
@@ -368,10 +378,8 @@ def _gpu_plan_cases(mod, gen):
         with gpu_plan(mod) as forced:
             plan = (f"the GPU's launch plan: {block_n} tokens a step over pages of {ps} (a step spans {block_n // ps} "
                     f"pages), {splits} split{'s' * (splits > 1)} of {size} tokens" if forced else "the module's own plan")
-            extra = (f"right at the interpreter's {INTERPRETER_BLOCK_N} tokens a step, wrong at the GPU's {block_n} "
-                     f"over pages of {ps}: a step spans {block_n // ps} pages here. Look up each token's own page, "
-                     "page = block_table[b, pos // PAGE_SIZE] for the vector pos (not one page for the whole step), "
-                     "and its slot pos % PAGE_SIZE; the step's last tokens may lie past the split's end (mask them)")
+            extra = (f"right at the interpreter's {INTERPRETER_BLOCK_N} tokens a step, wrong at the GPU's "
+                     f"{block_n}: " + _spanning(block_n, ps))
             case = _graded(f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}, {plan}", mod, args, torch.float32,
                            splits=splits, extra=extra)
         yield case
