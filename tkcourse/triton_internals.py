@@ -338,6 +338,12 @@ def launch_api(compiled) -> bool:
         return False
 
 
+def launch_handles(compiled) -> tuple:
+    """``(run, function, packed_metadata)`` of a loaded ``CompiledKernel`` (``launch_api`` said yes): what
+    ``CompiledKernel.run(gx, gy, gz, stream, function, packed_metadata, ..., *args)`` takes."""
+    return compiled.run, compiled.function, compiled.packed_metadata
+
+
 def driver_stream() -> tuple[int, Callable[[int], int]]:
     """``(current device, current-stream lookup)`` of the active driver: ``lookup(device)`` is the handle
     of the stream a launch goes to now (looked up on each launch: a CUDA-graph capture changes it)."""

@@ -34,12 +34,15 @@ a Triton whose ``CompiledKernel`` lacks ``run``/``function``/``packed_metadata``
 through ``kernel[grid]`` instead, with the config chosen on the first call: same results, the
 ordinary path's cost. The same ``run`` call is what ``CompiledKernel.__getitem__`` makes in
 triton 3.6 and 3.7 (``triton/compiler/compiler.py``).
+
+What this reads below Triton's public API (the launcher's C function and how a descriptor is encoded,
+the driver's stream, the launch hook, the autotuner's wrapper) and which versions it trusts (3.6 for
+the C function) come from ``tkcourse.triton_internals``, the one module a new Triton is checked in.
 """
 
 from __future__ import annotations
 
-import triton
-
+from tkcourse import triton_internals as ti
 from tkcourse.mode import INTERPRET
 
 __all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key", "pdl_ok", "hooks_on", "stream_of"]
@@ -67,18 +70,12 @@ def pdl_ok(device) -> bool:
 
 def _jit_of(kernel):
     """The ``JITFunction`` (or interpreted function) under an ``Autotuner`` or ``Heuristics`` wrapper."""
-    from triton.runtime.autotuner import Autotuner, Heuristics
-
-    while isinstance(kernel, (Autotuner, Heuristics)):  # both have arg_names too: unwrap by type
-        kernel = kernel.fn
-    return kernel
+    return ti.jit_of(kernel)
 
 
-def hooks_on() -> bool:
-    """A launch hook is set (triton 3.6: a callable or None; 3.7: a HookChain, empty by default)."""
-    knobs = getattr(triton, "knobs", None)
-    hook = getattr(getattr(knobs, "runtime", None), "launch_enter_hook", None)
-    return hook is not None and bool(getattr(hook, "calls", True))
+#: ``hooks_on()``: a launch hook is set (triton 3.6: a callable or None; 3.7: a HookChain, empty by
+#: default). The function itself, not a wrapper around it: every lean call asks.
+hooks_on = ti.hooks_on
 
 
 class _Fallback:
@@ -106,7 +103,7 @@ class _Compiled:
     tensor_descriptors = False
 
     def __init__(self, compiled, grid, tail, device, stream, meta, info=None):
-        self.run, self.function, self.packed = compiled.run, compiled.function, compiled.packed_metadata
+        self.run, self.function, self.packed = ti.launch_handles(compiled)
         self.grid, self.tail, self.device, self.stream, self.meta, self.info = grid, tail, device, stream, meta, info
 
     def __call__(self, *args):
@@ -121,33 +118,17 @@ class _Compiled:
         self.run(g[0], g[1], g[2], stream, self.function, self.packed, None, None, None, *args, *self.tail)
 
 
-#: Entries call the launcher's C function directly where the Triton is one whose launcher this module
-#: knows (3.6); False makes every entry call ``CompiledKernel.run`` (what the probes compare against).
-DIRECT = triton.__version__.startswith("3.6.")
+#: Entries call the launcher's C function directly where the Triton is one whose launcher is known
+#: (``tkcourse.triton_internals.DIRECT_LAUNCH_IN``: 3.6); False makes every entry call
+#: ``CompiledKernel.run`` (what the probes compare against).
+DIRECT = ti.direct_launch()
 
 
 def _direct(compiled):
     """``(C launch function, cooperative, pdl, {position: tensordesc metadata})`` of triton 3.6's CUDA
     launcher, or None where this launch cannot skip ``run`` (another Triton or backend, a kernel that
     needs scratch memory allocated per launch, descriptors decomposed by the frontend)."""
-    run, md = compiled.run, compiled.metadata
-    if getattr(md, "global_scratch_size", 1) or getattr(md, "profile_scratch_size", 1):
-        return None
-    launch = getattr(run, "launch", None)
-    coop, pdl = getattr(run, "launch_cooperative_grid", None), getattr(run, "launch_pdl", None)
-    sig = list(compiled.src.signature.values())
-    positions = [i for i, s in enumerate(sig) if isinstance(s, str) and s.startswith("tensordesc")]
-    metas = {}
-    if positions:  # the launcher is triton's wrap_handle_tensordesc closure around the C function
-        cells = dict(zip(getattr(getattr(launch, "__code__", None), "co_freevars", ()), getattr(launch, "__closure__", None) or ()))
-        launch = cells["launcher"].cell_contents if "launcher" in cells else None
-        given = getattr(md, "tensordesc_meta", None)
-        if not given or len(given) != len(positions):
-            return None
-        metas = dict(zip(positions, given))
-    if type(launch).__name__ != "builtin_function_or_method" or coop is None or pdl is None:
-        return None
-    return launch, coop, pdl, metas
+    return ti.direct_launcher(compiled)
 
 
 class _Direct:
@@ -159,7 +140,7 @@ class _Direct:
 
     def __init__(self, compiled, direct, grid, tail, device, stream, meta, info=None):
         self.launch, self.coop, self.pdl = direct[0], direct[1], direct[2]
-        self.function, self.packed = compiled.function, compiled.packed_metadata
+        _, self.function, self.packed = ti.launch_handles(compiled)
         self.grid, self.tail, self.device, self.stream, self.meta, self.info = grid, tail, device, stream, meta, info
 
     def __call__(self, *args):
@@ -207,13 +188,11 @@ class _DirectDescriptors(_Direct):
                     self.packed, None, None, None, *flat, *self.tail)
 
     def _encode(self, tensor, template, meta):
-        from triton.backends.nvidia.driver import make_tensordesc_arg
-
         if len(self.maps) >= MAX_ENTRIES:
             self.maps.clear()
         template.base = tensor  # the map reads the base's address; shape, strides and block are the template's
         try:
-            return tuple(make_tensordesc_arg(template, meta))
+            return ti.encode_descriptor(template, meta)
         finally:
             template.base = None  # the map holds the address only: the tensor is not kept alive
 
@@ -272,19 +251,12 @@ class Lean:
         params = self.jit.params
         constexprs = [p for p in params if p.is_constexpr]
         runtime_first = all(not p.is_constexpr for p in params[:n_runtime]) and len(params) - n_runtime == len(constexprs)
-        try:
-            compiled._init_handles()
-            api = compiled.run and compiled.function is not None and compiled.packed_metadata is not None
-        except AttributeError:
-            api = False
+        api = ti.launch_api(compiled)
         if not (api and runtime_first):  # an older Triton, or a parameter order this class cannot keep
             return _Fallback(self.fallback_kernel, grid, static,
                              {k: v for k, v in chosen.items() if k not in ("pre_hook",)}, info)
-        from triton.runtime import driver
-
         tail = static + tuple(chosen[p.name] if p.name in chosen else p.default for p in constexprs)  # defaults kept
-        active = driver.active
-        device, stream = active.get_current_device(), active.get_current_stream
+        device, stream = ti.driver_stream()
         direct = _direct(compiled) if DIRECT else None
         if direct is not None and not direct[3]:
             return _Direct(compiled, direct, grid, tail, device, stream, chosen, info)
@@ -306,12 +278,7 @@ def stream_of(device_index):
     kernels' exchange slots belong to a stream); 0 in the interpreter."""
     global _current_stream
     if _current_stream is None:
-        if INTERPRET:
-            _current_stream = lambda index: 0  # noqa: E731
-        else:
-            from triton.runtime import driver
-
-            _current_stream = driver.active.get_current_stream
+        _current_stream = ti.stream_lookup()
     return _current_stream(device_index)
 
 
