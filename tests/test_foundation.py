@@ -340,3 +340,9 @@ def test_merge_rows_replaces_by_key_adds_new_rows_and_keeps_the_rest(tmp_path):
     other.write_text("kernel,shape\nk,1\n")
     with pytest.raises(SystemExit, match="not the table's"):
         merge_rows.merge(table, other)
+    # --compare: a run's rows over the table's, the table untouched
+    snapshot = table.read_bytes()
+    again = bench.write_records([_row(median=1.5), _row(provider="torch", median=1.0), _row(shape="4", median=9.0)],
+                                tmp_path / "again.csv")
+    assert merge_rows.compare(table, again) == [("vector_add", "triton", "1024", "float32", "GB/s", 1.5, None)]
+    assert len(merge_rows.compare(table, again, providers=())) == 2 and table.read_bytes() == snapshot

@@ -5,6 +5,10 @@ that rows of a run that measured something since changed can be left out; every 
 chosen shape comes from the same run, so each ratio stays within one run.
 
     python3 tools/merge_rows.py tkcourse/data/h200/bench.csv OUT/bench.csv --kernel vector_add copy
+
+``--compare`` changes nothing: it prints, for each row of the run that the table also holds, the run's
+value over the table's (the median, and the CUDA-graph time where both have one), to say whether
+recorded figures still hold after a change to the code behind them.
 """
 
 from __future__ import annotations
@@ -48,13 +52,36 @@ def merge(table: Path, run: Path, kernels=None, shapes=None) -> tuple[int, int]:
     return replaced, added
 
 
+def compare(table: Path, run: Path, kernels=None, shapes=None, providers=("triton",)) -> list[tuple]:
+    """``(kernel, provider, shape, dtype, metric, median run/table, graph time run/table or None)`` for each
+    row of the run (of ``providers``; all when empty) that the table holds under the same key."""
+    _, rows = read(table)
+    _, new = read(run)
+    recorded = {tuple(r[k] for k in KEY): r for r in rows}
+    out = []
+    for r in new:
+        old = recorded.get(tuple(r[k] for k in KEY))
+        if old is None or (kernels and r["kernel"] not in kernels) or (shapes and r["shape"] not in shapes) \
+                or (providers and r["provider"] not in providers):
+            continue
+        graph = (float(r["graph_ms"]) / float(old["graph_ms"])
+                 if r.get("graph_ms") and old.get("graph_ms") and float(old["graph_ms"]) > 0 else None)
+        out.append((*(r[k] for k in KEY), float(r["median"]) / float(old["median"]), graph))
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("table", type=Path)
     p.add_argument("run", type=Path)
     p.add_argument("--kernel", nargs="*", help="only these kernels' rows of the run")
     p.add_argument("--shape", nargs="*", help="only these shapes' rows of the run")
+    p.add_argument("--compare", action="store_true", help="change nothing: each row's run/table ratio")
     a = p.parse_args(argv)
+    if a.compare:
+        for *key, median, graph in compare(a.table, a.run, a.kernel, a.shape):
+            print(f"{' '.join(key):<60} median {median:5.3f}  graph {'-' if graph is None else f'{graph:5.3f}'}")
+        return 0
     replaced, added = merge(a.table, a.run, a.kernel, a.shape)
     print(f"{a.table}: {replaced} rows replaced, {added} added from {a.run}")
     return 0
