@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -256,6 +257,30 @@ def test_exercise_resolves_by_environment(monkeypatch):
         assert tkcourse.exercise("vector_add").__name__ == "solutions.vector_add"
     with pytest.raises(ModuleNotFoundError, match="make exercises"):
         tkcourse.exercise("no_such_lesson")
+
+
+def test_an_exercise_that_does_not_import_gives_way_to_the_reference(monkeypatch, capsys):
+    """An edited exercise with a syntax error: the notebook's cells run the reference, labelled as such, and
+    one line says what broke; asked for without the fallback, the error is the learner's to see."""
+    from tkcourse import labels, stubs
+
+    real = labels.import_checkout
+
+    def importing(module_name):
+        if module_name.startswith("exercises."):
+            raise IndentationError("unexpected indent", ("vector_add.py", 12, 4, "    x = 1\n"))
+        return real(module_name)
+
+    monkeypatch.setenv("TKCOURSE_SOLUTIONS", "0")
+    monkeypatch.setattr(labels, "import_checkout", importing)
+    monkeypatch.setattr(stubs, "status", lambda name: types.SimpleNamespace(state="edited"))
+    mod = tkcourse.exercise("vector_add")
+    said = capsys.readouterr().out
+    assert mod.__name__ == "solutions.vector_add" and not tkcourse.whose(mod).learner
+    assert "does not import (IndentationError, line 12: unexpected indent)" in said and "reference" in said
+    assert "does not import" in tkcourse.whose(mod).note
+    with pytest.raises(IndentationError):
+        tkcourse.exercise("vector_add", fallback=False)
 
 
 def test_cli_lab_passes_its_options_on():

@@ -53,22 +53,42 @@ def exercise(name: str, fallback: bool = True):
             package = "solutions"
             who = Whose(name, False, "not done yet")
     try:
-        module = import_checkout(f"{package}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name in (f"{package}.{name}", package):
-            if CHECKOUT is None:  # a non-editable install ships tkcourse alone (README, "Installing")
-                raise ModuleNotFoundError(
-                    f"no {package}/{name}.py: this tkcourse is installed without the course's checkout, whose "
-                    "folders solutions/ and exercises/ hold the lessons. Clone the course and install it "
-                    "from there: `make lab`, or `pip install -e .`") from e
-            raise ModuleNotFoundError(
-                f"no {package}/{name}.py. Lessons: see solutions/. Generate missing exercises with `make exercises`."
-            ) from e
-        raise
-    module = importlib.reload(module)
+        module = _import_fresh(f"{package}.{name}")
+    except Exception as e:  # noqa: BLE001 (the learner's file may raise anything while it imports)
+        _missing(e, package, name)
+        if package != "exercises" or not fallback:
+            raise
+        # An edited exercise that does not import (a syntax error, an indentation slip, a name it
+        # lacks) would otherwise stop every cell below with a NameError: say what broke, once, and
+        # let the reference stand in, labelled as such, until the file imports.
+        where = f", line {e.lineno}" if isinstance(e, SyntaxError) and e.lineno else ""
+        print(f"exercises/{name}.py does not import ({type(e).__name__}{where}: {getattr(e, 'msg', None) or e}): "
+              f"until it does, the cells below use the reference solution (solutions/{name}.py), and say so. "
+              "tkcourse.check.run shows the whole error; re-run this cell after fixing your file.")
+        package, who = "solutions", Whose(name, False, "does not import")
+        module = _import_fresh(f"{package}.{name}")
     if package == "solutions":
         module.__tkcourse_whose__ = who  # read by tkcourse.whose(module): every label says whose code ran
     return module
+
+
+def _import_fresh(module_name: str):
+    """``module_name`` from the checkout, reloaded so that the latest edits of its file count."""
+    return importlib.reload(import_checkout(module_name))
+
+
+def _missing(e: BaseException, package: str, name: str) -> None:
+    """Raise the error that says where the lessons are, when ``package/name.py`` itself is missing."""
+    if not (isinstance(e, ModuleNotFoundError) and e.name in (f"{package}.{name}", package)):
+        return
+    if CHECKOUT is None:  # a non-editable install ships tkcourse alone (README, "Installing")
+        raise ModuleNotFoundError(
+            f"no {package}/{name}.py: this tkcourse is installed without the course's checkout, whose "
+            "folders solutions/ and exercises/ hold the lessons. Clone the course and install it "
+            "from there: `make lab`, or `pip install -e .`") from e
+    raise ModuleNotFoundError(
+        f"no {package}/{name}.py. Lessons: see solutions/. Generate missing exercises with `make exercises`."
+    ) from e
 
 
 @dataclass(frozen=True)
@@ -102,6 +122,7 @@ class Whose:
         return {
             "your exercise": f"{ex} is yours",
             "not done yet": f"{ex} is not done yet",
+            "does not import": f"{ex} does not import yet (tkcourse.check.run(\"{self.lesson}\") shows the error)",
             "TKCOURSE_SOLUTIONS=1": "TKCOURSE_SOLUTIONS=1",
             "fails the check": f"{ex} does not pass the check yet (tkcourse.check.run(\"{self.lesson}\") shows where "
                                "it stops); yours runs here once it passes",
