@@ -294,7 +294,7 @@ def _fake_gpu(monkeypatch):
     """The bench's timers run on a CPU: no interpreter refusal, synchronize a no-op, eager times fixed."""
     from tkcourse.bench import core
 
-    monkeypatch.setattr(core, "_refuse_in_interpreter", lambda: None)
+    monkeypatch.setattr(core, "refuse_in_interpreter", lambda: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(core, "measure", lambda fn, warmup=25, rep=100: (fn(), (0.01, 0.009, 0.011))[1])
     monkeypatch.setattr(core, "graph_ms", lambda fn: 0.008)

@@ -208,15 +208,16 @@ def private_uses(source: str, module: str, filename: str = "<source>") -> list[s
 
 
 def _course_files() -> list[Path]:
-    return sorted(p for folder in ("solutions", "research", "benchmarks") for p in (ROOT / folder).rglob("*.py"))
+    return sorted(p for folder in ("solutions", "research", "benchmarks", "tkcourse") for p in (ROOT / folder).rglob("*.py"))
 
 
 def test_files_use_each_others_public_names_only():
-    """A step, a fast path (``solutions/kernels/``), a benchmark or a probe uses what a lesson exports
-    (documented in its docstring), never ``module._name``: a private name there breaks silently when the
-    lesson changes its internals."""
+    """A step, a fast path (``solutions/kernels/``), a benchmark, a probe or a module of ``tkcourse`` uses what
+    another module exports (documented in its docstring), never ``module._name``: a private name there breaks
+    silently when that module changes its internals."""
     files = _course_files()
     assert any("kernels" in p.parts for p in files) and any(p.parts[-3] == "research" for p in files)
+    assert any(p.parts[-2] == "check" for p in files)
     used = {str(p.relative_to(ROOT)): private_uses(p.read_text(), _module_name(p), str(p)) for p in files}
     bad = {p: u for p, u in used.items() if u}
     assert not bad, ("these files use another module's private (underscore) names; export the name from its "

@@ -62,7 +62,7 @@ def config_label(config: dict, keys: Iterable[str] | None = None) -> str:
     return " ".join(f"{_ABBREV[k]}{config[k]}" if k in _ABBREV else f"{k}={config[k]}" for k in keys if k in config)
 
 
-def _key(config: dict) -> tuple:
+def config_key(config: dict) -> tuple:
     return tuple(sorted(config.items()))
 
 
@@ -99,7 +99,7 @@ class Result:
     def to_dict(self) -> dict:
         d: dict = {"config": dict(self.config), "status": "ok" if self.ok else "failed"}
         if self.ok:
-            d.update(ms=_round(self.ms), p20=_round(self.p20), p80=_round(self.p80))
+            d.update(ms=round_ms(self.ms), p20=round_ms(self.p20), p80=round_ms(self.p80))
         else:
             d.update(reason=self.reason, error=self.error)
         if self.compile_s is not None:
@@ -107,7 +107,7 @@ class Result:
         return d
 
 
-def _round(ms: float) -> float:
+def round_ms(ms: float) -> float:
     """Six significant digits: plenty for a timing, and monotonic, so p20 <= ms <= p80 survives."""
     return float(f"{ms:.6g}")
 
@@ -203,8 +203,8 @@ class Sweep:
 
     def get(self, config: dict) -> Result | None:
         """The result for exactly this config, or None when it was not in the sweep."""
-        k = _key(config)
-        return next((r for r in self.results if _key(r.config) == k), None)
+        k = config_key(config)
+        return next((r for r in self.results if config_key(r.config) == k), None)
 
     def title(self) -> str:
         return f"{self.kernel} {self.shape} {self.dtype}"
@@ -427,7 +427,7 @@ def validate_sweep(d, where: str = "sweep") -> None:
         at, cfg = f"results[{i}]", e["config"]
         if set(cfg) != keys0:
             bad(f"{at}: config keys {sorted(cfg)} differ from results[0]'s {sorted(keys0)}")
-        k = _key(cfg)
+        k = config_key(cfg)
         if k in seen:
             bad(f"{at}: config {cfg} appears twice (also results[{seen[k]}])")
         seen[k] = i

@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 from .. import mode
 from ..errors import UserError
-from .format import Result, Sweep, _key, _round, config_label, higher_is_better
+from .format import Result, Sweep, config_key, config_label, higher_is_better, round_ms
 
 # Errors after which the CUDA context is unusable: every later launch would fail too.
 _FATAL = ("illegal memory access", "unspecified launch failure", "misaligned address", "device-side assert",
@@ -178,9 +178,9 @@ def sweep(make_fn: Callable[[dict], Callable[[], object]], configs: Iterable[dic
         raise UserError("no configs to sweep")
     seen: dict[tuple, int] = {}
     for i, c in enumerate(configs):
-        if _key(c) in seen:
-            raise UserError(f"config {c} appears twice (positions {seen[_key(c)]} and {i})")
-        seen[_key(c)] = i
+        if config_key(c) in seen:
+            raise UserError(f"config {c} appears twice (positions {seen[config_key(c)]} and {i})")
+        seen[config_key(c)] = i
     shape = shape if isinstance(shape, str) else "x".join(str(int(d)) for d in shape)
     dtype = str(dtype).replace("torch.", "")
     timer = _time_wallclock if mode.INTERPRET else _time_gpu
@@ -227,7 +227,7 @@ def sweep(make_fn: Callable[[dict], Callable[[], object]], configs: Iterable[dic
             baseline()
             _sync()
             ms, p20, p80 = timer(baseline, warmup, rep)
-            out.baseline = {"provider": baseline_name, "ms": _round(ms), "p20": _round(p20), "p80": _round(p80)}
+            out.baseline = {"provider": baseline_name, "ms": round_ms(ms), "p20": round_ms(p20), "p80": round_ms(p80)}
         except Exception as e:
             out.notes.append(f"baseline {baseline_name} failed: {type(e).__name__}: {e}"[:300])
     if not out.results:

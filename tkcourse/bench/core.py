@@ -86,7 +86,7 @@ def attention_flops(B: int, H: int, N: int, D: int, causal: bool = False, backwa
 # ------------------------------------------------------------------------------------------
 
 
-def _refuse_in_interpreter() -> None:
+def refuse_in_interpreter() -> None:
     if mode.INTERPRET:
         raise RuntimeError("no GPU: kernels run in Triton's interpreter, whose timings say nothing about GPU "
                            "speed. Read the recorded H200 figures instead (tkcourse.bench.load_records()).")
@@ -97,7 +97,7 @@ def measure(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> tuple
 
     Refuses in the interpreter: timings there say nothing about GPU speed.
     """
-    _refuse_in_interpreter()
+    refuse_in_interpreter()
     import triton
 
     med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5, 0.2, 0.8])
@@ -135,7 +135,7 @@ def host_us_interleaved(fns: list, n: int = HOST_CALLS, burst: int = HOST_BURST,
     """``host_us`` of each of ``fns``, their bursts taken in turns: ``rounds`` rounds, each giving
     every function its share of the ``n // burst`` bursts, one function after the other. What the
     bench measures a row's providers with, so that their ratio is not the host's drift between them."""
-    _refuse_in_interpreter()
+    refuse_in_interpreter()
     import gc
     import time
 
@@ -195,7 +195,7 @@ def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
     ``fn`` is run twice on a side stream (compiling, autotuning), then captured once; the L2 cache is
     flushed before each timed replay, as ``do_bench`` does. A launcher that cannot be captured raises.
     """
-    _refuse_in_interpreter()
+    refuse_in_interpreter()
     import torch
     from triton import runtime
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from .core import _refuse_in_interpreter, graph_ms, host_us, measure
+from .core import graph_ms, host_us, measure, refuse_in_interpreter
 
 
 def host_and_gpu_time(fn: Callable[[], object], n: int = 50) -> dict:
@@ -27,7 +27,7 @@ def host_and_gpu_time(fn: Callable[[], object], n: int = 50) -> dict:
       table's ``ms``); ``graph_us``: the call replayed from a CUDA graph (``graph_ms``), the GPU alone,
       or None where the call cannot be captured.
     """
-    _refuse_in_interpreter()
+    refuse_in_interpreter()
     import torch
 
     fn()

@@ -418,7 +418,7 @@ def narrow_offsets(fn, args, threshold: int, wanted) -> list | None:
     ``wanted(TensorInfo)`` holds. None when the call cannot be traced or fails (other cases report that)."""
     if not traceable(list(args)):
         return None
-    from ..traffic.interpreter import _TAG  # the tracer's tag: which tensor a pointer block points into
+    from ..traffic.interpreter import ORIGIN_TAG  # the tracer's tag: which tensor a pointer block points into
 
     try:
         with poisoned_allocations(), traffic.capture(stop_on_oob=True) as traces, \
@@ -428,7 +428,7 @@ def narrow_offsets(fn, args, threshold: int, wanted) -> list | None:
         return None
     narrow = []
     for j, out, ty, top in seen:
-        tag = getattr(out, _TAG, None)
+        tag = getattr(out, ORIGIN_TAG, None)
         if tag is None or j >= len(traces) or tag >= len(traces[j].tensors):
             continue
         info = traces[j].tensors[tag]

@@ -42,11 +42,11 @@ def _record(recorder, kind: str, ptrs, mask, program) -> np.ndarray:
     addrs = _addresses(ptrs)
     active = np.ones(addrs.shape, dtype=bool) if mask is None else np.broadcast_to(
         np.asarray(mask.data).astype(bool), addrs.shape)
-    return recorder.record(kind, addrs, active, program(), ti.element_bytes(ptrs), getattr(ptrs, _TAG, None))
+    return recorder.record(kind, addrs, active, program(), ti.element_bytes(ptrs), getattr(ptrs, ORIGIN_TAG, None))
 
 
 _state = threading.local()
-_TAG = "_tkcourse_origin"  # attribute on a pointer TensorHandle: index of the tensor it was computed from
+ORIGIN_TAG = "_tkcourse_origin"  # attribute on a pointer TensorHandle: index of the tensor it was computed from
 
 
 @contextlib.contextmanager
@@ -92,21 +92,21 @@ def _hooked(recorder):
     def addptr(orig):
         def f(ptr, offset, *args, **kwargs):
             out = orig(ptr, offset, *args, **kwargs)
-            tag = getattr(ptr, _TAG, None)
+            tag = getattr(ptr, ORIGIN_TAG, None)
             if tag is None:
                 tag = recorder.owner_of(_addresses(ptr))
             if tag is not None:
-                setattr(out, _TAG, tag)
+                setattr(out, ORIGIN_TAG, tag)
             return out
         return f
 
     def passing(orig):
         def f(*args, **kwargs):
             out = orig(*args, **kwargs)
-            tag = next((getattr(a, _TAG) for a in args if hasattr(a, _TAG)), None)
+            tag = next((getattr(a, ORIGIN_TAG) for a in args if hasattr(a, ORIGIN_TAG)), None)
             if tag is not None and out is not None and not isinstance(out, tuple):
                 with contextlib.suppress(AttributeError):
-                    setattr(out, _TAG, tag)
+                    setattr(out, ORIGIN_TAG, tag)
             return out
         return f
 
@@ -185,7 +185,7 @@ def _interpreter_globals(fn):
             os.environ["TRITON_INTERPRET"] = old_env
 
 
-def _unwrap_kernel(kernel, kwargs: dict):
+def unwrap_kernel(kernel, kwargs: dict):
     """A Python function from a @triton.jit kernel (interpreted or compiled), autotuned or heuristic-wrapped,
     and the wrappers above it."""
     try:
@@ -194,7 +194,7 @@ def _unwrap_kernel(kernel, kwargs: dict):
         raise TraceError(f"trace() needs a @triton.jit kernel, got {type(kernel).__name__}") from None
 
 
-def _apply_layers(layers, fn, args, kwargs):
+def apply_layers(layers, fn, args, kwargs):
     """Fill meta-parameters an Autotuner (first config, or the one it already picked) or Heuristics would set."""
     return ti.layer_defaults(layers, fn, args, kwargs)
 

@@ -207,8 +207,8 @@ def trace(kernel, grid, *args, name: str | None = None, max_bytes: int = 1 << 28
     out-of-bounds lanes are masked off (never run) and listed in ``Trace.out_of_bounds``. With ``writeback``
     the results are copied back into CPU arguments, so on the CPU the trace is also the launch.
     """
-    fn, layers = interpreter._unwrap_kernel(kernel, kwargs)
-    kwargs = interpreter._apply_layers(layers, fn, args, kwargs)
+    fn, layers = interpreter.unwrap_kernel(kernel, kwargs)
+    kwargs = interpreter.apply_layers(layers, fn, args, kwargs)
     params = inspect.signature(fn).parameters
     kwargs = {k: v for k, v in kwargs.items() if k in params}  # launch options (num_warps, ...) do not matter here
     size = _nbytes_args(list(args) + list(kwargs.values()))
