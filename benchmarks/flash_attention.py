@@ -44,7 +44,7 @@ def providers(attention=None) -> dict:
             "triton-readable": lambda q, k, v, causal: readable(q, k, v, causal=causal), **sdpa}
 
 
-#: Small problems, where the launch path and filling 132 SMs decide (issue #20's attention target):
+#: Small problems, where the launch path and filling 132 SMs decide (lesson 08's attention rows):
 #: forward only, against SDPA's default choice too (its best backend for the shape).
 SMALL = [(1, 16, 512, 64)]
 
