@@ -51,3 +51,23 @@ def copied_out_of_bounds(result, bug):
     shift = 100_000 if bug == "store far" else 0
     _copy[(triton.cdiv(n, block),)](src, out, n, SHIFT=shift, MASK_LOAD=bug != "load past", BLOCK=block)
     return out
+
+
+def mutant(source: str, edits, name: str, origin: str):
+    """A lesson's solution with each edit applied, as a module of its own (``solutions.<name>``): an edit is
+    ``(old, new)`` or ``(old, new, count)``, ``old`` found exactly ``count`` times (once by default) in
+    ``source``, the text of ``origin`` (named in the failure when a solution changes under a planted edit)."""
+    import linecache
+    import types
+
+    text = source
+    for old, new, *count in edits:
+        expected = count[0] if count else 1
+        assert text.count(old) == expected, f"the planted edit no longer matches {origin}: {old!r}"
+        text = text.replace(old, new)
+    mod = types.ModuleType(f"solutions.{name}")
+    mod.__package__ = "solutions"
+    filename = f"<planted {name}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # @triton.jit reads its source
+    exec(compile(text, filename, "exec"), mod.__dict__)
+    return mod

@@ -7,14 +7,13 @@ slots hold NaN), int32 offsets into the pool, a combine that is right only for a
 and kernels left as the exercise's stubs.
 """
 
-import linecache
 import re
 import types
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_grader_catches
+from helpers import assert_grader_catches, mutant
 
 from tkcourse import check, mode
 from tkcourse.check import decode_attention as grader
@@ -23,18 +22,8 @@ SOURCE = (Path(__file__).resolve().parents[1] / "solutions" / "decode_attention.
 
 
 def _mutant(*edits, name="planted_decode", source=SOURCE):
-    """solutions/decode_attention.py with each ``(old, new, count)`` of ``edits`` applied (``old`` found
-    exactly ``count`` times), as a module of its own."""
-    text = source
-    for old, new, count in edits:
-        assert text.count(old) == count, f"the planted edit no longer matches solutions/decode_attention.py: {old!r}"
-        text = text.replace(old, new)
-    mod = types.ModuleType(f"solutions.{name}")
-    mod.__package__ = "solutions"
-    filename = f"<planted {name}>"
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # @triton.jit reads its source
-    exec(compile(text, filename, "exec"), mod.__dict__)
-    return mod
+    """solutions/decode_attention.py with each ``(old, new, count)`` of ``edits`` applied, as a module of its own."""
+    return mutant(source, edits, name, "solutions/decode_attention.py")
 
 
 PAGE_LOAD = "page = tl.load(BLOCK_TABLE + b * max_pages + pos // PAGE_SIZE, mask=valid, other=0)"

@@ -1,7 +1,6 @@
 """Lesson 09, part 1: the fused RMSNorm (+ residual add) matches torch, reads strided rows, refuses bad
 input; its grader catches each planted mistake with the hint that names it."""
 
-import linecache
 import types
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import assert_grader_catches
+from helpers import assert_grader_catches, mutant
 from helpers import randn as _randn
 
 from solutions import rmsnorm as lesson
@@ -241,16 +240,7 @@ SOURCE = (Path(__file__).resolve().parents[1] / "solutions" / "rmsnorm.py").read
 
 def _mutant(*edits, name="planted_rmsnorm"):
     """solutions/rmsnorm.py with each ``(old, new)`` of ``edits`` applied (each ``old`` found exactly once)."""
-    text = SOURCE
-    for old, new in edits:
-        assert text.count(old) == 1, f"the planted edit no longer matches solutions/rmsnorm.py: {old!r}"
-        text = text.replace(old, new)
-    mod = types.ModuleType(f"solutions.{name}")
-    mod.__package__ = "solutions"
-    filename = f"<planted {name}>"
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # @triton.jit reads its source
-    exec(compile(text, filename, "exec"), mod.__dict__)
-    return mod
+    return mutant(SOURCE, edits, name, "solutions/rmsnorm.py")
 
 
 LAYOUT_MISTAKES = [
