@@ -33,13 +33,13 @@ import torch
 from .. import mode, traffic, triton_internals
 from .core import (
     Case,
-    alias_case,
     graded_call,
     grading_seed,
     padded,
     poisoned_allocations,
     random_sizes,
     refuses,
+    returned_case,
     seeded,
     traceable,
     traced_call,
@@ -278,10 +278,7 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     if isinstance(g, Case):
         return g
     out = g.out
-    if isinstance(out, tuple) and not hasattr(out, "_fields"):
-        return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
-                    f"your {g.fn_name} returns a tuple: return only the output tensor (return out, not return out, ...)")
-    bad = alias_case(label, out, g.inputs, g.fn_name)
+    bad = returned_case(label, g)
     if bad is not None:
         return bad
     stub = _stub_case(label, out, g, traceable(list(call)))

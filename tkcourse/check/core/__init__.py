@@ -34,7 +34,7 @@ reports), ``calls`` (the learner's function under poison and the tracer, its war
 
 from __future__ import annotations
 
-from .attempt import GradedCall, attempt, graded_call, guarded, refuses, written_case
+from .attempt import GradedCall, attempt, graded_call, guarded, refuses, returned_case, written_case
 from .bounds import EDGE_MASK, describe, oob_case
 from .calls import TRACE_MAX_BYTES, call, explain_warnings, quiet_warnings, traceable, traced_call
 from .compare import block_hint, compare, describe_wrong, shift_hint, table, tolerance
@@ -88,6 +88,7 @@ __all__ = [
     "quiet_warnings",
     "random_sizes",
     "refuses",
+    "returned_case",
     "row_padded",
     "seeded",
     "shift_hint",

@@ -80,6 +80,16 @@ def written_case(label, out, expected, graded: GradedCall, **compare_kwargs) -> 
     return explain_warnings(case, out, graded.warnings)
 
 
+def returned_case(label, g: "GradedCall") -> Case | None:
+    """A failing case when a graded call that should return one tensor returned a tuple, or an output
+    sharing memory with an input; None when what it returned can be compared."""
+    out = g.out
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
+                    f"your {g.fn_name} returns a tuple: return only the output tensor (return out, not return out, ...)")
+    return alias_case(label, out, g.inputs, g.fn_name)
+
+
 def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, mask: str | None = None,
             **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
@@ -94,10 +104,7 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     if isinstance(g, Case):
         return g
     out = g.out
-    if isinstance(out, tuple) and not hasattr(out, "_fields"):
-        return Case(label, "fail", f"returned a tuple of {len(out)}, not a torch.Tensor",
-                    f"your {g.fn_name} returns a tuple: return only the output tensor (return out, not return out, ...)")
-    bad = alias_case(label, out, g.inputs, g.fn_name)
+    bad = returned_case(label, g)
     if bad is not None:
         return bad
     case = written_case(label, out, expected, g, mask=mask, **compare_kwargs)
