@@ -199,29 +199,26 @@ def _key_cases(mod):
                    "of its own. Keep only what the plan depends on (x.data_ptr() % 16 == 0 for the alignment)")
         return
     yield Case(label, "pass")
-    for what, x, hint in differ:
-        label = f"plan_key: a different key for {what}"
-        try:
-            differs = bool(key(x) != k1)
-        except Exception as exc:  # noqa: BLE001
-            yield error_case(label, exc)
+    checks = [(f"plan_key: a different key for {what}", base, x,
+               lambda ka, what=what: f"plan_key gave {ka!r} for 8x100 float32 and for {what}",
+               f"the key misses something: {hint}") for what, x, hint in differ]
+    checks += [(f"plan_key: different keys for {what}", a, b, lambda ka: f"plan_key gave {ka!r} for both",
+                f"the key holds only part of the layout: {hint}") for what, a, b, hint in pairs]
+    for label, a, b, detail, hint in checks:
+        case = _keys_differ(key, label, a, b, detail, hint)
+        yield case
+        if case.status != "pass":
             return
-        yield Case(label, "pass") if differs else Case(
-            label, "fail", f"plan_key gave {k1!r} for 8x100 float32 and for {what}", f"the key misses something: {hint}")
-        if not differs:
-            return
-    for what, a, b, hint in pairs:
-        label = f"plan_key: different keys for {what}"
-        try:
-            ka, kb = key(a), key(b)
-            differs = bool(ka != kb)
-        except Exception as exc:  # noqa: BLE001
-            yield error_case(label, exc)
-            return
-        yield Case(label, "pass") if differs else Case(
-            label, "fail", f"plan_key gave {ka!r} for both", f"the key holds only part of the layout: {hint}")
-        if not differs:
-            return
+
+
+def _keys_differ(key, label, a, b, detail, hint) -> Case:
+    """Passes when ``key`` tells ``a`` from ``b``; fails with ``detail(key(a))`` and ``hint`` when it does not."""
+    try:
+        ka, kb = key(a), key(b)
+        differs = bool(ka != kb)
+    except Exception as exc:  # noqa: BLE001 (the learner's key may raise anything)
+        return error_case(label, exc)
+    return Case(label, "pass") if differs else Case(label, "fail", detail(ka), hint)
 
 
 def _kernel_case(mod):
