@@ -235,16 +235,7 @@ def test_an_edited_exercise_skips_its_notebook(monkeypatch):
 
 def _wrong_exercise(solution: str, right: str, wrong: str) -> str:
     """The solution's text as a learner would have written it (no exercise markers), with ``right`` made ``wrong``."""
-    kept, in_stub = [], False
-    for line in solution.splitlines(keepends=True):
-        marker = line.strip()
-        if marker.startswith("### STUB"):
-            in_stub = True
-        elif marker.startswith("### END SOLUTION"):
-            in_stub = False
-        elif not in_stub and not marker.startswith("### BEGIN SOLUTION"):
-            kept.append(line)
-    text = "".join(kept)
+    text = stubs.answer_text(solution)
     assert text.count(right) == 1, right
     return text.replace(right, wrong)
 

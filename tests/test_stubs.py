@@ -176,3 +176,15 @@ def test_an_unknown_lesson_lists_the_lessons(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="lessons: .*vector_add"):
         monkeypatch.undo()
         stubs.generate(["nosuch"], log=lambda s: None)
+
+
+def test_answer_text_keeps_the_solution_and_drops_markers_and_stubs():
+    """What a finished exercise reads like: the solution's code, no markers, no stub comments."""
+    from tkcourse import stubs
+
+    src = ("def f(x):\n    ### BEGIN SOLUTION\n    y = x + 1\n    ### STUB\n    # add one\n    #! y = None\n"
+           "    ### END SOLUTION\n    return y\n")
+    assert stubs.answer_text(src) == "def f(x):\n    y = x + 1\n    return y\n"
+    real = (stubs.SOLUTIONS / "vector_add.py").read_text()
+    answer = stubs.answer_text(real)
+    assert "### " not in answer and "# TODO" not in answer and len(answer) < len(real)

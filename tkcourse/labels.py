@@ -219,13 +219,4 @@ def source(obj, reveal: bool = False) -> str:
     if not reveal:
         body = stubs.stub_text(text, "<source>")
         return body[len(stubs.HEADER.format(name="<source>")):]
-    kept, in_stub = [], False
-    for ln in text.splitlines(keepends=True):
-        marker = ln.strip()
-        if marker.startswith("### STUB"):
-            in_stub = True
-        elif marker.startswith("### END SOLUTION"):
-            in_stub = False
-        elif not in_stub and not marker.startswith("### BEGIN SOLUTION"):
-            kept.append(ln)
-    return "".join(kept)
+    return stubs.answer_text(text)

@@ -105,6 +105,20 @@ def stub_text(source: str, name: str) -> str:
     return "".join(out)
 
 
+def answer_text(source: str) -> str:
+    """A solution's source as a learner who finished the exercise would have written it: the solution's code
+    kept, the markers and the stubs (``### STUB`` up to ``### END SOLUTION``) dropped."""
+    kept, in_stub = [], False
+    for line in source.splitlines(keepends=True):
+        if _STUB.match(line):
+            in_stub = True
+        elif _END.match(line):
+            in_stub = False
+        elif not in_stub and not _BEGIN.match(line):
+            kept.append(line)
+    return "".join(kept)
+
+
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
