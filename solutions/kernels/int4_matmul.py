@@ -1,0 +1,268 @@
+"""Weight-only int4 matmul (lesson 10) at every batch a model runs, behind a lean launch.
+
+``matmul(x, packed, scales, group_size=128)`` as ``solutions.int4_matmul.matmul`` (same layout, same
+checks on a key's first call): ``x @ dequantize(packed, scales).T``.
+
+One kernel, ``int4_mm_kernel``, three ideas the lesson's kernel leaves out:
+
+- **Dequantizing with bit tricks instead of conversions.** Turning an integer into a float is a
+  conversion instruction, which an H100/H200 SM runs at a quarter of its integer rate; at batch 1
+  every weight needs one, and that alone would take longer than reading the weights. Instead, four
+  bytes are taken as one 32-bit word, and each 4-bit value ``v`` is masked into the mantissa of a
+  16-bit float whose exponent makes its unit 1: ``0x6400 | v`` is ``1024 + v`` in fp16 (``0x4300 | v``
+  is ``128 + v`` in bf16). One logical op makes two such halves of a word; one packed subtraction of
+  ``1024 + 8`` gives two signed values (the XOR with 8 first maps the two's complement nibble to
+  ``v + 8``). This is the trick of FasterTransformer's and Marlin's int4 kernels (Frantar et al. 2024,
+  "MARLIN: Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models"), written in
+  inline PTX (``_dequant``); the interpreter, which runs no PTX, takes the lesson's shifts.
+- **The scale after the product.** Steps of ``BLOCK_K`` bytes never straddle a group (``BLOCK_K``
+  divides ``group_size`` and K/2), so a step's partial product is multiplied by the group's scale once
+  per output element, not once per weight.
+- **The weight as the MMA's left operand at small batch** (``SWAP``): a tensor-core instruction is at
+  least 64 rows tall on Hopper (``wgmma``) and 16 on older MMAs, while a decode step has 1 to 16 rows of
+  x. Computing ``y.T = W @ x.T`` puts the weight's many rows (N) where the instruction's rows are, and
+  the few rows of x in its columns, which may be as few as 8: no multiply-adds are wasted on padding,
+  and the dequantized weight goes from registers straight into the MMA.
+- **Split-K at small batch** (``SPLIT_K``): a layer of N = 4096 outputs makes 64 tiles of 64 rows; to
+  keep 132 SMs reading, each tile's K is also split over ``SPLIT_K`` programs, and the last to finish
+  adds the fp32 partials (serial split-K, as ``matmul_small`` does it).
+
+The plan (``plan``) picks a config by M: the GEMV regime up to 16 rows, the tensor-core GEMM at prefill
+sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from tkcourse.mode import INTERPRET
+
+from .. import int4_matmul as lesson
+from .lean import Lean
+from .lean import tensor_key as _t
+
+__all__ = ["matmul", "int4_mm_kernel", "plan", "run", "CONFIGS", "LEANS", "forget"]
+
+
+@triton.jit
+def _dequant(b, ASM: tl.constexpr, dtype: tl.constexpr):
+    """The low and high values of the int8 tensor ``b`` (a byte each) in ``dtype``, unscaled: -8 .. 7."""
+    if ASM:
+        if dtype == tl.float16:
+            lo, hi = tl.inline_asm_elementwise(
+                asm="""{
+                .reg .b32 t, a;
+                prmt.b32 t, $4, 0, 0x3120;
+                and.b32 a, t, 0x000f000f;      xor.b32 a, a, 0x64086408; sub.f16x2 $0, a, 0x64086408;
+                shr.u32 a, t, 8;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x64086408; sub.f16x2 $1, a, 0x64086408;
+                shr.u32 a, t, 4;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x64086408; sub.f16x2 $2, a, 0x64086408;
+                shr.u32 a, t, 12; and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x64086408; sub.f16x2 $3, a, 0x64086408;
+                }""",
+                constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
+        else:
+            lo, hi = tl.inline_asm_elementwise(
+                asm="""{
+                .reg .b32 t, a;
+                prmt.b32 t, $4, 0, 0x3120;
+                and.b32 a, t, 0x000f000f;      xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $0, a, 0x3f803f80, 0xc308c308;
+                shr.u32 a, t, 8;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $1, a, 0x3f803f80, 0xc308c308;
+                shr.u32 a, t, 4;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $2, a, 0x3f803f80, 0xc308c308;
+                shr.u32 a, t, 12; and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $3, a, 0x3f803f80, 0xc308c308;
+                }""",
+                constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    else:
+        lo = ((b << 4) >> 4).to(dtype)
+        hi = (b >> 4).to(dtype)
+    return lo, hi
+
+
+@triton.jit(do_not_specialize=["M"])  # one compile serves every M: M only masks
+def int4_mm_kernel(
+    x_ptr, w_ptr, s_ptr, y_ptr,  # x (M, K), packed (N, K/2) as int8, scales (N, K/GROUP), y (M, N)
+    ws_ptr, count_ptr,  # SPLIT_K > 1: fp32 partial tiles, and a counter per tile (0 between launches)
+    M, N, K,
+    stride_xm, stride_wn, stride_sn, stride_ym,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,  # programs sharing a tile's K
+    SWAP: tl.constexpr,  # y.T = W @ x.T: the weight is the MMA's left operand (small M)
+    ASM: tl.constexpr,  # dequantize with the PTX bit tricks (GPU only)
+):
+    pid = tl.program_id(0)
+    tile = pid // SPLIT_K
+    split = pid % SPLIT_K
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    pid_n = tile % n_tiles
+    pid_m = tile // n_tiles
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    rows_n = tl.where(offs_n < N, offs_n, 0).to(tl.int64)  # a weight row past N reads row 0, never stored
+    m_ok = offs_m < M
+    half = K // 2
+    steps = half // BLOCK_K  # BLOCK_K divides K/2 and GROUP (the plan's promise)
+    per_split = tl.cdiv(steps, SPLIT_K)
+    first = split * per_split
+    last = tl.minimum(first + per_split, steps)
+    dt = x_ptr.dtype.element_ty
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    w_row = w_ptr + rows_n[:, None] * stride_wn
+    s_row = s_ptr + rows_n * stride_sn
+    for step in range(first, last):
+        k0 = step * BLOCK_K
+        b = tl.load(w_row + (k0 + offs_k)[None, :])  # (BLOCK_N, BLOCK_K) bytes
+        lo, hi = _dequant(b, ASM, dt)
+        s_lo = tl.load(s_row + k0 // GROUP).to(tl.float32)  # one scale per row of the step
+        s_hi = tl.load(s_row + (half + k0) // GROUP).to(tl.float32)
+        if SWAP:
+            xt_lo = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+            xt_hi = tl.load(x_ptr + offs_m[None, :] * stride_xm + (half + k0 + offs_k)[:, None], mask=m_ok[None, :],
+                            other=0.0)
+            acc += tl.dot(lo, xt_lo) * s_lo[:, None] + tl.dot(hi, xt_hi) * s_hi[:, None]
+        else:
+            x_lo = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
+            x_hi = tl.load(x_ptr + offs_m[:, None] * stride_xm + (half + k0 + offs_k)[None, :], mask=m_ok[:, None],
+                           other=0.0)
+            acc += tl.dot(x_lo, tl.trans(lo)) * s_lo[None, :] + tl.dot(x_hi, tl.trans(hi)) * s_hi[None, :]
+    if SWAP:
+        y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
+        y_mask = m_ok[None, :] & (offs_n < N)[:, None]
+        cell = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+    else:
+        y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
+        y_mask = m_ok[:, None] & (offs_n < N)[None, :]
+        cell = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if SPLIT_K == 1:
+        tl.store(y_ptrs, acc.to(dt), mask=y_mask)
+    else:  # serial split-K: park the partial, count in; the last program of the tile adds them all
+        ws_tile = ws_ptr + tile.to(tl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N) + cell
+        tl.store(ws_tile + split * (BLOCK_M * BLOCK_N), acc, cache_modifier=".cg")
+        tl.debug_barrier()
+        done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+        if done == SPLIT_K - 1:
+            total = tl.load(ws_tile, cache_modifier=".cg")
+            for s in tl.static_range(1, SPLIT_K):
+                total += tl.load(ws_tile + s * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
+            tl.store(y_ptrs, total.to(dt), mask=y_mask)
+            tl.atomic_xchg(count_ptr + tile, 0)
+
+
+def _cfg(bm, bn, bk, split, swap, warps, stages):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, num_warps=warps, num_stages=stages)
+
+
+#: Configs by the largest M each serves (``plan``). Filled from the H200 sweep (``research/int4/sweep.py``).
+CONFIGS = {
+    16: _cfg(16, 64, 64, 4, True, 4, 4),
+    64: _cfg(64, 64, 64, 1, False, 4, 4),
+    1 << 62: _cfg(128, 128, 64, 1, False, 8, 3),
+}
+
+
+def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None) -> dict:
+    """The config for an (M, K) x (K, N) product: ``CONFIGS``' by M (or ``config``), with ``BLOCK_K``
+    shrunk until it divides the group and K/2, ``BLOCK_M`` to what M needs, ``SPLIT_K`` to the K steps."""
+    cfg = dict(config or CONFIGS[min(b for b in CONFIGS if M <= b)])
+    bk = math.gcd(cfg["BLOCK_K"], group_size, K // 2)
+    if bk < 16:
+        raise ValueError(f"group_size = {group_size} and K = {K}: the kernel needs steps of at least 16 bytes that "
+                         f"divide both group_size and K/2 (use a group_size that is a multiple of 32)")
+    cfg["BLOCK_K"] = bk
+    if cfg["SWAP"]:
+        cfg["BLOCK_M"] = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(max(M, 1))))
+    else:
+        cfg["BLOCK_M"] = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(max(M, 1))))
+    cfg["SPLIT_K"] = max(1, min(cfg["SPLIT_K"], (K // 2) // bk))
+    return cfg
+
+
+_WORKSPACE: dict = {}  # (device, stream) -> (fp32 partials, int32 counters), grown as needed
+
+
+def _workspace(cells: int, tiles: int, device, stream=0):
+    key = (device, stream)
+    ws = _WORKSPACE.get(key)
+    if ws is None or ws[0].numel() < cells or ws[1].numel() < tiles:
+        ws = (torch.empty(max(cells, 1), dtype=torch.float32, device=device),
+              torch.zeros(max(tiles, 1), dtype=torch.int32, device=device))
+        _WORKSPACE[key] = ws
+    return ws
+
+
+def _launch_args(x2, w, scales, y, N, K, group_size, cfg):
+    M = x2.shape[0]
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    ws, counts = _workspace(tiles * cfg["SPLIT_K"] * cfg["BLOCK_M"] * cfg["BLOCK_N"] if cfg["SPLIT_K"] > 1 else 0,
+                            tiles, x2.device)
+    grid = (tiles * cfg["SPLIT_K"],)
+    meta = dict(cfg, GROUP=group_size)
+    meta.setdefault("ASM", not INTERPRET)
+    return grid, (x2, w, scales, y, ws, counts), (M, N, K, x2.stride(0), w.stride(0), scales.stride(0), y.stride(0)), meta
+
+
+def run(x, packed, scales, group_size=128, config=None):
+    """``matmul`` through ``kernel[grid]`` with one given config (``CONFIGS``' keys): for sweeps and tests."""
+    N, K, group_size = lesson.check_args(x, packed, scales, group_size)
+    x2 = x.reshape(-1, K)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    y = torch.empty((x2.shape[0], N), dtype=x.dtype, device=x.device)
+    if x2.shape[0] and N:
+        cfg = plan(x2.shape[0], N, K, group_size, config)
+        grid, args, static, meta = _launch_args(x2, packed.contiguous().view(torch.int8), scales.contiguous(), y, N, K,
+                                                group_size, cfg)
+        int4_mm_kernel[grid](*args, *static, **meta)
+    return y.reshape(*x.shape[:-1], N)
+
+
+_INT4 = Lean(int4_mm_kernel)
+
+
+def matmul(x, packed, scales, group_size=128):
+    """``x @ dequantize(packed, scales, group_size).T`` as ``solutions.int4_matmul.matmul``, on the plan."""
+    try:
+        key = (_t(x), _t(packed), _t(scales), group_size)
+        e = _INT4.get(key)
+    except (AttributeError, TypeError):
+        return lesson.matmul(x, packed, scales, group_size)  # not tensors: the lesson's checks and errors
+    if e is None:
+        return _first(key, x, packed, scales, group_size)
+    x2 = x.reshape(-1, x.shape[-1])
+    template, ws, counts, out_shape = e.info
+    y = torch.empty_like(template)
+    if e.lean:
+        e(x2.data_ptr(), packed.data_ptr(), scales.data_ptr(), y.data_ptr(), ws.data_ptr(), counts.data_ptr())
+    else:
+        e(x2, packed.view(torch.int8), scales, y, ws, counts)
+    return y.view(out_shape)
+
+
+def _first(key, x, packed, scales, group_size):
+    N, K, group_size = lesson.check_args(x, packed, scales, group_size)
+    x2 = x.reshape(-1, K)
+    M = x2.shape[0]
+    if not (x2.stride(-1) == 1 and packed.is_contiguous() and scales.is_contiguous()) or M == 0 or N == 0:
+        return run(x, packed, scales, group_size)  # unusual layouts: the ordinary launch, every call
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    cfg = plan(M, N, K, group_size)
+    grid, args, static, meta = _launch_args(x2, packed.view(torch.int8), scales, y, N, K, group_size, cfg)
+    out_shape = (*x.shape[:-1], N)
+    template = torch.empty((), dtype=x.dtype, device=x.device).expand(M, N)  # empty_like: a new (M, N) tensor
+    _INT4.first(key, args, static, grid, meta, info=(template, args[4], args[5], out_shape))  # and its workspace
+    return y.view(out_shape)
+
+
+#: This module's lean launcher, for tests and lesson 08 (entries, compiles).
+LEANS = dict(int4_matmul=_INT4)
+
+
+def forget():
+    """Drop every kept entry and workspace: the next call of each key is a first call again."""
+    _INT4.entries.clear()
+    _WORKSPACE.clear()
