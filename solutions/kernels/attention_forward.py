@@ -18,6 +18,8 @@ the recorded H200 figures measure it, behind a lean launch (``attention.py``). `
 runs the lesson's kernel instead.
 """
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -26,7 +28,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from tkcourse.mode import INTERPRET
 
-from .._checks import ConfigSpec, boolean, integer, power_of_two
+from .._checks import ConfigSpec, boolean, integer, power_of_two, real, validate
 from ..flash_attention import HEAD_DIMS, check_inputs, prepare, reference  # noqa: F401 (same API)
 from ..flash_attention import attention_forward as _simple_forward
 
@@ -212,6 +214,116 @@ if not INTERPRET:  # autotune times kernels on a GPU; the interpreter cannot
     )(attn_fwd_tuned)
 
 
+# ---- grouped-query heads and a query shorter than its keys ------------------------------------
+# q (B, Hq, N_Q, D), k and v (B, Hkv, N_KV, D), Hq = GROUP · Hkv: query head h reads KV head
+# h // GROUP (MHA: GROUP = 1; MQA: Hkv = 1; GQA between: Ainslie et al., 2023). Causal attention
+# aligns the mask to the end, as FlashAttention does (Dao, FlashAttention-2, 2023): query i sees
+# keys j <= i + N_KV - N_Q, the last query sees every key (a prompt's chunk after a KV cache).
+#
+# A program handles one KV head's GROUP query heads together: their query rows, contiguous in
+# memory ((B, Hq, N_Q, D) keeps the GROUP heads of a KV head side by side), are "packed" into one
+# sequence of GROUP·N_Q rows, row r being query r % N_Q of head r // N_Q (FlashAttention-3's
+# PackGQA, Shah et al., 2024). A block of BLOCK_M rows then reads each K/V block once for every
+# head it covers: when N_Q is short (chunked prefill, N_Q = 1 in decode) one program serves several
+# heads with one read of K and V instead of padding each head's few rows to a block. When N_Q is
+# long, a block is one head's, and the grid's order (the packed blocks of one KV head next to each
+# other) runs the GROUP heads that read the same K/V in the same waves, so K/V come from L2 rather
+# than HBM about once per group. The equal-shape kernel above stays as it is: this one only adds a
+# row's position (r % N_Q + N_KV - N_Q) for the causal mask and the per-block key range.
+
+
+@triton.jit
+def attn_fwd_gqa(
+    Q,  # q, contiguous (B, Hq, N_Q, D): a pointer, or a host-made descriptor of (B·Hq·N_Q, D)
+    K,  # k, contiguous (B, Hkv, N_KV, D): a pointer, or a host-made descriptor of (B·Hkv·N_KV, D)
+    V,  # v, as K
+    O,  # the output o, as Q
+    LSE,  # pointer to the row log-sum-exp, fp32, contiguous (B, Hq, N_Q)
+    N_Q,  # queries per head
+    N_KV,  # keys per head (causal: N_KV >= N_Q)
+    GROUP,  # query heads per KV head, Hq // Hkv
+    sm_scale,  # softmax scale
+    HEAD_DIM: tl.constexpr,  # D
+    CAUSAL: tl.constexpr,  # causal attention, aligned to the end: query i sees keys j <= i + N_KV - N_Q
+    BLOCK_M: tl.constexpr,  # packed query rows per program
+    BLOCK_N: tl.constexpr,  # keys per loop step
+    WARP_SPECIALIZE: tl.constexpr,  # warp-specialized K/V loop
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch: wait for the kernel before
+):
+    pid = tl.program_id(0)
+    if CAUSAL:  # heaviest blocks (latest queries, most keys) first, as attn_fwd_tuned
+        pid = tl.num_programs(0) - 1 - pid
+    bkv = tl.program_id(1)  # (batch, KV head)
+    rows = GROUP * N_Q  # the group's packed query rows
+    desc_q, row0 = head_descriptor(Q, bkv, rows, HEAD_DIM, BLOCK_M)
+    desc_k, kv_row0 = head_descriptor(K, bkv, N_KV, HEAD_DIM, BLOCK_N)
+    desc_v, _ = head_descriptor(V, bkv, N_KV, HEAD_DIM, BLOCK_N)
+    desc_o, _ = head_descriptor(O, bkv, rows, HEAD_DIM, BLOCK_M)
+
+    start_m = pid * BLOCK_M
+    offs_r = start_m + tl.arange(0, BLOCK_M)
+    shift = N_KV - N_Q  # the causal diagonal's offset: the last query sits on the last key
+    pos = offs_r % N_Q + shift  # each row's place among the keys (the loop's causal mask compares it)
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    if PDL:
+        gdc_wait()
+    q = desc_q.load([row0 + start_m, 0])
+
+    if CAUSAL:
+        # The block's rows are one head's queries lo..hi, or (a block across two heads' rows) any of
+        # 0..N_Q-1. Keys up to the first row's diagonal need no mask; up to the last row's are masked.
+        last = tl.minimum(start_m + BLOCK_M, rows) - 1
+        one_head = start_m // N_Q == last // N_Q
+        lo_pos = tl.where(one_head, start_m % N_Q, 0) + shift
+        hi_pos = tl.where(one_head, last % N_Q, N_Q - 1) + shift
+        diag = ((lo_pos + 1) // BLOCK_N) * BLOCK_N
+        acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, pos, 0, diag, N_KV,
+                                             qk_scale, BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
+        acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, pos, diag,
+                                             tl.minimum(hi_pos + 1, N_KV), N_KV, qk_scale,
+                                             BLOCK_N, True, CAUSAL, WARP_SPECIALIZE)
+    else:
+        n_full = (N_KV // BLOCK_N) * BLOCK_N
+        acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, pos, 0, n_full, N_KV,
+                                             qk_scale, BLOCK_N, False, CAUSAL, WARP_SPECIALIZE)
+        if not WARP_SPECIALIZE:
+            acc, l_i, m_i = attn_fwd_tuned_loop(acc, l_i, m_i, q, desc_k, desc_v, kv_row0, pos, n_full, N_KV,
+                                                 N_KV, qk_scale, BLOCK_N, True, CAUSAL, False)
+
+    if PDL:
+        gdc_launch_dependents()
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(LSE + bkv.to(tl.int64) * rows + offs_r, lse, mask=offs_r < rows)
+    desc_o.store([row0 + start_m, 0], acc.to(desc_o.dtype))
+
+
+def prune_gqa_configs(configs, named_args, **kwargs):
+    """``prune_fwd_configs`` for ``attn_fwd_gqa``: its rows are the packed GROUP·N_Q, its keys N_KV."""
+    a = {**named_args, **kwargs}
+    rows, n_kv, causal = a["GROUP"] * a["N_Q"], a["N_KV"], a["CAUSAL"]
+
+    def keep(c):
+        bm, bn, ws = c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["WARP_SPECIALIZE"]
+        if bm > max(rows, 64) or (causal and bm < bn):
+            return False
+        return not ws or (FWD_TRY_WARP_SPECIALIZE and not causal and n_kv % bn == 0)
+
+    return [c for c in configs if keep(c)] or configs[:1]
+
+
+attn_fwd_gqa_autotuned = None
+if not INTERPRET:
+    attn_fwd_gqa_autotuned = triton.autotune(
+        configs=FWD_CONFIGS,
+        key=["N_Q", "N_KV", "GROUP", "HEAD_DIM", "CAUSAL"],
+        prune_configs_by={"early_config_prune": prune_gqa_configs},
+    )(attn_fwd_gqa)
+
+
 def tma_scratch(size: int, alignment: int, stream):
     """Global memory for tensor descriptors made inside kernels (``tl.make_tensor_descriptor``)."""
     return torch.empty(size, device="cuda", dtype=torch.int8)
@@ -250,7 +362,9 @@ def _launch_config(config):
 
 
 def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=None, host_descriptors=None):
-    """``(o, lse)`` for q, k, v of shape (B, H, N, D), without autograd, as the lesson's.
+    """``(o, lse)`` for q, k, v of shape (B, H, N, D), without autograd, as the lesson's; or for q of
+    (B, Hq, N_Q, D) and k, v of (B, Hkv, N_KV, D) (grouped-query heads, a query shorter than its keys:
+    ``check_gqa_inputs``), ``lse`` then of shape (B, Hq, N_Q).
 
     ``impl``: "tuned" (this module's kernel), "simple" (the lesson's), "auto" (tuned on a GPU, simple
     in the interpreter, where the tuned kernel is only slower). ``config`` ({BLOCK_M, BLOCK_N,
@@ -259,6 +373,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     kernel build its own descriptors, one per head, where host-made ones would apply (None: where
     HOST_DESCRIPTORS and the shape allow), so that the two can be compared.
     """
+    if grouped(q, k, v):  # grouped-query heads or N_Q != N_KV: attn_fwd_gqa
+        return _gqa_forward(q, k, v, causal, sm_scale, impl, config, host_descriptors)
     sm_scale = check_inputs(q, k, v, sm_scale)
     causal = boolean("causal", causal)
     host = None if host_descriptors is None else boolean("host_descriptors", host_descriptors)
@@ -289,6 +405,92 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
         args = descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"], host=host)
         grid = (triton.cdiv(N, cfg["BLOCK_M"]), B * H)
         attn_fwd_tuned[grid](*args, lse, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
+    return o, lse
+
+
+def grouped(q, k, v) -> bool:
+    """Whether q, k, v take the grouped path (``attn_fwd_gqa``): three 4-D tensors, k's shape not q's.
+    Anything else goes to the equal-shape path and its checks."""
+    return (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            and q.dim() == k.dim() == v.dim() == 4 and q.shape != k.shape)
+
+
+def check_gqa_inputs(q, k, v, causal, sm_scale):
+    """``(sm_scale, causal)`` for q (B, Hq, N_Q, D), k and v (B, Hkv, N_KV, D), after checking them: one
+    dtype and device, Hq a multiple of Hkv, the same B and D, and N_Q <= N_KV when causal (the mask is
+    aligned to the end: query i sees keys j <= i + N_KV - N_Q). A ValueError names what is wrong."""
+    validate(q, k, v, names=["q", "k", "v"], ndim=4)
+    causal = bool(boolean("causal", causal))
+    (B, Hq, Nq, D), (Bk, Hkv, Nk, Dk) = q.shape, k.shape
+    if v.shape != k.shape:
+        raise ValueError(f"k has shape {tuple(k.shape)} but v has {tuple(v.shape)}; k and v must match")
+    if Bk != B:
+        raise ValueError(f"q has batch size B = {B} but k and v have {Bk}; they must match")
+    if Dk != D:
+        raise ValueError(f"q has head dimension D = {D} but k and v have {Dk}; they must match")
+    if D not in HEAD_DIMS:
+        raise ValueError(f"head dimension D = q.shape[-1] = {D} is not supported; use one of {HEAD_DIMS} "
+                         f"(pad D with zeros up to the next supported size)")
+    if Hq % Hkv:
+        raise ValueError(f"q has Hq = {Hq} heads and k, v have Hkv = {Hkv}: Hq must be a multiple of Hkv "
+                         f"(query head h reads KV head h // (Hq // Hkv))")
+    if causal and Nq > Nk:
+        raise ValueError(f"causal=True needs N_Q <= N_KV (the mask is aligned to the last key), got q with "
+                         f"N_Q = {Nq} queries and k, v with N_KV = {Nk} keys; pass causal=False")
+    return (1.0 / math.sqrt(D) if sm_scale is None else real("sm_scale", sm_scale)), causal
+
+
+def gqa_descriptors(q, k, v, o, block_m, block_n=None, host=None):
+    """``descriptors`` for ``attn_fwd_gqa``: host-made descriptors of all rows, (B·Hq·N_Q, D) for Q and O
+    and (B·Hkv·N_KV, D) for K and V, where a KV head's packed query rows (GROUP·N_Q) are a multiple of
+    block_m and N_KV one of block_n, at most HOST_DESCRIPTOR_MAX_N; else the pointers themselves."""
+    Hq, Nq, D = q.shape[1:]
+    Hkv, Nk = k.shape[1:3]
+    block_n = block_n or block_m
+    rows = Hq // Hkv * Nq
+    if not (HOST_DESCRIPTORS if host is None else host) or rows % block_m or Nk % block_n or Nk > HOST_DESCRIPTOR_MAX_N:
+        return [q, k, v, o]
+    return [TensorDescriptor(t.view(t.numel() // D, D), [t.numel() // D, D], [D, 1], [block, D])
+            for t, block in ((q, block_m), (k, block_n), (v, block_n), (o, block_m))]
+
+
+def gqa_grid(q, k):
+    """The grid of ``attn_fwd_gqa``: (packed row blocks of a KV head, B·Hkv)."""
+    B, Hq, Nq, _ = q.shape
+    Hkv = k.shape[1]
+    rows = Hq // Hkv * Nq
+    return lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]), B * Hkv)
+
+
+def _gqa_forward(q, k, v, causal, sm_scale, impl, config, host_descriptors):
+    sm_scale, causal = check_gqa_inputs(q, k, v, causal, sm_scale)
+    host = None if host_descriptors is None else boolean("host_descriptors", host_descriptors)
+    if config is not None:
+        config = _launch_config(config)
+    use_tuned(impl)  # an unknown impl names itself
+    if impl == "simple":
+        raise ValueError("impl='simple' (the lesson's kernel) takes q, k, v of one shape; grouped-query heads "
+                         "and N_Q != N_KV run in the tuned kernel: impl='auto' or 'tuned'")
+    q, k, v = prepare(q), prepare(k), prepare(v)
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1:3]
+    group = Hq // Hkv
+    o = torch.empty_like(q)
+    lse = torch.empty((B, Hq, Nq), device=q.device, dtype=torch.float32)
+    if not INTERPRET:
+        triton.set_allocator(tma_scratch)
+    grid = gqa_grid(q, k)
+    if config is None and attn_fwd_gqa_autotuned is not None and max(group * Nq, Nk) >= AUTOTUNE_MIN_N:
+        args = gqa_descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE, host=host)
+        attn_fwd_gqa_autotuned[grid](*args, lse, Nq, Nk, group, sm_scale, HEAD_DIM=D, CAUSAL=causal)
+    else:
+        cfg = _launch_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG)
+        ws = bool(cfg.pop("WARP_SPECIALIZE", False))
+        if ws and (causal or Nk % cfg["BLOCK_N"]):
+            raise ValueError("WARP_SPECIALIZE=True needs causal=False and N_KV a multiple of BLOCK_N "
+                             "(a warp-specialized loop must be the kernel's only loop)")
+        args = gqa_descriptors(q, k, v, o, cfg["BLOCK_M"], cfg["BLOCK_N"], host=host)
+        attn_fwd_gqa[grid](*args, lse, Nq, Nk, group, sm_scale, HEAD_DIM=D, CAUSAL=causal, WARP_SPECIALIZE=ws, **cfg)
     return o, lse
 
 
