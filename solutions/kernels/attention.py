@@ -1,5 +1,7 @@
 """Attention forward (lesson 06's tuned kernel) and backward (lesson 07's autotuned kernels) behind
-lean launches, with the APIs of ``attention_forward`` and ``attention_backward``; the mechanism and
+lean launches, with the APIs of ``attention_forward`` and ``attention_backward``: q, k, v of one shape
+(B, H, N, D), or grouped-query heads and a query shorter than its keys (q (B, Hq, N_Q, D), k and v
+(B, Hkv, N_KV, D), the causal mask aligned to the end; ``attention_forward.check_gqa_inputs``). The mechanism and
 the keys are those of ``lean`` and the package's other modules (dtypes, shapes, strides, alignment,
 device, options).
 Host-made tensor descriptors: a direct entry (triton 3.6) keeps each address's encoded map
@@ -51,6 +53,11 @@ if not INTERPRET:
 _FWD_SMALL = Lean(_fwd_small_tuned or fat.attn_fwd_tuned)
 _FWD_LARGE = Lean(fat.attn_fwd_autotuned or fat.attn_fwd_tuned)
 _FWD_FIXED = Lean(fat.attn_fwd_tuned)  # the interpreter's config, and N below fat.AUTOTUNE_MIN_N
+#: Grouped-query heads or N_Q != N_KV (``attention_forward.attn_fwd_gqa``): autotuned, and fixed (the
+#: interpreter, and fewer than fat.AUTOTUNE_MIN_N packed rows and keys). Looked up after the three
+#: above, so an equal-shape call never pays for them.
+_FWD_GQA = Lean(fat.attn_fwd_gqa_autotuned or fat.attn_fwd_gqa)
+_FWD_GQA_FIXED = Lean(fat.attn_fwd_gqa)
 _FWD_MULTIPLE = 128  # N a multiple of every small config's blocks: host-made descriptors
 #: Host-made tensor descriptors on the lean path. Descriptors made in the kernel cost GPU time (each
 #: program encodes its own and fences it), which a small problem's kernel does not hide. Host-made
@@ -90,7 +97,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
         if sm_scale is not None and type(sm_scale) not in (float, int):
             raise TypeError  # a tensor scale, say: the ordinary path
         key = _qkv_key(q, k, v, causal, sm_scale, impl) + (host_descriptors,)
-        e = None if config is not None else (_FWD_SMALL.get(key) or _FWD_LARGE.get(key) or _FWD_FIXED.get(key))
+        e = None if config is not None else (_FWD_SMALL.get(key) or _FWD_LARGE.get(key) or _FWD_FIXED.get(key)
+                                             or _FWD_GQA.get(key) or _FWD_GQA_FIXED.get(key))
     except (AttributeError, TypeError):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
     if e is None:
@@ -112,6 +120,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
 def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors=None):
     if config is not None or not fat.use_tuned(impl):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
+    if fat.grouped(q, k, v):
+        return _gqa_first(key, q, k, v, causal, sm_scale, host_descriptors)
     sm_scale = fat.check_inputs(q, k, v, sm_scale)
     causal = bool(fat.boolean("causal", causal))
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
@@ -148,6 +158,42 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptor
     return o, lse
 
 
+def _gqa_first(key, q, k, v, causal, sm_scale, host_descriptors=None):
+    """``_forward_first`` for grouped-query heads or N_Q != N_KV: an entry of ``attn_fwd_gqa``."""
+    sm_scale, causal = fat.check_gqa_inputs(q, k, v, causal, sm_scale)
+    prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
+    q, k, v = fat.prepare(q), fat.prepare(k), fat.prepare(v)
+    B, Hq, Nq, D = q.shape
+    Hkv, Nk = k.shape[1:3]
+    group = Hq // Hkv
+    o = torch.empty_like(q)
+    lse = torch.empty((B, Hq, Nq), device=q.device, dtype=torch.float32)
+    if not INTERPRET:
+        triton.set_allocator(fat.tma_scratch)
+    if INTERPRET:
+        lean, meta = _FWD_GQA_FIXED, dict(fat.INTERPRET_CONFIG, WARP_SPECIALIZE=False)
+    elif max(group * Nq, Nk) < fat.AUTOTUNE_MIN_N:
+        lean, meta = _FWD_GQA_FIXED, dict(fat.SMALL_N_CONFIG, WARP_SPECIALIZE=False)
+    else:
+        lean, meta = _FWD_GQA, {}
+    if FWD_PDL and pdl_ok(q.device):
+        meta.update(PDL=True, launch_pdl=True)
+    multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
+    host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
+    args = fat.gqa_descriptors(q, k, v, o, *multiple, host=host)
+    made = not isinstance(args[0], torch.Tensor)
+    templates = None
+    if made:
+        templates = lambda m: dict(enumerate(fat.gqa_descriptors(q, k, v, o, m["BLOCK_M"], m["BLOCK_N"])))  # noqa: E731
+    entry = lean.first(key, (*args, lse), (Nq, Nk, group, sm_scale), fat.gqa_grid(q, k),
+                       dict(meta, HEAD_DIM=D, CAUSAL=causal), templates=templates)
+    kept = None
+    if made and not entry.tensor_descriptors:
+        kept = fat.gqa_descriptors(q, k, v, o, entry.meta["BLOCK_M"], entry.meta["BLOCK_N"])
+    entry.info = (prepared, kept, torch.empty((), device=q.device, dtype=torch.float32).expand(B, Hq, Nq))
+    return o, lse
+
+
 _DELTA = Lean(fab.attn_bwd_preprocess)
 _DKDV = {True: Lean(fabt.dkdv_autotuned or fab.attn_bwd_dkdv), False: Lean(fab.attn_bwd_dkdv)}
 _DQ = {True: Lean(fabt.dq_autotuned or fab.attn_bwd_dq), False: Lean(fab.attn_bwd_dq)}
@@ -178,7 +224,7 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_co
 
 
 def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config):
-    if key is None:
+    if key is None or fat.grouped(q, k, v):  # grouped-query heads, N_Q != N_KV: the ordinary launch
         return fabt.attention_backward(do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (do, q, k, v, o, lse))
     (do, q, k, v, o, lse), causal, sm_scale, _, _ = fab.check_inputs(do, q, k, v, o, lse, causal, sm_scale,
@@ -206,8 +252,9 @@ def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_
 #: The trainable layer: the lean forward and backward, as ``attention_backward.attention``.
 attention = trainable(attention_forward, attention_backward)
 
-LEANS = dict(fwd_small=_FWD_SMALL, fwd_large=_FWD_LARGE, fwd_fixed=_FWD_FIXED, delta=_DELTA, dkdv=_DKDV[True],
-             dkdv_fixed=_DKDV[False], dq=_DQ[True], dq_fixed=_DQ[False])
+LEANS = dict(fwd_small=_FWD_SMALL, fwd_large=_FWD_LARGE, fwd_fixed=_FWD_FIXED, fwd_gqa=_FWD_GQA,
+             fwd_gqa_fixed=_FWD_GQA_FIXED, delta=_DELTA, dkdv=_DKDV[True], dkdv_fixed=_DKDV[False], dq=_DQ[True],
+             dq_fixed=_DQ[False])
 
 
 def forget():
