@@ -5,7 +5,9 @@ The kernel and its plan (a program per row, ``BLOCK`` the row rounded up to a po
 ``num_warps(BLOCK)``) are the lesson's; the host side is ``lean.Lean``'s (see the package's
 docstring). A decode step normalizes 1 to a few dozen rows, where the lesson's launcher spends more
 time on the host than the kernel runs on the GPU: here a key seen before costs a lookup, two
-allocations and the launch.
+allocations and the launch. What the first call worked out from shapes and strides (whether an input
+needs a copy to be read as rows of one stride; the row strides themselves) is the key's, so a later
+call takes the inputs' addresses as they are: a view as rows starts where its tensor does.
 """
 
 from __future__ import annotations
@@ -14,46 +16,60 @@ import torch
 import triton
 
 from .. import rmsnorm as rn
-from .lean import Lean
-from .lean import tensor_key as _t
+from .lean import Lean, hooks_on
 
 __all__ = ["rmsnorm", "LEANS", "forget"]
 
 _RMSNORM = Lean(rn.rmsnorm_kernel)
+_ENTRIES = _RMSNORM.entries  # the table itself: Lean only ever clears it
 
 
 def rmsnorm(x, weight, eps=1e-6, residual=None):
     """``y``, or ``(y, x + residual)``, as ``rmsnorm.rmsnorm``."""
-    try:
-        key = (_t(x), _t(weight), None if residual is None else _t(residual), eps, type(eps))
-        e = _RMSNORM.get(key)  # the lookup hashes: TypeError for an unhashable eps
+    try:  # what the compile depends on (``lean.tensor_key`` of each tensor, written out in one tuple)
+        key = (x.dtype, x.shape, x.stride(), x.data_ptr() & 15, x.get_device(),
+               weight.dtype, weight.shape, weight.stride(), weight.data_ptr() & 15, weight.get_device(),
+               None if residual is None else (residual.dtype, residual.shape, residual.stride(),
+                                              residual.data_ptr() & 15, residual.get_device()),
+               eps, type(eps))
+        e = _ENTRIES.get(key)  # the lookup hashes: TypeError for an unhashable eps
     except (AttributeError, TypeError):  # not tensors, or an eps of another kind: the lesson's checks
         return rn.rmsnorm(x, weight, eps, residual)
-    if e is None:
+    if e is None or hooks_on():  # a launch hook (a profiler) sees launches through kernel[grid]
         return _first(key, x, weight, eps, residual)
-    x2, weight = rn.as_rows(x), weight.contiguous()
-    r2 = x2 if residual is None else rn.as_rows(residual)
-    template = e.info  # one element expanded to x's shape: empty_like gives a new contiguous tensor
-    y = torch.empty_like(template)
+    template, copies = e.info  # template: one element expanded to x's shape; copies: which inputs the key
+    if copies:  # made the first call copy (rows no single stride describes, strided columns or weight)
+        x, weight, residual = _copied(x, weight, residual)
+    y = torch.empty_like(template)  # a new contiguous tensor
     h = y if residual is None else torch.empty_like(template)
-    if e.lean:  # addresses as ints: the launcher then skips a driver query per pointer
-        e(x2.data_ptr(), r2.data_ptr(), weight.data_ptr(), y.data_ptr(), h.data_ptr())
+    if e.lean:  # addresses as ints (a view as rows starts where x does): no driver query per pointer
+        xp = x.data_ptr()
+        e(xp, xp if residual is None else residual.data_ptr(), weight.data_ptr(), y.data_ptr(), h.data_ptr())
     else:
-        e(x2, r2, weight, y, h)
+        x2 = rn.as_rows(x)
+        e(x2, x2 if residual is None else rn.as_rows(residual), weight, y, h)
     return y if residual is None else (y, h)
+
+
+def _copied(x, weight, residual):
+    """The inputs as the kernel reads them with one row stride: each copied where it has none."""
+    return rn.as_rows(x), weight.contiguous(), None if residual is None else rn.as_rows(residual)
 
 
 def _first(key, x, weight, eps, residual):
     rn.rmsnorm(x, weight, eps, residual)  # the lesson's checks and errors, and its launch this once
     H = x.shape[-1]
-    x2, weight = rn.as_rows(x), weight.contiguous()
+    x2, w = rn.as_rows(x), weight.contiguous()
     r2 = x2 if residual is None else rn.as_rows(residual)
+    copies = (x2.data_ptr() != x.data_ptr() or w.data_ptr() != weight.data_ptr()
+              or (residual is not None and r2.data_ptr() != residual.data_ptr()))
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     h = y if residual is None else torch.empty(x.shape, dtype=x.dtype, device=x.device)
     BLOCK = triton.next_power_of_2(H)
-    _RMSNORM.first(key, (x2, r2, weight, y, h), (x2.stride(0), r2.stride(0), H, H, float(eps)), (x2.shape[0],),
+    template = torch.empty((), dtype=x.dtype, device=x.device).expand(x.shape)
+    _RMSNORM.first(key, (x2, r2, w, y, h), (x2.stride(0), r2.stride(0), H, H, float(eps)), (x2.shape[0],),
                    dict(HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, num_warps=rn.num_warps(BLOCK)),
-                   info=torch.empty((), dtype=x.dtype, device=x.device).expand(x.shape))
+                   info=(template, copies))
     return y if residual is None else (y, h)
 
 
