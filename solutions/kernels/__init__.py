@@ -10,6 +10,10 @@ One home per kernel, each behind its lesson's public API (same function names an
   ``attention_forward`` and ``attention_backward``), ``rmsnorm.rmsnorm`` and
   ``decode_attention.decode_attention`` (09).
 
+Two kernels of a decode step have no lesson and live here alone, each with its torch reference:
+``rope.rope`` (rotary position embedding on q and k in one launch, with ``rope.rope_tables``) and
+``swiglu.swiglu`` (the MLP's ``silu(gate) * up``, of one fused projection output or two tensors).
+
 The lessons' files (``solutions/softmax.py``, ...) stay the short kernels a learner writes and
 compares with; this package sits above them all and imports only what they export.
 
@@ -30,9 +34,9 @@ driver query (``cuPointerGetAttribute``) per pointer to check that it is on the 
 checked the device already.
 """
 
-from . import attention, decode_attention, matmul, online_softmax, rmsnorm, softmax, vector_add
+from . import attention, decode_attention, matmul, online_softmax, rmsnorm, rope, softmax, swiglu, vector_add
 
-_MODULES = (vector_add, softmax, online_softmax, matmul, attention, rmsnorm, decode_attention)
+_MODULES = (vector_add, softmax, online_softmax, matmul, attention, rmsnorm, decode_attention, rope, swiglu)
 
 #: Every lean launcher's table by name, for tests and lesson 08 (entries, compiles).
 LEANS = {name: lean for m in _MODULES for name, lean in m.LEANS.items()}
