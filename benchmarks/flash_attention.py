@@ -3,6 +3,12 @@
 Shapes keep B*N = 16k tokens and H*D = 2048. FLOPs: 4*B*H*N*N*D forward (half when causal), the
 backward 2.5x that. Peers: SDPA's flash backend (FlashAttention-2) and its cuDNN backend.
 Peak memory of forward + backward is recorded too (metric "GB", lower is better).
+
+Grouped-query heads (``GQA``): Hq = 32 query heads reading Hkv = 8 KV heads, D = 128, as Llama 3's
+8B model; shapes named ``B1-Hq32-Hkv8-N4096-D128[-causal]``, FLOPs those of the Hq query heads.
+Peers: SDPA with ``enable_gqa=True`` under its flash, cuDNN and memory-efficient backends (a backend
+that does not take the shape fails its case, and the others go on). Their backward cases make their
+tensors and run the forward on their first call, so that filtering them out (``--shape``) costs nothing.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ def cases():
                     yield Case("attention_fwd", name, shape_name(B, H, N, D, causal), "float16",
                                lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c), flops=attention_flops(B, H, N, D, causal))
                     yield backward_case(name, f, B, H, N, D, causal)
+    yield from gqa_cases()
 
 
 def backward_case(provider: str, f, B: int, H: int, N: int, D: int, causal: bool, device="cuda") -> Case:
@@ -130,3 +137,67 @@ def extra_rows(prov: dict) -> list[dict]:
                                      dtype="float16", metric="GB", median=round(peak, 4), p20=round(peak, 4),
                                      p80=round(peak, 4), ms=0.0, bytes=0, flops=0, **prov))
     return rows
+
+
+#: Grouped-query shapes: (B, Hq, Hkv, N, D), queries and keys of one length N.
+GQA = [(B, 32, 8, N, 128) for B in (1, 4) for N in (1024, 4096, 16384)]
+
+
+def gqa_shape_name(B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool) -> str:
+    return f"B{B}-Hq{Hq}-Hkv{Hkv}-N{N}-D{D}" + ("-causal" if causal else "")
+
+
+def _sdpa_gqa(backend):
+    from torch.nn.attention import sdpa_kernel
+
+    def f(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+    return f
+
+
+def gqa_providers() -> dict:
+    """``{provider: f(q, k, v, causal)}`` for q (B, Hq, N, D) and k, v (B, Hkv, N, D): the lean layer as
+    triton, SDPA with ``enable_gqa`` per backend."""
+    from torch.nn.attention import SDPBackend
+
+    from solutions.kernels.attention import attention
+
+    return {"triton": lambda q, k, v, causal: attention(q, k, v, causal=causal),
+            "sdpa-flash": _sdpa_gqa(SDPBackend.FLASH_ATTENTION), "sdpa-cudnn": _sdpa_gqa(SDPBackend.CUDNN_ATTENTION),
+            "sdpa-efficient": _sdpa_gqa(SDPBackend.EFFICIENT_ATTENTION)}
+
+
+def _gqa_qkv(B, Hq, Hkv, N, D, grad=False, device="cuda"):
+    q = torch.randn(B, Hq, N, D, dtype=torch.float16, device=device, requires_grad=grad)
+    k, v = (torch.randn(B, Hkv, N, D, dtype=torch.float16, device=device, requires_grad=grad) for _ in range(2))
+    return q, k, v
+
+
+def gqa_backward_case(provider: str, f, B: int, Hq: int, Hkv: int, N: int, D: int, causal: bool,
+                      device="cuda") -> Case:
+    """``backward_case`` at a grouped shape; the tensors and the forward are made on the first call."""
+    kept = {}
+
+    def run():
+        if not kept:
+            q, k, v = _gqa_qkv(B, Hq, Hkv, N, D, grad=True, device=device)
+            o = f(q, k, v, causal)
+            kept.update(q=q, k=k, v=v, o=o, do=torch.randn_like(o))
+        q, k, v = kept["q"], kept["k"], kept["v"]
+        q.grad = k.grad = v.grad = None
+        kept["o"].backward(kept["do"], retain_graph=True)
+    return Case("attention_bwd", provider, gqa_shape_name(B, Hq, Hkv, N, D, causal), "float16", run,
+                flops=attention_flops(B, Hq, N, D, causal, backward=True), graph=False)
+
+
+def gqa_cases():
+    """Forward and backward at the GQA shapes, triton against SDPA's backends."""
+    for B, Hq, Hkv, N, D in GQA:
+        for causal in (False, True):
+            for name, f in gqa_providers().items():
+                q, k, v = _gqa_qkv(B, Hq, Hkv, N, D)
+                yield Case("attention_fwd", name, gqa_shape_name(B, Hq, Hkv, N, D, causal), "float16",
+                           lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c), flops=attention_flops(B, Hq, N, D, causal))
+            for name, f in gqa_providers().items():
+                yield gqa_backward_case(name, f, B, Hq, Hkv, N, D, causal)

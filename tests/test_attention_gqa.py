@@ -238,3 +238,21 @@ def test_forward_property(B, Hkv, group, Nq, extra, causal, seed):
     o = lean_attention.attention_forward(q, k, v, causal)[0]
     torch.testing.assert_close(o.double(), reference(*(t.double() for t in (q, k, v)), causal),
                                atol=ATOL[torch.float32], rtol=ATOL[torch.float32])
+
+
+def test_gqa_backward_case_makes_its_tensors_on_first_call():
+    """The benchmark's grouped backward case builds nothing until it runs (a filtered-out shape costs
+    nothing), then each call is one more backward of the same forward."""
+    from benchmarks.flash_attention import gqa_backward_case, gqa_shape_name
+
+    calls = []
+
+    def f(q, k, v, causal):
+        calls.append(causal)
+        return lean_attention.attention(q, k, v, causal=causal)
+
+    case = gqa_backward_case("triton", f, 1, 4, 2, 16, 16, True, device=mode.DEVICE)
+    assert case.shape == gqa_shape_name(1, 4, 2, 16, 16, True) == "B1-Hq4-Hkv2-N16-D16-causal" and calls == []
+    case.fn()
+    case.fn()
+    assert calls == [True]
