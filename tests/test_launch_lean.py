@@ -140,6 +140,43 @@ def test_keys_one_entry_per_dtype_shape_stride_and_alignment():
     assert len({k[3] for k in keys}) == 2  # data_ptr() & 15 told apart
 
 
+def test_a_launch_hook_sends_every_call_the_ordinary_way(monkeypatch):
+    """The hot paths that read their table inline (softmax, RMSNorm, RoPE, SwiGLU) still ask whether a
+    launch hook (a profiler such as proton) is set, as ``Lean.get`` does: then each call goes through
+    ``kernel[grid]``, where the hook sees it, with the same results."""
+    import triton
+
+    from solutions.kernels import rope as lean_rope
+    from solutions.kernels import swiglu as lean_swiglu
+
+    x, w = torch.randn(5, 40, device=DEVICE), torch.randn(40, device=DEVICE)
+    q, k = torch.randn(1, 2, 4, 8, device=DEVICE), torch.randn(1, 2, 2, 8, device=DEVICE)
+    cos, sin = lean_rope.rope_tables(8, 8, device=DEVICE)
+    pos = torch.tensor([[3, 4]], device=DEVICE)
+    calls = [("softmax", lambda: lean_softmax.softmax(x), lambda: sm.reference(x)),
+             ("rmsnorm", lambda: lean_rmsnorm.rmsnorm(x, w), lambda: rn.reference(x, w)),
+             ("rope", lambda: lean_rope.rope(q, k, cos, sin, pos)[0],
+              lambda: lean_rope.rope_reference(q, k, cos, sin, pos)[0]),
+             ("swiglu", lambda: lean_swiglu.swiglu(x[:, :40]), lambda: lean_swiglu.swiglu_reference(x[:, :40]))]
+    runtime = triton.knobs.runtime
+    hook = runtime.launch_enter_hook
+    chain = hasattr(hook, "calls")  # triton 3.7: a HookChain; 3.6: a callable or None
+    for name, fn, ref in calls:
+        table = lean.LEANS[name]
+        fn()  # the entry is kept
+        compiles = table.compiles
+        with monkeypatch.context() as m:
+            if chain:
+                m.setattr(hook, "calls", [lambda *a, **kw: None])
+            else:
+                m.setattr(runtime, "launch_enter_hook", lambda *a, **kw: None)
+            for _ in range(2):
+                _close(fn(), ref())
+        assert table.compiles == compiles + 2, name
+        fn()
+        assert table.compiles == compiles + 2, name  # the hook gone: the kept entry again
+
+
 def test_autotuner_unwrapped_to_its_kernel_and_entries_bounded(monkeypatch):
     assert _jit_of(mm.matmul_autotuned) is mm.matmul_kernel
     from solutions.kernels import lean as launch_lean
