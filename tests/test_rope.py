@@ -75,11 +75,9 @@ def test_in_place_on_views_of_a_fused_qkv_output():
     q, k, v = heads[:, :, :HQ], heads[:, :, HQ:HQ + HKV], heads[:, :, HQ + HKV:]
     _, _, cos, sin, positions = _inputs(B, T, HQ, HKV, D, torch.float32)
     want_q, want_k = _rope64(q, positions, D), _rope64(k, positions, D)
-    v0 = v.clone()
-    for i in range(2):
-        if i:  # the kept entry: rotate fresh values again
-            q.copy_(q0), k.copy_(k0)
-        q0, k0 = q.clone(), k.clone()
+    q0, k0, v0 = q.clone(), k.clone(), v.clone()
+    for _ in range(2):  # the first call and the kept entry, each on the unrotated values
+        q.copy_(q0), k.copy_(k0)
         qo, ko = R.rope(q, k, cos, sin, positions, inplace=True)
         assert qo is q and ko is k
         torch.testing.assert_close(q.double().cpu(), want_q, **_tol(torch.float32))
