@@ -129,6 +129,9 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("09", "decode_attention", parts=("rmsnorm", "decode_attention"),
            benchmarks=("rmsnorm", "decode_attention"),
            gpu_passes={"verify"}, quotes={"rmsnorm": (), "decode_attention": ()}),
+    Lesson("10", "int4_matmul", parts=("int4_matmul",), benchmarks=("int4_matmul",),
+           sizes={"int4_matmul.shape": ((4, 96, 256, 64), (16, 8192, 8192, 128))},
+           gpu_passes={"verify"}, gpu_tests=("int4_matmul",), quotes={"int4_matmul": ()}),
 )
 
 _BY_NAME = {l.name: l for l in LESSONS}

@@ -38,6 +38,7 @@ PROVIDERS: dict[str, str] = {
     "sdpa-flash": "SDPA, FlashAttention",
     "sdpa-cudnn": "SDPA, cuDNN",
     "sdpa-default": "SDPA, its own choice",
+    "tinygemm": "torch tinygemm (int4)",  # torch.ops.aten._weight_int4pack_mm: torchao's and gpt-fast's int4 kernel
     "copy": "copy, same bytes",
 }
 

@@ -1,0 +1,309 @@
+"""Grader for lesson 10: ``matmul(x, packed, scales, group_size)``, ``x @ dequantize(packed, scales).T`` with
+the weights unpacked inside the kernel.
+
+The layout graded (the lesson's): ``packed`` (N, K/2) uint8, byte ``k`` of row ``n`` holding ``q[n, k]`` in its
+low nibble and ``q[n, K/2 + k]`` in its high nibble, each a signed 4-bit value; ``scales`` (N, K/group_size),
+``scales[n, c // group_size]`` scaling column ``c``. The grader makes its inputs with its own torch code
+(never ``solutions/``): random weights quantized to every value from -7 to 7, so a nibble read without its
+sign is wrong wherever the weight is negative.
+
+The cases, in order: one row (decode) with every size a multiple of any block, so that a mistake of the
+unpacking or of the scales is the first thing seen; K/2 not a multiple of BLOCK_K with N a multiple of
+every BLOCK_N (a missing K mask reads past a row of bytes), then N not a multiple of BLOCK_N with K/2 a
+multiple of every BLOCK_K (a missing N mask reads rows past N); M over BLOCK_M and odd with both edges
+ragged; group sizes 32, 64 and 128 (and 16); strided rows of x; a 3-D x; long sums of positive values in
+fp16, where an fp16 accumulator loses digits that an fp32 one keeps; seeded random sizes; then what must be
+refused. fp16 everywhere, and bf16 again on a GPU (the interpreter has no bf16).
+Expected values are float64 from the inputs. A wrong result gets a hint from the models of the usual
+mistakes below, each a float64 computation of what that mistake returns; an out-of-bounds access found by
+the tracer gets a hint that names the mask (or the group index) from where it landed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import mode
+from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows
+
+QMAX = 7  # symmetric 4-bit values, -7 .. 7
+PAD_BYTE = 0x88  # after the packed bytes (and in no graded weight): two nibbles of -8, which quantizing never gives
+
+# (M, N, K, group_size, note): M of 1, odd, over BLOCK_M; N and K/2 ragged one at a time, then together
+FIXED = [(1, 64, 256, 64, "decode: one row"),
+         (16, 64, 96, 32, "K/2 = 48 bytes a row"),  # 48: no BLOCK_K of 32 or more divides it; N does not pad
+         (3, 75, 256, 128, "N = 75"),  # 75: no BLOCK_N divides it; K/2 = 128 does not pad
+         (37, 40, 352, 32, "M = 37, N = 40, K/2 = 176"),
+         (5, 96, 512, 128, ""),
+         (2, 48, 128, 16, ""),
+         (6, 48, 256, 64, "x's rows strided"),
+         (4, 40, 192, 64, "x every other row"),
+         ((2, 3), 32, 128, 32, "3-D x")]
+ACC = (4, 32, 4096, 128)  # long sums of positive values: an fp16 accumulator rounds every partial sum
+N_RANDOM_M, N_RANDOM_N = (2, 1, 48), (2, 1, 200)
+
+
+def quantize(w: torch.Tensor, group_size: int):
+    """``(packed, scales)`` of ``w`` (N, K) in the lesson's layout, made here with torch (the grader never
+    uses ``solutions/``)."""
+    N, K = w.shape
+    groups = w.double().reshape(N, K // group_size, group_size)
+    scales = (groups.abs().amax(-1) / QMAX).to(w.dtype)
+    s = scales.double().unsqueeze(-1)
+    q = torch.where(s > 0, torch.round(groups / torch.where(s > 0, s, 1.0)), 0.0).clamp(-QMAX, QMAX)
+    q = q.to(torch.int16).reshape(N, K)
+    lo, hi = q[:, : K // 2] & 0xF, q[:, K // 2:] & 0xF
+    return (lo | (hi << 4)).to(torch.uint8), scales
+
+
+def nibbles(packed: torch.Tensor):
+    """``(lo, hi, lo_unsigned, hi_unsigned)``: each (N, K/2), as int64 on the CPU."""
+    b = packed.detach().cpu().to(torch.int64)
+    lo_u, hi_u = b & 0xF, (b >> 4) & 0xF
+    return lo_u - ((lo_u & 8) << 1), hi_u - ((hi_u & 8) << 1), lo_u, hi_u
+
+
+def weight(packed, scales, group_size, mistake: str = "") -> torch.Tensor:
+    """The float64 weight (N, K) the kernel multiplies by, right (``mistake`` empty) or as a mistake gives it."""
+    lo, hi, lo_u, hi_u = nibbles(packed)
+    N, half = lo.shape
+    K, groups = 2 * half, scales.shape[1]
+    if mistake in ("low unsigned", "both unsigned"):
+        lo = lo_u
+    if mistake in ("high unsigned", "both unsigned"):
+        hi = hi_u
+    q = torch.cat([hi, lo] if mistake == "swapped" else [lo, hi], dim=1).double()
+    if mistake == "interleaved":  # byte k read as columns 2k and 2k + 1
+        q = torch.stack([lo, hi], dim=2).reshape(N, K).double()
+    if mistake == "no high half":
+        q[:, half:] = 0
+    s = scales.detach().double().cpu()
+    col = torch.arange(K)
+    group = col // group_size
+    if mistake == "high half, low scales":
+        group = torch.where(col < half, col, col - half) // group_size
+    if mistake == "group + 1":
+        group = group + 1
+    if mistake == "row scale":
+        group = torch.zeros_like(group)
+    if mistake == "no scales":
+        return q
+    s = torch.cat([s, torch.zeros(N, 1, dtype=s.dtype)], dim=1)  # group + 1 past the last reads 0 (masked)
+    return q * s[:, group.clamp(max=groups)]
+
+
+def expected(x, packed, scales, group_size, mistake: str = "") -> torch.Tensor:
+    """``x @ w.T`` in float64 on the CPU, (..., N); ``mistake``: what that mistake returns instead."""
+    K = x.shape[-1]
+    x2 = x.detach().reshape(-1, K).double().cpu()
+    w = weight(packed, scales, group_size, "" if mistake == "x's first half twice" else mistake)
+    if mistake == "x's first half twice":  # the high nibbles multiplied by x[:, k], not x[:, K/2 + k]
+        half = K // 2
+        y = x2[:, :half] @ (w[:, :half] + w[:, half:]).T
+    else:
+        y = x2 @ w.T
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+MISTAKES = [
+    ("swapped", "the nibbles are swapped: the low nibble (bits 0-3) of byte k is column k, in the first half of the "
+                "row, and the high nibble (bits 4-7) is column K/2 + k"),
+    ("low unsigned", "the low nibble is not sign-extended: b & 0xF gives 0 .. 15, where 8 .. 15 stand for -8 .. -1. "
+                     "Move bits 0-3 to the top of the int8 (b << 4), then shift back by 4: an arithmetic shift "
+                     "copies bit 3, the nibble's sign, into bits 4-7"),
+    ("high unsigned", "the high nibble lost its sign: (b >> 4) & 0xF (or a shift of the byte read as uint8) is a "
+                      "logical shift, 0 .. 15. The byte is passed as int8, so b >> 4 alone is an arithmetic shift "
+                      "that fills bits 4-7 with the sign"),
+    ("both unsigned", "neither nibble is sign-extended: they are 4-bit two's complement values, -8 .. 7. The low one: "
+                      "(b << 4) >> 4 on the int8 byte; the high one: b >> 4 (arithmetic shifts, no & 0xF)"),
+    ("interleaved", "the layout is not interleaved: byte k holds columns k (low nibble) and K/2 + k (high nibble), "
+                    "not 2k and 2k + 1. Load x[:, k] for the low nibbles and x[:, K/2 + k] for the high ones"),
+    ("x's first half twice", "the high nibbles multiply the wrong part of x: the high nibble of byte k is column "
+                             "K/2 + k, so it multiplies x[:, K/2 + k] (the second of the two loads of x)"),
+    ("no high half", "only the low nibbles count: each byte holds two weights. Dequantize the high nibbles too and "
+                     "add their product with x[:, K/2 + k] to acc"),
+    ("row scale", "one scale for the whole row (scales[n, 0]?): each group of GROUP columns has its own, and column "
+                  "c's is scales[n, c // GROUP]"),
+    ("high half, low scales", "the high nibbles get the low half's scales: the high nibble of byte k is column "
+                              "K/2 + k, so its group is (K/2 + k) // GROUP, not k // GROUP"),
+    ("group + 1", "the group index is off by one: column c's scale is scales[n, c // GROUP], groups 0 .. "
+                  "K/GROUP - 1"),
+    ("no scales", "the scales are not applied: the weight is q * scale, with scale = scales[n, c // GROUP]"),
+]
+
+
+def _close(o: torch.Tensor, m: torch.Tensor, rtol: float) -> bool:
+    top = float(m.abs().max()) if m.numel() else 0.0
+    return bool(torch.isfinite(o).all()) and float((o - m).abs().max()) <= rtol * max(top, 1.0)
+
+
+def _diagnose(x, packed, scales, group_size, layout: str = ""):
+    def hint(o, e, wrong):
+        if o.numel() and bool((o == 0).all()) and bool((e != 0).any()):
+            return ("the output is all 0: nothing reaches acc. Is the K loop's body still the stub? Each step adds "
+                    "tl.dot(x part, dequantized weight part transposed) to acc, for the low and the high nibbles")
+        for mistake, text in MISTAKES:
+            m = expected(x, packed, scales, group_size, mistake)
+            if _close(o, m, 2e-2) and not _close(m, e, 5e-2):
+                return text
+        if layout:
+            return layout
+        return ""
+    return hint
+
+
+def _acc_hint(o, e, wrong):
+    return ("digits lost in a long sum: keep acc in fp32 (acc = tl.zeros(..., dtype=tl.float32); tl.dot's default "
+            "out_dtype is fp32, and acc += tl.dot(...) keeps it) and round to x's dtype only at the store. An fp16 "
+            "accumulator (or out_dtype=tl.float16) rounds every partial sum")
+
+
+def _oob_hint(M, N, K, group_size, x):
+    """The mask, or the group index, that an out-of-bounds access points to, from where it landed: a row of
+    bytes or of scales past N, a byte past K/2, a row of x past M, a scale's group outside 0 .. K/GROUP - 1."""
+    half, groups = K // 2, K // group_size
+    x_numel = x.numel()
+
+    def which(o) -> str:
+        """"w", "s" or "x": by the kernel's argument name, else (a renamed argument) by the element count."""
+        if o.tensor in ("w", "s", "x"):
+            return o.tensor
+        sizes = {N * half: "w", N * groups: "s", x_numel: "x"}
+        return sizes.get(o.numel, o.tensor) if len(sizes) == 3 else o.tensor
+
+    def hint(bad, default):
+        loads = [o for o in bad if o.kind == "load" and o.derived]
+        if not loads or len(loads) < len(bad):
+            return ""  # a store, or an address in no tensor: the general hints say it
+        mask_k = (f"a step reads past the end of a row: K/2 = {half} bytes a row here, not a multiple of BLOCK_K, so "
+                  "the last step's bytes k >= K/2 are not in the row. Mask k < K/2 on every load of the step: the "
+                  "bytes, their scales and both parts of x (other=0)")
+        mask_n = (f"the last tile of N reads rows past N = {N}: mask offs_n < N on the loads of the bytes and of the "
+                  "scales (other=0); the store's mask covers only the store")
+        group = ("the scales are read outside the tensor: is the group index off by one? The scale of column c is "
+                 f"scales[n, c // GROUP], groups 0 .. K/GROUP - 1 = {groups - 1}: the low nibble of byte k is column k, "
+                 "the high nibble column K/2 + k, so their groups are k // GROUP and (K/2 + k) // GROUP")
+        for o in loads:
+            t, lo, top = which(o), int(o.offsets.min()), int(o.offsets.max())
+            over = top - o.numel
+            if t == "s" and lo < 0:
+                return group
+            if t in ("w", "s"):
+                row = half if t == "w" else groups
+                if over >= row:
+                    return mask_n
+                if t == "w":
+                    return mask_k
+            if t == "x":
+                if over >= K or (lo >= x_numel and M * K == x_numel and over >= K // 2):
+                    return (f"x is read in rows past M = {M}: mask offs_m < M on both loads of x (other=0.0), as "
+                            "well as k < K/2")
+                return mask_k
+        if any(which(o) == "s" for o in loads):
+            return mask_k if half % 64 else group
+        return ""
+    return hint
+
+
+def _bytes_padded(packed: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``packed`` followed in memory by bytes of ``PAD_BYTE``."""
+    flat = packed.contiguous().reshape(-1)
+    buf = torch.full((flat.numel() + 4096,), PAD_BYTE, dtype=torch.uint8, device=packed.device)
+    buf[: flat.numel()] = flat
+    return buf[: flat.numel()].view(packed.shape)
+
+
+def _inputs(M, N, K, group_size, dtype, gen, positive: bool = False):
+    """``(x, packed, scales)`` on the mode's device, each padded (x as the note of its case lays it out)."""
+    shape = M if isinstance(M, tuple) else (M,)
+    if positive:
+        x = torch.rand(*shape, K, generator=gen, dtype=torch.float64)
+        w = torch.rand(N, K, generator=gen, dtype=torch.float64)
+    else:
+        x = torch.randn(*shape, K, generator=gen, dtype=torch.float64)
+        w = torch.randn(N, K, generator=gen, dtype=torch.float64) / math.sqrt(K)
+    packed, scales = quantize(w.to(dtype), group_size)
+    return x.to(dtype).to(mode.DEVICE), packed.to(mode.DEVICE), scales.to(mode.DEVICE)
+
+
+def _tolerance(dtype):
+    # the output is rounded once to x's dtype; the weight is dequantized in x's dtype before tl.dot
+    return (5e-3, 5e-3) if dtype == torch.float16 else (3e-2, 3e-2)
+
+
+def _label(M, N, K, group_size, dtype, note=""):
+    m = "x".join(map(str, M)) if isinstance(M, tuple) else M
+    return f"M={m} N={N} K={K} group {group_size} {str(dtype)[6:]}" + (f" ({note})" if note else "")
+
+
+def _layout(x):
+    if x.dim() == 2 and x.stride(0) != x.shape[1]:
+        return (f"x's rows are strided here (stride {x.stride(0)} between rows, not K = {x.shape[1]}), and contiguous "
+                "inputs passed: row m of x is at x_ptr + m * stride_xm")
+    return ""
+
+
+def _graded(label, mod, x, packed, scales, group_size, dtype, **kw):
+    M = x.numel() // x.shape[-1]
+    N, K = packed.shape[0], x.shape[-1]
+    atol, rtol = kw.pop("tol", _tolerance(dtype))
+    diagnose = kw.pop("diagnose", None) or _diagnose(x, packed, scales, group_size, _layout(x))
+    return attempt(label, mod.matmul, (x, packed, scales, group_size), expected(x, packed, scales, group_size),
+                   dtype=dtype, atol=atol, rtol=rtol, diagnose=diagnose, oob_hint=_oob_hint(M, N, K, group_size, x),
+                   mask="(offs_m < M) on x, (offs_n < N) on the bytes and scales, k < K/2 on every load of a step")
+
+
+def _fixed(mod, dtype, gen):
+    for M, N, K, G, note in FIXED:
+        x, packed, scales = _inputs(M, N, K, G, dtype, gen)
+        if note == "x's rows strided":
+            x = row_padded(x)
+        elif note == "x every other row":
+            x = sliced_rows(x)
+        else:
+            x = padded(x)
+        yield _graded(_label(M, N, K, G, dtype, note), mod, x, _bytes_padded(packed), padded(scales), G, dtype)
+
+
+def _acc_case(mod, gen):
+    M, N, K, G = ACC
+    x, packed, scales = _inputs(M, N, K, G, torch.float16, gen, positive=True)
+    label = _label(M, N, K, G, torch.float16, "positive values: an fp16 accumulator loses digits")
+    return _graded(label, mod, padded(x), _bytes_padded(packed), padded(scales), G, torch.float16,
+                   tol=(0.0, 1.5e-3), diagnose=_acc_hint)
+
+
+def _random(mod, dtype, gen):
+    seed, ms = random_sizes(*N_RANDOM_M)
+    _, ns = random_sizes(*N_RANDOM_N, seed=seed + 1)
+    rng = torch.Generator().manual_seed(seed)
+    for M, N in zip(ms, ns):
+        G = (32, 64, 128)[int(torch.randint(0, 3, (1,), generator=rng))]
+        K = G * int(torch.randint(1, 9, (1,), generator=rng))
+        x, packed, scales = _inputs(M, N, K, G, dtype, gen)
+        yield _graded(seeded(_label(M, N, K, G, dtype), seed), mod, padded(x), _bytes_padded(packed), padded(scales),
+                      G, dtype)
+
+
+def grade(mod):
+    gen = torch.Generator().manual_seed(0)
+    dtypes = [d for d in mode.float_dtypes() if d != torch.float32]
+    for dtype in dtypes:
+        yield from _fixed(mod, dtype, gen)
+        if dtype == torch.float16:
+            yield _acc_case(mod, gen)
+        yield from _random(mod, dtype, gen)
+    x, packed, scales = _inputs(1, 40, 128, 32, torch.float16, gen)
+    hint = "check the arguments before launching and raise ValueError naming the one that is wrong"
+    d = mode.DEVICE
+    bad = [("K not a multiple of group_size", (x, packed, scales, 48)),
+           ("scales of the wrong shape", (x, packed, scales[:, :2], 32)),
+           ("x whose K is not twice packed's width", (x[:, :96], packed, scales, 32)),
+           ("packed that is not uint8", (x, packed.to(torch.int16), scales, 32)),
+           ("x in fp32", (x.float(), packed, scales, 32)),
+           ("scales in an integer dtype", (x, packed, torch.ones(40, 4, dtype=torch.int32, device=d), 32))]
+    for what, args in bad:
+        yield refuses(f"{what} raises ValueError", mod.matmul, *args, hint=hint)
+
