@@ -215,6 +215,42 @@ def test_gpu_results_and_graph_capture():
 
 
 @pytest.mark.skipif(not GPU, reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_decode_step_kernels_in_a_graph_at_new_inputs(dtype):
+    """RoPE (new tensors and in place), SwiGLU and RMSNorm + residual captured once, replayed after their
+    inputs (the positions too) changed in place: what a captured decode step does every step."""
+    from solutions.kernels import rope as lean_rope
+    from solutions.kernels import swiglu as lean_swiglu
+
+    q, k = torch.randn(8, 1, 32, 128, device="cuda", dtype=dtype), torch.randn(8, 1, 8, 128, device="cuda", dtype=dtype)
+    qi, ki = q.clone(), k.clone()
+    cos, sin = lean_rope.rope_tables(4096, 128, device="cuda")
+    pos = torch.arange(8, device="cuda")[:, None] + 100
+    gu = torch.randn(8, 2 * 14336, device="cuda", dtype=dtype)
+    x, r, w = (torch.randn(8, 4096, device="cuda", dtype=dtype) for _ in range(3))
+
+    def step():
+        return (*lean_rope.rope(q, k, cos, sin, pos), *lean_rope.rope(qi, ki, cos, sin, pos, inplace=True),
+                lean_swiglu.swiglu(gu), *lean_rmsnorm.rmsnorm(x, w, 1e-6, residual=r))
+
+    step(), step()  # the entries exist before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
+    for i in range(2):
+        for t in (q, k, gu, x, r):
+            t.normal_()
+        qi.copy_(q), ki.copy_(k), pos.add_(7 * i + 1)
+        graph.replay()
+        torch.cuda.synchronize()
+        rq, rk = lean_rope.rope_reference(q, k, cos, sin, pos)
+        want = (rq, rk, rq, rk, lean_swiglu.swiglu_reference(gu), *rn.reference(x, w, 1e-6, r))
+        for got, exp in zip(outs, want):
+            torch.testing.assert_close(got.float(), exp.float(), rtol=tol, atol=2 * tol)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU")
 @pytest.mark.parametrize("shape", [(512, 16384), (64, 262144)])  # one-read kernel; the lanes kernel
 def test_gpu_online_softmax_kept_slots(shape):
     """The lean path keeps one set of exchange slots per key and stream and never zeroes it: each
