@@ -61,9 +61,12 @@ def test_tuned_with_explicit_config(config):
 
 
 def test_tuned_split_counts():
-    """The plan's splits: a few for a big batch, more for a small one; ``target`` aims at that many programs."""
-    assert dat._splits(32, 8, 8192) == 3 and dat._splits(8, 8, 32768) == 4 and dat._splits(32, 8, 15360) == 5
-    assert dat._splits(8, 8, 32768, target=640) == 10 and dat._splits(1, 1, 16, target=1000) == 1
+    """The plan's splits (``kernels.decode_plan``, more in tests/test_decode_plan.py): a few for a big batch,
+    as the H200 sweeps found, and enough at B 1 for a program on most of 132 SMs."""
+    from solutions.kernels.decode_plan import split_count
+
+    assert split_count(256, 64, 132, 8192) == 3 and split_count(64, 256, 132, 32768) == 4
+    assert split_count(256, 120, 132, 15360) == 5 and split_count(8, 32, 132, 4096) == 16
 
 
 @pytest.mark.parametrize("change, words", [
