@@ -3,7 +3,9 @@
 fp16, D = 128, Hq = 32, Hkv = 8 (G = 4), page_size 16 and 64, 256k cached tokens in all (``TOKENS``):
 B 32 at 8192, B 8 at 32768, and ``mixed``: 32 sequences whose lengths run evenly from 1024 to
 15360 (``mixed_lengths``), in one batch. Pages are shuffled in the pool (``paged_cache``), so the
-block table is a real permutation.
+block table is a real permutation. Then, at page_size 16 only, the shapes where the batch alone leaves
+SMs idle or programs short (``SPREAD_SHAPES``): one sequence of 4096 and of 32768 tokens, and 64
+sequences of 1024.
 
 Bytes of a row: the K and V bytes read (2 · L · Hkv · D · 2 for L cached tokens), plus q and out.
 Providers: ``triton`` (``solutions.kernels.decode_attention``: the tuned plan behind a lean launch),
@@ -29,6 +31,8 @@ def mixed_lengths(B: int = 32, lo: int = 1024, hi: int = 15360) -> list[int]:
 
 
 SHAPES = {"B32-N8192": [8192] * 32, "B8-N32768": [32768] * 8, "mixed": mixed_lengths()}
+SPREAD_SHAPES = {"B1-N4096": [4096], "B1-N32768": [32768], "B64-N1024": [1024] * 64}
+SPREAD_PAGE_SIZE = 16
 
 
 def paged_cache(lens, page_size, Hq=HQ, Hkv=HKV, D=D, dtype=torch.float16, device="cuda", seed=0):
@@ -89,3 +93,5 @@ def cases(decode=None):
     for page_size in PAGE_SIZES:
         for name, lens in SHAPES.items():
             yield from shape_cases(name, lens, page_size, decode)
+    for name, lens in SPREAD_SHAPES.items():
+        yield from shape_cases(name, lens, SPREAD_PAGE_SIZE, decode)
