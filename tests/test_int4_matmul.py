@@ -243,10 +243,10 @@ def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
 def test_the_grader_models_each_mistake_apart():
     """No two models of a mistake give the same result on a graded input, so a hint names one mistake."""
     g = torch.Generator().manual_seed(0)
-    x, packed, scales = grader._inputs(3, 64, 256, 64, torch.float16, g)
+    x, packed, scales = grader.inputs(3, 64, 256, 64, torch.float16, g)
     ys = {m: grader.expected(x, packed, scales, 64, m) for m, _ in grader.MISTAKES}
     ys[""] = grader.expected(x, packed, scales, 64)
     names = list(ys)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
-            assert not grader._close(ys[a], ys[b], 5e-2), (a, b)
+            assert not grader.close(ys[a], ys[b], 5e-2), (a, b)

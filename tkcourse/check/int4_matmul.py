@@ -17,6 +17,9 @@ refused. fp16 everywhere, and bf16 again on a GPU (the interpreter has no bf16).
 Expected values are float64 from the inputs. A wrong result gets a hint from the models of the usual
 mistakes below, each a float64 computation of what that mistake returns; an out-of-bounds access found by
 the tracer gets a hint that names the mask (or the group index) from where it landed.
+
+What the tests use besides ``grade``: ``quantize``, ``nibbles``, ``weight`` and ``expected`` (the layout and
+the models of ``MISTAKES``, in torch), ``inputs`` (one case's padded inputs) and ``close``.
 """
 
 from __future__ import annotations
@@ -134,7 +137,8 @@ MISTAKES = [
 ]
 
 
-def _close(o: torch.Tensor, m: torch.Tensor, rtol: float) -> bool:
+def close(o: torch.Tensor, m: torch.Tensor, rtol: float) -> bool:
+    """``o`` is finite and within ``rtol`` of ``m``'s largest magnitude (at least 1) everywhere."""
     top = float(m.abs().max()) if m.numel() else 0.0
     return bool(torch.isfinite(o).all()) and float((o - m).abs().max()) <= rtol * max(top, 1.0)
 
@@ -146,7 +150,7 @@ def _diagnose(x, packed, scales, group_size, layout: str = ""):
                     "tl.dot(x part, dequantized weight part transposed) to acc, for the low and the high nibbles")
         for mistake, text in MISTAKES:
             m = expected(x, packed, scales, group_size, mistake)
-            if _close(o, m, 2e-2) and not _close(m, e, 5e-2):
+            if close(o, m, 2e-2) and not close(m, e, 5e-2):
                 return text
         if layout:
             return layout
@@ -215,7 +219,7 @@ def _bytes_padded(packed: torch.Tensor) -> torch.Tensor:
     return buf[: flat.numel()].view(packed.shape)
 
 
-def _inputs(M, N, K, group_size, dtype, gen, positive: bool = False):
+def inputs(M, N, K, group_size, dtype, gen, positive: bool = False):
     """``(x, packed, scales)`` on the mode's device, each padded (x as the note of its case lays it out)."""
     shape = M if isinstance(M, tuple) else (M,)
     if positive:
@@ -257,7 +261,7 @@ def _graded(label, mod, x, packed, scales, group_size, dtype, **kw):
 
 def _fixed(mod, dtype, gen):
     for M, N, K, G, note in FIXED:
-        x, packed, scales = _inputs(M, N, K, G, dtype, gen)
+        x, packed, scales = inputs(M, N, K, G, dtype, gen)
         if note == "x's rows strided":
             x = row_padded(x)
         elif note == "x every other row":
@@ -269,7 +273,7 @@ def _fixed(mod, dtype, gen):
 
 def _acc_case(mod, gen):
     M, N, K, G = ACC
-    x, packed, scales = _inputs(M, N, K, G, torch.float16, gen, positive=True)
+    x, packed, scales = inputs(M, N, K, G, torch.float16, gen, positive=True)
     label = _label(M, N, K, G, torch.float16, "positive values: an fp16 accumulator loses digits")
     return _graded(label, mod, padded(x), _bytes_padded(packed), padded(scales), G, torch.float16,
                    tol=(0.0, 1.5e-3), diagnose=_acc_hint)
@@ -282,7 +286,7 @@ def _random(mod, dtype, gen):
     for M, N in zip(ms, ns):
         G = (32, 64, 128)[int(torch.randint(0, 3, (1,), generator=rng))]
         K = G * int(torch.randint(1, 9, (1,), generator=rng))
-        x, packed, scales = _inputs(M, N, K, G, dtype, gen)
+        x, packed, scales = inputs(M, N, K, G, dtype, gen)
         yield _graded(seeded(_label(M, N, K, G, dtype), seed), mod, padded(x), _bytes_padded(packed), padded(scales),
                       G, dtype)
 
@@ -295,7 +299,7 @@ def grade(mod):
         if dtype == torch.float16:
             yield _acc_case(mod, gen)
         yield from _random(mod, dtype, gen)
-    x, packed, scales = _inputs(1, 40, 128, 32, torch.float16, gen)
+    x, packed, scales = inputs(1, 40, 128, 32, torch.float16, gen)
     hint = "check the arguments before launching and raise ValueError naming the one that is wrong"
     d = mode.DEVICE
     bad = [("K not a multiple of group_size", (x, packed, scales, 48)),
