@@ -231,7 +231,7 @@ def test_the_faithful_copy_and_the_solution_pass():
     (lambda x, p, s, g=128: torch.zeros(3, dtype=x.dtype), "output shape"),
     (lambda x, p, s, g=128: "y", "not a torch.Tensor"),
     (lambda x, p, s, g=128: None, "returned None"),
-    (lambda x, p, s, g=128: (x @ torch.ones(x.shape[-1], p.shape[0], dtype=x.dtype), 1), "tuple"),
+    (lambda x, p, s, g=128: (x @ torch.ones(x.shape[-1], p.shape[0], dtype=x.dtype, device=x.device), 1), "tuple"),
 ])
 def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
     rep = check.run("int4_matmul", module=types.SimpleNamespace(matmul=fn, __name__="planted"), quiet=True)
@@ -250,3 +250,15 @@ def test_the_grader_models_each_mistake_apart():
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert not grader.close(ys[a], ys[b], 5e-2), (a, b)
+
+
+def test_small_errors_everywhere_are_named_as_precision():
+    """No model of a mistake fits an output off by about 1% everywhere: the hint speaks of precision (on a GPU an
+    fp16 accumulator may show there before the long sum of positive values)."""
+    def noisy(x, packed, scales, group_size=128):
+        y = lesson.reference(x, packed, scales, group_size).float()
+        g = torch.Generator().manual_seed(0)
+        return (y * (1 + 0.01 * torch.randn(y.shape, generator=g).to(y.device))).to(x.dtype)
+
+    rep = check.run("int4_matmul", module=types.SimpleNamespace(matmul=noisy, __name__="planted"), quiet=True)
+    assert rep.status == "fail" and "small errors all over" in rep.first_problem().hint, rep

@@ -154,14 +154,20 @@ def _diagnose(x, packed, scales, group_size, layout: str = ""):
                 return text
         if layout:
             return layout
+        if close(o, e, 3e-2):  # every value near, none right enough: precision, not a formula
+            return "small errors all over, no wrong formula: " + PRECISION
         return ""
     return hint
 
 
+PRECISION = ("digits lost in a long sum? Keep acc in fp32 (acc = tl.zeros(..., dtype=tl.float32); tl.dot's default "
+             "out_dtype is fp32, and acc += tl.dot(...) keeps it) and round to x's dtype only at the store. An fp16 "
+             "accumulator (or out_dtype=tl.float16) rounds every partial sum; dequantize in fp32 and cast the tile to "
+             "x's dtype once")
+
+
 def _acc_hint(o, e, wrong):
-    return ("digits lost in a long sum: keep acc in fp32 (acc = tl.zeros(..., dtype=tl.float32); tl.dot's default "
-            "out_dtype is fp32, and acc += tl.dot(...) keeps it) and round to x's dtype only at the store. An fp16 "
-            "accumulator (or out_dtype=tl.float16) rounds every partial sum")
+    return PRECISION
 
 
 def _oob_hint(M, N, K, group_size, x):
