@@ -45,35 +45,54 @@ from .. import int4_matmul as lesson
 from .lean import Lean
 from .lean import tensor_key as _t
 
-__all__ = ["matmul", "int4_mm_kernel", "plan", "run", "CONFIGS", "LEANS", "forget"]
+__all__ = ["matmul", "int4_mm_kernel", "plan", "run", "config", "CONFIGS", "LEANS", "forget"]
 
 
 @triton.jit
-def _dequant(b, ASM: tl.constexpr, dtype: tl.constexpr):
-    """The low and high values of the int8 tensor ``b`` (a byte each) in ``dtype``, unscaled: -8 .. 7."""
-    if ASM:
+def _dequant(b, DEQ: tl.constexpr, dtype: tl.constexpr):
+    """The low and high values of the int8 tensor ``b`` (a byte each) as ``dtype``, unscaled: -8 .. 7.
+
+    ``DEQ`` 0: shifts and an int-to-float conversion (the lesson's way); 1: the bit trick on 16- or
+    32-bit integers (``dtype``'s width), in Triton; 2: the bit trick in PTX on whole 32-bit words,
+    two values an instruction (16-bit ``dtype`` only)."""
+    if DEQ == 2:
         if dtype == tl.float16:
             lo, hi = tl.inline_asm_elementwise(
                 asm="""{
-                .reg .b32 t, a;
+                .reg .b32 t, a, m, f;
+                mov.b32 m, 0x64086408;
                 prmt.b32 t, $4, 0, 0x3120;
-                and.b32 a, t, 0x000f000f;      xor.b32 a, a, 0x64086408; sub.f16x2 $0, a, 0x64086408;
-                shr.u32 a, t, 8;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x64086408; sub.f16x2 $1, a, 0x64086408;
-                shr.u32 a, t, 4;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x64086408; sub.f16x2 $2, a, 0x64086408;
-                shr.u32 a, t, 12; and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x64086408; sub.f16x2 $3, a, 0x64086408;
+                and.b32 a, t, 0x000f000f; xor.b32 a, a, m; sub.f16x2 $0, a, m;
+                shr.u32 f, t, 8;  and.b32 a, f, 0x000f000f; xor.b32 a, a, m; sub.f16x2 $1, a, m;
+                shr.u32 f, t, 4;  and.b32 a, f, 0x000f000f; xor.b32 a, a, m; sub.f16x2 $2, a, m;
+                shr.u32 f, t, 12; and.b32 a, f, 0x000f000f; xor.b32 a, a, m; sub.f16x2 $3, a, m;
                 }""",
                 constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
         else:
             lo, hi = tl.inline_asm_elementwise(
                 asm="""{
-                .reg .b32 t, a;
+                .reg .b32 t, a, m, f, one, neg;
+                mov.b32 m, 0x43084308; mov.b32 one, 0x3f803f80; mov.b32 neg, 0xc308c308;
                 prmt.b32 t, $4, 0, 0x3120;
-                and.b32 a, t, 0x000f000f;      xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $0, a, 0x3f803f80, 0xc308c308;
-                shr.u32 a, t, 8;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $1, a, 0x3f803f80, 0xc308c308;
-                shr.u32 a, t, 4;  and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $2, a, 0x3f803f80, 0xc308c308;
-                shr.u32 a, t, 12; and.b32 a, a, 0x000f000f; xor.b32 a, a, 0x43084308; fma.rn.bf16x2 $3, a, 0x3f803f80, 0xc308c308;
+                and.b32 a, t, 0x000f000f; xor.b32 a, a, m; fma.rn.bf16x2 $0, a, one, neg;
+                shr.u32 f, t, 8;  and.b32 a, f, 0x000f000f; xor.b32 a, a, m; fma.rn.bf16x2 $1, a, one, neg;
+                shr.u32 f, t, 4;  and.b32 a, f, 0x000f000f; xor.b32 a, a, m; fma.rn.bf16x2 $2, a, one, neg;
+                shr.u32 f, t, 12; and.b32 a, f, 0x000f000f; xor.b32 a, a, m; fma.rn.bf16x2 $3, a, one, neg;
                 }""",
                 constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    elif DEQ == 1:
+        if dtype == tl.float32:  # 0x4B000000 | v is 2**23 + v
+            t = b.to(tl.int32)
+            lo = ((t & 0xF) ^ 0x4B000008).to(tl.float32, bitcast=True) - 8388616.0
+            hi = (((t >> 4) & 0xF) ^ 0x4B000008).to(tl.float32, bitcast=True) - 8388616.0
+        elif dtype == tl.float16:  # 0x6400 | v is 1024 + v
+            t = b.to(tl.int16)
+            lo = ((t & 0xF) ^ 0x6408).to(tl.float16, bitcast=True) - 1032.0
+            hi = (((t >> 4) & 0xF) ^ 0x6408).to(tl.float16, bitcast=True) - 1032.0
+        else:  # bfloat16: 0x4300 | v is 128 + v
+            t = b.to(tl.int16)
+            lo = ((t & 0xF) ^ 0x4308).to(tl.bfloat16, bitcast=True) - 136.0
+            hi = (((t >> 4) & 0xF) ^ 0x4308).to(tl.bfloat16, bitcast=True) - 136.0
     else:
         lo = ((b << 4) >> 4).to(dtype)
         hi = (b >> 4).to(dtype)
@@ -89,7 +108,8 @@ def int4_mm_kernel(
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,  # programs sharing a tile's K
     SWAP: tl.constexpr,  # y.T = W @ x.T: the weight is the MMA's left operand (small M)
-    ASM: tl.constexpr,  # dequantize with the PTX bit tricks (GPU only)
+    DOT: tl.constexpr,  # tensor cores; False: fp32 multiply-adds and a sum (a GEMV, a few rows)
+    DEQ: tl.constexpr,  # how to dequantize (``_dequant``)
 ):
     pid = tl.program_id(0)
     tile = pid // SPLIT_K
@@ -100,7 +120,7 @@ def int4_mm_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    rows_n = tl.where(offs_n < N, offs_n, 0).to(tl.int64)  # a weight row past N reads row 0, never stored
+    rows_n = tl.where(offs_n < N, offs_n, 0)  # a weight row past N reads row 0, never stored
     m_ok = offs_m < M
     half = K // 2
     steps = half // BLOCK_K  # BLOCK_K divides K/2 and GROUP (the plan's promise)
@@ -112,24 +132,35 @@ def int4_mm_kernel(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    w_row = w_ptr + rows_n[:, None] * stride_wn
+    w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
     s_row = s_ptr + rows_n * stride_sn
+    x_row = x_ptr + offs_m.to(tl.int64) * stride_xm
     for step in range(first, last):
         k0 = step * BLOCK_K
         b = tl.load(w_row + (k0 + offs_k)[None, :])  # (BLOCK_N, BLOCK_K) bytes
-        lo, hi = _dequant(b, ASM, dt)
-        s_lo = tl.load(s_row + k0 // GROUP).to(tl.float32)  # one scale per row of the step
-        s_hi = tl.load(s_row + (half + k0) // GROUP).to(tl.float32)
-        if SWAP:
-            xt_lo = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
-            xt_hi = tl.load(x_ptr + offs_m[None, :] * stride_xm + (half + k0 + offs_k)[:, None], mask=m_ok[None, :],
-                            other=0.0)
-            acc += tl.dot(lo, xt_lo) * s_lo[:, None] + tl.dot(hi, xt_hi) * s_hi[:, None]
-        else:
-            x_lo = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
-            x_hi = tl.load(x_ptr + offs_m[:, None] * stride_xm + (half + k0 + offs_k)[None, :], mask=m_ok[:, None],
-                           other=0.0)
-            acc += tl.dot(x_lo, tl.trans(lo)) * s_lo[None, :] + tl.dot(x_hi, tl.trans(hi)) * s_hi[None, :]
+        s_lo = tl.load(s_row + k0 // GROUP)  # one scale per row of the step, in the scales' dtype
+        s_hi = tl.load(s_row + (half + k0) // GROUP)
+        if DOT:  # dequantize and scale in x's dtype (one rounding, as dequantize), then the MMA accumulates
+            lo, hi = _dequant(b, DEQ, dt)
+            lo = lo * s_lo.to(dt)[:, None]
+            hi = hi * s_hi.to(dt)[:, None]
+            if SWAP:
+                xt_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+                xt_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+                acc = tl.dot(lo, xt_lo, acc)
+                acc = tl.dot(hi, xt_hi, acc)
+            else:
+                x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
+                x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
+                acc = tl.dot(x_lo, tl.trans(lo), acc)
+                acc = tl.dot(x_hi, tl.trans(hi), acc)
+        else:  # a few rows: products in fp32, summed over the step, scaled once per row and group
+            lo, hi = _dequant(b, DEQ, tl.float32)
+            x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            p_lo = tl.sum(lo[None, :, :] * x_lo[:, None, :], axis=2)  # (BLOCK_M, BLOCK_N)
+            p_hi = tl.sum(hi[None, :, :] * x_hi[:, None, :], axis=2)
+            acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
     if SWAP:
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
         y_mask = m_ok[None, :] & (offs_n < N)[:, None]
@@ -153,15 +184,17 @@ def int4_mm_kernel(
             tl.atomic_xchg(count_ptr + tile, 0)
 
 
-def _cfg(bm, bn, bk, split, swap, warps, stages):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, num_warps=warps, num_stages=stages)
+def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, DOT=dot, DEQ=deq, num_warps=warps,
+                num_stages=stages)
 
 
 #: Configs by the largest M each serves (``plan``). Filled from the H200 sweep (``research/int4/sweep.py``).
 CONFIGS = {
-    16: _cfg(16, 64, 64, 4, True, 4, 4),
-    64: _cfg(64, 64, 64, 1, False, 4, 4),
-    1 << 62: _cfg(128, 128, 64, 1, False, 8, 3),
+    1: config(16, 64, 64, 4, True, 4, 4),
+    4: config(16, 64, 64, 4, True, 4, 4),
+    16: config(16, 64, 64, 4, True, 4, 4),
+    1 << 62: config(128, 128, 64, 1, False, 8, 3),
 }
 
 
@@ -174,10 +207,10 @@ def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None) ->
         raise ValueError(f"group_size = {group_size} and K = {K}: the kernel needs steps of at least 16 bytes that "
                          f"divide both group_size and K/2 (use a group_size that is a multiple of 32)")
     cfg["BLOCK_K"] = bk
-    if cfg["SWAP"]:
-        cfg["BLOCK_M"] = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(max(M, 1))))
-    else:
-        cfg["BLOCK_M"] = max(16, min(cfg["BLOCK_M"], triton.next_power_of_2(max(M, 1))))
+    need = triton.next_power_of_2(max(M, 1))
+    cfg["BLOCK_M"] = max(16, min(cfg["BLOCK_M"], need)) if cfg["DOT"] else min(cfg["BLOCK_M"], need)
+    if INTERPRET and cfg["DEQ"] == 2:  # the interpreter runs no PTX: the same trick in Triton
+        cfg["DEQ"] = 1
     cfg["SPLIT_K"] = max(1, min(cfg["SPLIT_K"], (K // 2) // bk))
     return cfg
 
@@ -202,7 +235,6 @@ def _launch_args(x2, w, scales, y, N, K, group_size, cfg):
                             tiles, x2.device)
     grid = (tiles * cfg["SPLIT_K"],)
     meta = dict(cfg, GROUP=group_size)
-    meta.setdefault("ASM", not INTERPRET)
     return grid, (x2, w, scales, y, ws, counts), (M, N, K, x2.stride(0), w.stride(0), scales.stride(0), y.stride(0)), meta
 
 
