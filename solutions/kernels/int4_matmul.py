@@ -110,6 +110,7 @@ def int4_mm_kernel(
     SWAP: tl.constexpr,  # y.T = W @ x.T: the weight is the MMA's left operand (small M)
     DOT: tl.constexpr,  # tensor cores; False: fp32 multiply-adds and a sum (a GEMV, a few rows)
     DEQ: tl.constexpr,  # how to dequantize (``_dequant``)
+    PREFETCH: tl.constexpr = False,  # load the next step's bytes before working on this one's
 ):
     pid = tl.program_id(0)
     tile = pid // SPLIT_K
@@ -135,9 +136,15 @@ def int4_mm_kernel(
     w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
     s_row = s_ptr + rows_n * stride_sn
     x_row = x_ptr + offs_m.to(tl.int64) * stride_xm
+    if PREFETCH:
+        b_next = tl.load(w_row + (tl.minimum(first, steps - 1) * BLOCK_K + offs_k)[None, :])
     for step in range(first, last):
         k0 = step * BLOCK_K
-        b = tl.load(w_row + (k0 + offs_k)[None, :])  # (BLOCK_N, BLOCK_K) bytes
+        if PREFETCH:  # the load of step + 1 is in flight while step's bytes are unpacked and multiplied
+            b = b_next
+            b_next = tl.load(w_row + (tl.minimum(step + 1, steps - 1) * BLOCK_K + offs_k)[None, :])
+        else:
+            b = tl.load(w_row + (k0 + offs_k)[None, :])  # (BLOCK_N, BLOCK_K) bytes
         s_lo = tl.load(s_row + k0 // GROUP)  # one scale per row of the step, in the scales' dtype
         s_hi = tl.load(s_row + (half + k0) // GROUP)
         if DOT:  # dequantize and scale in x's dtype (one rounding, as dequantize), then the MMA accumulates
@@ -184,9 +191,9 @@ def int4_mm_kernel(
             tl.atomic_xchg(count_ptr + tile, 0)
 
 
-def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, DOT=dot, DEQ=deq, num_warps=warps,
-                num_stages=stages)
+def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=False):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, DOT=dot, DEQ=deq, PREFETCH=prefetch,
+                num_warps=warps, num_stages=stages)
 
 
 #: Configs by the largest M each serves (``plan``). Filled from the H200 sweep (``research/int4/sweep.py``).
