@@ -15,10 +15,13 @@ One kernel, ``int4_mm_kernel``, three ideas the lesson's kernel leaves out:
   ``v + 8``). This is the trick of FasterTransformer's and Marlin's int4 kernels (Frantar et al. 2024,
   "MARLIN: Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models"), written in
   inline PTX (``_dequant``); the interpreter, which runs no PTX, takes the lesson's shifts.
-- **The scale after the product.** Steps of ``BLOCK_K`` bytes never straddle a group (``BLOCK_K``
-  divides ``group_size`` and K/2), so a step's partial product is multiplied by the group's scale once
-  per output element, not once per weight.
-- **The weight as the MMA's left operand at small batch** (``SWAP``): a tensor-core instruction is at
+- **One scale a row and step.** Steps of ``BLOCK_K`` bytes never straddle a group (``BLOCK_K``
+  divides ``group_size`` and K/2), so a step loads one scale per weight row instead of gathering one
+  per weight; the dequantized tile is scaled in x's dtype (one rounding, as ``dequantize``) and the MMA
+  accumulates in fp32 across steps. (Scaling the product instead saves the multiply per weight but
+  makes every step wait for its MMA to finish: slower on the H200, ``research/int4/logs/``.)
+- **The weight as the MMA's left operand at small batch** (``SWAP``, a candidate the sweep has not
+  chosen so far): a tensor-core instruction is at
   least 64 rows tall on Hopper (``wgmma``) and 16 on older MMAs, while a decode step has 1 to 16 rows of
   x. Computing ``y.T = W @ x.T`` puts the weight's many rows (N) where the instruction's rows are, and
   the few rows of x in its columns, which may be as few as 8: no multiply-adds are wasted on padding,
@@ -28,7 +31,9 @@ One kernel, ``int4_mm_kernel``, three ideas the lesson's kernel leaves out:
   adds the fp32 partials (serial split-K, as ``matmul_small`` does it).
 
 The plan (``plan``) picks a config by M: the GEMV regime up to 16 rows, the tensor-core GEMM at prefill
-sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``).
+sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``). ``DOT=False`` (fp32
+multiply-adds and a sum, no tensor cores) and ``PREFETCH`` (the next step's bytes loaded by hand
+before this step's work) are candidates the sweep measures.
 """
 
 from __future__ import annotations
@@ -196,12 +201,14 @@ def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=Fal
                 num_warps=warps, num_stages=stages)
 
 
-#: Configs by the largest M each serves (``plan``). Filled from the H200 sweep (``research/int4/sweep.py``).
+#: Configs by the largest M each serves (``plan``): for every M up to 16 the same tile, the fastest in total
+#: over the four weight shapes of ``benchmarks/int4_matmul.py`` in bf16 on the H200, of 96 candidates;
+#: above, the fastest of 22 (``research/int4/sweep.py``, its log in ``research/int4/logs/``).
 CONFIGS = {
-    1: config(16, 64, 64, 4, True, 4, 4),
-    4: config(16, 64, 64, 4, True, 4, 4),
-    16: config(16, 64, 64, 4, True, 4, 4),
-    1 << 62: config(128, 128, 64, 1, False, 8, 3),
+    1: config(16, 64, 128, 2, False, 4, 4),
+    4: config(16, 64, 128, 2, False, 4, 4),
+    16: config(16, 64, 128, 2, False, 4, 4),
+    1 << 62: config(128, 128, 64, 2, False, 8, 3),
 }
 
 
