@@ -127,7 +127,7 @@ LESSONS: tuple[Lesson, ...] = (
                    "flash_attention": ("B1-H16-N512-D64", "B1-H16-N512-D64-causal", "B16-H32-N1024-D64",
                                        "B16-H32-N1024-D64-causal")}),
     Lesson("09", "decode_attention", parts=("rmsnorm", "decode_attention"),
-           benchmarks=("rmsnorm", "decode_attention"),
+           benchmarks=("rmsnorm", "decode_attention", "decode_step"),
            gpu_passes={"verify"}, quotes={"rmsnorm": (), "decode_attention": ()}),
     Lesson("10", "int4_matmul", parts=("int4_matmul",), benchmarks=("int4_matmul",),
            sizes={"int4_matmul.shape": ((4, 96, 256, 64), (16, 8192, 8192, 128))},
@@ -243,7 +243,14 @@ def notebook(name: str) -> str:
     return known.notebook if known is not None else name
 
 
+#: Benchmarks named after no lesson or part (``decode_step``): ranked with the lesson that lists them.
+_BENCH_LESSON = {b: l for l in LESSONS for b in l.benchmarks if b not in _BY_NAME and b not in _PART_LESSON}
+
+
 def _rank(name: str) -> tuple[int, int]:
+    if name in _BENCH_LESSON:
+        l = _BENCH_LESSON[name]
+        return _NAMES.index(l.name), len(l.parts) + l.benchmarks.index(name)
     lesson = _PART_LESSON.get(name, name)
     return _NAMES.index(lesson), (parts(lesson).index(name) if name in parts(lesson) else 0)
 
@@ -252,7 +259,7 @@ def in_order(names: Iterable[str]) -> list[str]:
     """``names`` in course order (a lesson's parts in the notebook's order); names the course does not
     list (a new module) go last, sorted."""
     names = set(names)
-    known = sorted((n for n in names if n in _NAMES or n in _PART_LESSON), key=_rank)
+    known = sorted((n for n in names if n in _NAMES or n in _PART_LESSON or n in _BENCH_LESSON), key=_rank)
     return known + sorted(n for n in names if n not in known)
 
 
