@@ -141,26 +141,17 @@ def int4_mm_kernel(
     w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
     s_row = s_ptr + rows_n * stride_sn
     x_row = x_ptr + offs_m.to(tl.int64) * stride_xm
-    # The scales of a step are loaded one step ahead, by hand: Triton's pipeliner streams the loads that
-    # feed tl.dot (the weight's bytes, x) several steps ahead, but a load used by arithmetic waits for
-    # its data in the step that issues it, a trip to memory per step.
-    k_first = tl.minimum(first, steps - 1) * BLOCK_K
-    s_lo_next = tl.load(s_row + k_first // GROUP)
-    s_hi_next = tl.load(s_row + (half + k_first) // GROUP)
     if PREFETCH:
-        b_next = tl.load(w_row + (k_first + offs_k)[None, :])
+        b_next = tl.load(w_row + (tl.minimum(first, steps - 1) * BLOCK_K + offs_k)[None, :])
     for step in range(first, last):
         k0 = step * BLOCK_K
-        k_next = tl.minimum(step + 1, steps - 1) * BLOCK_K
         if PREFETCH:  # the load of step + 1 is in flight while step's bytes are unpacked and multiplied
             b = b_next
-            b_next = tl.load(w_row + (k_next + offs_k)[None, :])
+            b_next = tl.load(w_row + (tl.minimum(step + 1, steps - 1) * BLOCK_K + offs_k)[None, :])
         else:
             b = tl.load(w_row + (k0 + offs_k)[None, :])  # (BLOCK_N, BLOCK_K) bytes
-        s_lo = s_lo_next  # one scale per row of the step, in the scales' dtype
-        s_hi = s_hi_next
-        s_lo_next = tl.load(s_row + k_next // GROUP)
-        s_hi_next = tl.load(s_row + (half + k_next) // GROUP)
+        s_lo = tl.load(s_row + k0 // GROUP)  # one scale per row of the step, in the scales' dtype
+        s_hi = tl.load(s_row + (half + k0) // GROUP)
         if DOT:  # dequantize and scale in x's dtype (one rounding, as dequantize), then the MMA accumulates
             lo, hi = _dequant(b, DEQ, dt)
             lo = lo * s_lo.to(dt)[:, None]
