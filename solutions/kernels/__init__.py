@@ -8,7 +8,8 @@ One home per kernel, each behind its lesson's public API (same function names an
   kernels in ``online_softmax_split`` and ``online_softmax_one_read``), ``attention.attention_forward``,
   ``attention.attention_backward`` and ``attention.attention`` (06 and 07; the tuned kernels in
   ``attention_forward`` and ``attention_backward``), ``rmsnorm.rmsnorm`` and
-  ``decode_attention.decode_attention`` (09).
+  ``decode_attention.decode_attention`` (09; its split plan in ``decode_plan``), ``int4_matmul.matmul``
+  (10).
 
 Two kernels of a decode step have no lesson and live here alone, each with its torch reference:
 ``rope.rope`` (rotary position embedding on q and k in one launch, with ``rope.rope_tables``) and
@@ -34,9 +35,11 @@ driver query (``cuPointerGetAttribute``) per pointer to check that it is on the 
 checked the device already.
 """
 
-from . import attention, decode_attention, matmul, online_softmax, rmsnorm, rope, softmax, swiglu, vector_add
+from . import (attention, decode_attention, int4_matmul, matmul, online_softmax, rmsnorm, rope, softmax, swiglu,
+               vector_add)
 
-_MODULES = (vector_add, softmax, online_softmax, matmul, attention, rmsnorm, decode_attention, rope, swiglu)
+_MODULES = (vector_add, softmax, online_softmax, matmul, attention, rmsnorm, decode_attention, int4_matmul, rope,
+            swiglu)
 
 #: Every lean launcher's table by name, for tests and lesson 08 (entries, compiles).
 LEANS = {name: lean for m in _MODULES for name, lean in m.LEANS.items()}

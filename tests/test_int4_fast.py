@@ -1,0 +1,106 @@
+"""The fast int4 path (``solutions.kernels.int4_matmul``): every variant its sweep measures gives the lesson's
+answer, the plan keeps its promises, split-K leaves its counters at zero, and the lean launch keys what the
+compile depends on. In the interpreter the PTX dequantization (``DEQ`` 2) runs as the same trick in Triton."""
+
+import pytest
+import torch
+
+from solutions import int4_matmul as lesson
+from solutions.kernels import int4_matmul as fast
+from tkcourse import mode
+
+DEV = mode.DEVICE
+config = fast.config
+
+VARIANTS = {
+    "dot": config(16, 32, 32, 1, False, 4, 1),
+    "dot split-K 3": config(16, 32, 32, 3, False, 4, 1),
+    "swapped": config(16, 32, 64, 1, True, 4, 1),
+    "swapped split-K 2": config(16, 32, 32, 2, True, 4, 1),
+    "conversions": config(16, 32, 32, 2, False, 4, 1, deq=0),
+    "bit trick in Triton": config(16, 32, 32, 1, False, 4, 1, deq=1),
+    "prefetch": config(16, 32, 32, 2, False, 4, 1, prefetch=True),
+    "fma": config(4, 16, 32, 1, False, 4, 1, dot=False, deq=1),
+    "fma split-K 2, conversions": config(4, 16, 64, 2, False, 4, 1, dot=False, deq=0),
+    "large tile": config(64, 32, 64, 1, False, 4, 1),
+}
+
+
+def _problem(M, N, K, G, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(N, K, generator=g) * K ** -0.5).to(dtype).to(DEV)
+    x = torch.randn(M, K, generator=g).to(dtype).to(DEV)
+    packed, scales = lesson.quantize(w, G)
+    return x, packed, scales
+
+
+def _err(y, x, packed, scales, G):
+    exact = x.double() @ lesson.dequantize(packed, scales, G).double().T
+    return ((y.double() - exact).abs().max() / exact.abs().max()).item()
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+@pytest.mark.parametrize("M,N,K,G", [(1, 40, 256, 64), (3, 33, 384, 32), (20, 70, 512, 128)])
+def test_every_variant_gives_the_lessons_answer(name, M, N, K, G):
+    x, packed, scales = _problem(M, N, K, G)
+    cfg = VARIANTS[name]
+    if not cfg["DOT"] and M > 4:
+        cfg = dict(cfg, BLOCK_M=4)  # several tiles of M
+    y = fast.run(x, packed, scales, G, cfg)
+    assert y.shape == (M, N) and y.dtype == x.dtype
+    assert _err(y, x, packed, scales, G) < 2e-3, name
+
+
+def test_a_planted_nibble_swap_is_caught():
+    """The test above can fail: the same check on a weight whose halves are swapped."""
+    x, packed, scales = _problem(2, 24, 256, 64)
+    swapped = ((packed >> 4) | (packed << 4)).to(torch.uint8)
+    y = fast.run(x, swapped, scales, 64, VARIANTS["dot"])
+    assert _err(y, x, packed, scales, 64) > 0.05
+
+
+@pytest.mark.parametrize("M,K,G", [(1, 256, 64), (16, 384, 128), (200, 8192, 128), (5, 96, 32)])
+def test_the_plan_keeps_its_promises(M, K, G):
+    cfg = fast.plan(M, 4096, K, G)
+    assert G % cfg["BLOCK_K"] == 0 and (K // 2) % cfg["BLOCK_K"] == 0 and cfg["BLOCK_K"] >= 16
+    assert cfg["BLOCK_M"] >= (16 if cfg["DOT"] else 1) and cfg["BLOCK_M"] & (cfg["BLOCK_M"] - 1) == 0
+    assert 1 <= cfg["SPLIT_K"] <= (K // 2) // cfg["BLOCK_K"]
+
+
+def test_a_group_too_small_for_a_step_is_refused():
+    with pytest.raises(ValueError, match="group_size"):
+        fast.plan(1, 64, 64, 8)
+
+
+def test_split_k_counters_are_zero_after_each_call():
+    fast.forget()
+    x, packed, scales = _problem(2, 48, 512, 64)
+    for _ in range(2):  # the second call reuses the counters: they must be back at zero
+        y = fast.run(x, packed, scales, 64, VARIANTS["dot split-K 3"])
+        assert _err(y, x, packed, scales, 64) < 2e-3
+    ws, counts = next(iter(fast._WORKSPACE.values()))
+    assert int(counts.abs().sum()) == 0
+
+
+def test_lean_calls_match_and_key_each_layout():
+    fast.forget()
+    table = fast.LEANS["int4_matmul"]
+    x, packed, scales = _problem(3, 40, 256, 64)
+    first, again = fast.matmul(x, packed, scales, 64), fast.matmul(x, packed, scales, 64)
+    assert torch.equal(first, again) and _err(first, x, packed, scales, 64) < 2e-3
+    assert len(table.entries) == 1
+    x3 = x.reshape(1, 3, 256)  # another shape: another entry, the same answer, the leading dims kept
+    y3 = fast.matmul(x3, packed, scales, 64)
+    assert y3.shape == (1, 3, 40) and torch.equal(y3[0], first) and len(table.entries) == 2
+    fast.matmul(x[:, :], packed, scales, 32 * 2)  # the same key again: no new entry
+    assert len(table.entries) == 2
+
+
+def test_bad_arguments_are_the_lessons_errors():
+    x, packed, scales = _problem(2, 16, 128, 64)
+    with pytest.raises(ValueError, match="x"):
+        fast.matmul(x[:, :64], packed, scales, 64)
+    with pytest.raises(ValueError, match="scales"):
+        fast.matmul(x, packed, scales[:, :1], 64)
+    with pytest.raises(ValueError, match="group_size"):
+        fast.matmul(x, packed, scales, 48)
