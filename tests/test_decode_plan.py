@@ -41,24 +41,80 @@ def sms(monkeypatch):
 
 def test_batch_regime_keeps_the_measured_split_counts():
     """B 32 x 8192, B 8 x 32768 and the mixed batch (capacity 15360) at Hkv 8 on 132 SMs: the H200
-    sweeps' counts; B 64 x 1024 fills the SMs at one split (one kernel, no combine)."""
+    sweeps' counts, under both rules; B 64 x 1024 fills the SMs at one split (one kernel, no combine)."""
     steps = lambda n: -(-n // 128)
-    assert dp.split_count(32 * 8, steps(8192), 132, 8192) == 3
-    assert dp.split_count(8 * 8, steps(32768), 132, 32768) == 4
-    assert dp.split_count(32 * 8, steps(15360), 132, 15360) == 5
-    assert dp.split_count(64 * 8, steps(1024), 132, 1024) == 1
+    for rule in dp.RULES:
+        assert dp.split_count(32 * 8, steps(8192), 132, 8192, rule) == 3
+        assert dp.split_count(8 * 8, steps(32768), 132, 32768, rule) == 4
+        assert dp.split_count(32 * 8, steps(15360), 132, 15360, rule) == 5
+        assert dp.split_count(64 * 8, steps(1024), 132, 1024, rule) == 1
 
 
-def test_spread_regime_fills_the_sms_at_batch_one():
-    """B 1 (8 KV heads): 16 splits of 4096 tokens give 128 programs of 2 steps on 132 SMs; a longer
-    sequence keeps one program an SM; a short one keeps MIN_STEPS steps a split."""
-    assert dp.split_count(8, 32, 132, 4096) == 16
-    assert dp.split_count(8, 256, 132, 32768) == 16
-    assert dp.split_count(8, 8, 132, 1024) == 4
+def test_spread_regime_puts_two_programs_an_sm_at_batch_one():
+    """B 1 (8 KV heads) on 132 SMs: 32 splits of 32768 tokens (256 programs, two an SM, as the H200
+    sweep found fastest) and of 4096 (one step each: the second program an SM beats a second step);
+    a short sequence takes one-step splits, a one-step one one split."""
+    assert dp.split_count(8, 256, 132, 32768) == 32
+    assert dp.split_count(8, 32, 132, 4096) == 32
+    assert dp.split_count(8, 8, 132, 1024) == 8
     assert dp.split_count(8, 1, 132, 100) == 1
-    for pairs, steps in [(1, 1000), (3, 77), (40, 64), (100, 500)]:
+    for pairs, steps in [(1, 1000), (3, 77), (40, 64), (100, 500), (8, 1024)]:
         s = dp.split_count(pairs, steps, 132)
-        assert 1 <= s <= dp.MAX_SPLITS and (s == 1 or steps // s >= dp.MIN_STEPS)
+        assert 1 <= s <= min(steps, dp.MAX_SPLITS)
+        per = -(-steps // s)
+        assert -(-steps // per) == s  # no empty split: ties go to the count that fills them
+
+
+def test_first_rule_still_reachable():
+    """``rule="v1"``: the first H200 run's plan (16 splits at B 1, the full tile at B 64 x 1024)."""
+    assert dp.split_count(8, 32, 132, 4096, rule="v1") == 16
+    assert dp.split_count(8, 256, 132, 32768, rule="v1") == 16
+    assert dp.split_count(8, 8, 132, 1024, rule="v1") == 4
+    old = dp.plan(64, 8, 128, 2, 16, 64, "cuda", num_sms=132, rule="v1")
+    assert (old.block_n, old.splits) == (128, 1)
+    with pytest.raises(ValueError, match="rule"):
+        dp.split_count(8, 32, 132, 4096, rule="v3")
+
+
+# (B, tokens a sequence) -> (tokens a step, splits) on 132 SMs, fp16 D 128, Hkv 8, page 16
+NEW_PLANS = {(1, 4096): (128, 32), (1, 32768): (128, 32), (64, 1024): (64, 1),
+             (32, 8192): (128, 3), (8, 32768): (128, 4), (32, 15360): (128, 5)}
+
+
+@pytest.mark.parametrize("B, tokens", list(NEW_PLANS), ids=[f"B{b}x{n}" for b, n in NEW_PLANS])
+def test_plan_at_the_measured_shapes(B, tokens, monkeypatch):
+    """The plan on a GPU of 132 SMs (injected: no GPU needed): more splits at B 1, a 64-token step at
+    B 64 x 1024, and B 32 x 8192, B 8 x 32768 and the mixed batch (capacity 15360) as the first rule
+    had them (the recorded rows), warps and stages unchanged."""
+    monkeypatch.setitem(dp._SMS, ("cuda", None), 132)
+    p = dp.plan(B, 8, 128, 2, 16, tokens // 16, "cuda")
+    assert (p.block_n, p.splits) == NEW_PLANS[(B, tokens)]
+    assert (p.num_warps, p.num_stages) == (dp.NUM_WARPS, dp.NUM_STAGES)
+    old = dp.plan(B, 8, 128, 2, 16, tokens // 16, "cuda", num_sms=132, rule="v1")
+    if B >= 8:  # the batch regime: split counts as before
+        assert old.splits == p.splits
+    if (B, tokens) != (64, 1024):
+        assert old.block_n == p.block_n == 128
+
+
+def test_half_tile_only_for_short_programs_of_the_batch_regime():
+    """The 64-token step: programs of at most SHORT_STEPS full steps, in the batch regime only (B 1's
+    one-step splits keep the full tile); D 256 halves its 64-token tile; the interpreter keeps 16."""
+    short = dp.plan(64, 8, 128, 2, 16, 64, "cuda", num_sms=132)
+    assert short.block_n == 64 and short.block_s == 1
+    long = dp.plan(64, 8, 128, 2, 16, (dp.SHORT_STEPS + 1) * 128 // 16, "cuda", num_sms=132)
+    assert long.block_n == 128
+    assert dp.plan(1, 8, 128, 2, 16, 256, "cuda", num_sms=132).block_n == 128
+    assert dp.plan(64, 8, 256, 2, 16, 64, "cuda", num_sms=132).block_n == 32
+    assert dp.plan(64, 8, 128, 2, 16, 64, "cpu", num_sms=132).block_n == dp.INTERPRETER_BLOCK_N
+
+
+def test_plan_is_cached_per_key():
+    dp._plan.cache_clear()
+    for _ in range(3):
+        dp.plan(1, 8, 128, 2, 16, 256, "cuda", num_sms=132)
+    info = dp._plan.cache_info()
+    assert info.misses == 1 and info.hits == 2
 
 
 def test_plan_tokens_a_step_follow_the_tile():

@@ -2,7 +2,13 @@
 timed against SDPA and a copy, eagerly and in a CUDA graph, with a sweep of split counts where the plan
 spreads one sequence over the SMs.
 
-    PYTHONPATH=$PWD python3 research/decode/plan_probe.py [OUT_DIR]
+    PYTHONPATH=$PWD python3 research/decode/plan_probe.py [OUT_DIR] [--full]
+
+By default (under 2 minutes) the plan's two rules side by side: at every shape of ``COMPARE`` the
+first rule's plan (``decode_plan.plan(..., rule="v1")``, launched through ``config=``) and the current
+one (through ``config=`` and the lean path), each checked right first, then timed in CUDA graphs
+beside SDPA and a copy (the lean path and the copy eagerly too); OUT_DIR gets plan_compare.json.
+``--full`` runs the first run's parts below before it:
 
 1. Correctness (fp16 against SDPA on the same cache laid out contiguously, or the float32 torch
    reference at mixed lengths): the five timed shapes at page 16; page sizes 1, 16, 64 and head dims
@@ -39,6 +45,10 @@ BUDGET_S = 200  # no new sweep point after this many seconds
 HQ, HKV, D = 32, 8, 128
 SHAPES = {"B1-N4096": [4096], "B1-N32768": [32768], "B64-N1024": [1024] * 64, "B32-N8192": [8192] * 32,
           "B8-N32768": [32768] * 8}
+#: The old-vs-new comparison's shapes (page 16): the timed ones, the mixed batch, and B 1 x 1024 and
+#: B 16 x 8192, where the rules differ too.
+COMPARE = {"B1-N1024": [1024], **SHAPES, "mixed": bench.mixed_lengths(), "B16-N8192": [8192] * 16}
+COMPARE_BUDGET_S = 100  # no new comparison shape after this many seconds of the comparison
 LOG = []
 
 
@@ -209,19 +219,106 @@ def sweep():
     return rows
 
 
-def main(out_dir=None):
+def _label(p):
+    return f"{p.block_n}/{p.num_warps}/{p.num_stages} x{p.splits}"
+
+
+def _config(p):
+    return dict(BLOCK_N=p.block_n, splits=p.splits, num_warps=p.num_warps, num_stages=p.num_stages,
+                combine_warps=p.combine_warps)
+
+
+def compare():
+    """At each COMPARE shape: the first rule's plan and the current one, right, then timed."""
+    rows = []
+    t0 = time.time()
+    for name, lens in COMPARE.items():
+        if time.time() - t0 > COMPARE_BUDGET_S:
+            say(f"compare {name}: budget spent, skipping the rest")
+            continue
+        args = fns = None
+        try:
+            args = bench.paged_cache(lens, 16)
+            q, k, v, seq_lens, table = args
+            B, Hq, D = q.shape
+            old = decode_plan.plan(B, k.shape[2], D, q.element_size(), k.shape[1], table.shape[1], q.device, rule="v1")
+            new = fast.plan_of(q, k, table)
+            row = dict(shape=f"{name}-P16", old_plan=_label(old), new_plan=_label(new), same=old == new)
+            uniform = len(set(lens)) == 1
+            err = err_vs_sdpa if uniform else err_vs_reference
+            row["err_old"] = err(fast.decode_attention(*args, config=_config(old)), args)
+            row["err_new"] = err(fast.decode_attention(*args), args)
+            row["ok"] = row["err_old"] <= 4e-3 and row["err_new"] <= 4e-3
+            moved = bench.kv_bytes(k, seq_lens) + 2 * q.numel() * q.element_size()
+            copied = 2 * k.numel() * k.element_size()
+            dst = torch.empty_like(k)
+            fns = {"old": lambda: fast.decode_attention(*args, config=_config(old)),
+                   "new_config": lambda: fast.decode_attention(*args, config=_config(new)),
+                   "new": lambda: fast.decode_attention(*args), "copy": lambda: dst.copy_(k)}
+            if uniform:
+                kc, vc = bench.contiguous_cache(k, seq_lens, table), bench.contiguous_cache(v, seq_lens, table)
+                fns["sdpa"] = lambda: bench.sdpa(q, kc, vc)
+            for key, fn in fns.items():
+                if key == "new_config" and old == new:
+                    continue  # the same launch as "old"
+                row[f"{key}_us"] = round(triton.testing.do_bench_cudagraph(fn, rep=100) * 1e3, 2)
+            for key in ("new", "copy"):
+                row[f"{key}_eager_us"] = round(triton.testing.do_bench(fns[key], warmup=25, rep=100) * 1e3, 2)
+            for key in ("old", "new"):  # bandwidth over the copy's; SDPA's time over ours (>= 1: as fast)
+                row[f"{key}_of_copy"] = round((moved / row[f"{key}_us"]) / (copied / row["copy_us"]), 3)
+                if "sdpa_us" in row:
+                    row[f"{key}_vs_sdpa"] = round(row["sdpa_us"] / row[f"{key}_us"], 3)
+            row["new_eager_of_copy"] = round((moved / row["new_eager_us"]) / (copied / row["copy_eager_us"]), 3)
+            rows.append(row)
+            say(f"{'ok  ' if row['ok'] else 'FAIL'} compare {row['shape']}: old {row['old_plan']} {row['old_us']} us, "
+                f"new {row['new_plan']} {row['new_us']} us (config {row.get('new_config_us', '=old')}), "
+                f"sdpa {row.get('sdpa_us', '-')}, copy {row['copy_us']}; "
+                f"errors {row['err_old']:.1e} / {row['err_new']:.1e}; {time.time() - t0:.0f} s")
+        except Exception as e:  # noqa: BLE001  (one shape stands alone)
+            say(f"compare {name} FAILED: {type(e).__name__}: {str(e)[:300]}")
+            traceback.print_exc()
+        args = fns = None
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_compare(rows):
+    print("\n| shape | old plan (BLOCK_N/warps/stages x splits) | new plan | old graph us | new graph us "
+          "(lean; config) | SDPA graph us | copy graph us | of a copy, old / new | vs SDPA, old / new | "
+          "new eager us, of a copy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['shape']} | {r['old_plan']} | {r['new_plan']}{' (same)' if r['same'] else ''} | {r['old_us']} | "
+              f"{r['new_us']}; {r.get('new_config_us', '=old')} | {r.get('sdpa_us', '-')} | {r['copy_us']} | "
+              f"{r['old_of_copy']:.2f} / {r['new_of_copy']:.2f} | "
+              f"{r.get('old_vs_sdpa', '-')} / {r.get('new_vs_sdpa', '-')} | "
+              f"{r['new_eager_us']}, {r['new_eager_of_copy']:.2f} |")
+
+
+def main(out_dir=None, full=False):
     say(torch.cuda.get_device_name(0), "SMs", decode_plan.sm_count("cuda"), "torch", torch.__version__,
         "triton", triton.__version__)
     result = {}
-    result["correctness"] = part("correctness", correctness)
-    result["bounds"] = part("bounds", bounds)
-    result["graph"] = part("graph", graph_check)
-    result["timings"] = part("timings", timings)
-    result["sweep"] = part("sweep", sweep)
+    if full:
+        result["correctness"] = part("correctness", correctness)
+        result["bounds"] = part("bounds", bounds)
+        result["graph"] = part("graph", graph_check)
+        result["timings"] = part("timings", timings)
+        result["sweep"] = part("sweep", sweep)
+    result["compare"] = part("compare", compare)
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "plan_probe.json").write_text(json.dumps(result, indent=1, default=str))
+        (out / ("plan_probe.json" if full else "plan_compare.json")).write_text(json.dumps(result, indent=1, default=str))
+    if full:
+        print_full(result)
+    bad = [r["shape"] for r in result["compare"] or [] if not r["ok"]]
+    print(f"\ntotal {time.time() - T0:.0f} s; comparison: {len(result['compare'] or [])} shapes, "
+          f"{len(bad)} wrong {bad if bad else ''}")
+    print_compare(result["compare"] or [])
+
+
+def print_full(result):
     bad = [r for rows in (result["correctness"] or [], result["bounds"] or []) for r in rows if not r[1]]
     print(f"\ntotal {time.time() - T0:.0f} s; correctness: {len(bad)} failures"
           f"{'' if result['correctness'] is not None and result['bounds'] is not None else ' (a part failed)'}"
@@ -250,4 +347,5 @@ def main(out_dir=None):
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         sys.exit("plan_probe.py needs a GPU")
-    main(sys.argv[1] if len(sys.argv) > 1 else None)
+    argv = [a for a in sys.argv[1:] if a != "--full"]
+    main(argv[0] if argv else None, full="--full" in sys.argv[1:])
