@@ -19,6 +19,7 @@ VARIANTS = {
     "swapped split-K 2": config(16, 32, 32, 2, True, 4, 1),
     "conversions": config(16, 32, 32, 2, False, 4, 1, deq=0),
     "bit trick in Triton": config(16, 32, 32, 1, False, 4, 1, deq=1),
+    "leaner PTX (its Triton twin here)": config(16, 32, 32, 2, False, 8, 1, deq=3),
     "prefetch": config(16, 32, 32, 2, False, 4, 1, prefetch=True),
     "fma": config(4, 16, 32, 1, False, 4, 1, dot=False, deq=1),
     "fma split-K 2, conversions": config(4, 16, 64, 2, False, 4, 1, dot=False, deq=0),
