@@ -1,0 +1,509 @@
+"""A Llama-style language model that generates text with the course's kernels (the capstone).
+
+The model is Llama's (Touvron et al. 2023, "LLaMA"; Llama 3's shapes in ``Config.llama3_8b``): token
+embedding, ``n_layers`` blocks of
+
+    h = x + attention(rmsnorm(x))         # RoPE on q and k, grouped-query heads, causal
+    x = h + down(swiglu(gate_up(rmsnorm(h))))
+
+then a final RMSNorm and the output projection (the "LM head", not tied to the embedding). Every
+function takes ``kernels``: ``"torch"`` runs it in plain torch ops (the reference), ``"course"`` runs
+it on the course's kernel library, ``solutions.kernels``:
+
+=====================  ===========================================  ===============================
+piece                  torch                                        course (lesson)
+=====================  ===========================================  ===============================
+RMSNorm + residual     ``x + r``, fp32 statistics                   ``rmsnorm.rmsnorm`` (09)
+projections            ``F.linear``                                 ``matmul.matmul`` (03) or
+                                                                    ``int4_matmul.matmul`` (10)
+RoPE                   rotate-half (Su et al. 2021, RoFormer)       ``rope.rope``, in place
+attention, prefill     SDPA with ``enable_gqa``, causal             ``attention.attention_forward``
+                                                                    (06; GQA, Ainslie et al. 2023)
+attention, decode      SDPA over a contiguous cache, masked         ``decode_attention`` (09; paged
+                                                                    KV, Kwon et al. 2023; split-KV,
+                                                                    Flash-Decoding)
+SwiGLU                 ``silu(gate) * up`` (Shazeer 2020)           ``swiglu.swiglu``
+=====================  ===========================================  ===============================
+
+**Weights** (``Weights``) are stored as ``nn.Linear`` stores them, (out, in), two of them fused: ``wqkv``
+is q's rows, then k's, then v's (``((Hq + 2·Hkv)·D, d_model)``) and ``w_gate_up`` is gate's rows, then
+up's (``(2F, d_model)``). Each path prepares its own copy once and keeps it with the weights
+(``prepare``): the course's matmul multiplies (M, K) by (K, N), so it keeps each weight transposed
+and contiguous; ``int4=True`` keeps each projection quantized (``solutions.int4_matmul.quantize``,
+groups of 128 along K, every projection including the LM head), and the torch path with ``int4=True``
+runs on the dequantized weights, the reference for the int4 kernel.
+
+**Generation** (``generate``): a prefill runs the prompt in one forward pass and writes its keys and
+values into a static KV cache, then each decode step runs one token a sequence and appends its key and
+value. The torch path's cache is contiguous, ``(B, Hkv, S, D)`` a layer, and a step attends over all
+``S`` slots with the future masked, so that its shapes never change (what ``torch.compile`` and CUDA
+graphs need). The course's cache is paged (vLLM's PagedAttention, Kwon et al. 2023): a pool of pages
+of ``PAGE_SIZE`` tokens and a block table that says which page holds which tokens of a sequence;
+here each sequence owns a fixed run of pages, the simplest table. Decoding is greedy (argmax).
+
+``graph=True`` (the course path on a GPU): the decode step is captured once in a CUDA graph and
+replayed, so that a step costs one launch on the host instead of about ten per layer (lesson 08); the
+step keeps its position and its token in device tensors and advances them itself, so the loop never
+waits for the GPU. On a CPU (Triton's interpreter) there are no graphs and ``graph`` is ignored.
+
+**Tokens** are UTF-8 bytes (``encode``/``decode``): a vocabulary of 256, no tokenizer to download.
+**Files** (``save``/``load``): ``torch.save`` of ``{"format": FORMAT, "config": dict, "weights":
+{name: tensor}}``, the names of ``Weights.state_dict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from tkcourse.mode import INTERPRET
+
+from . import int4_matmul as int4_lesson
+from .kernels import attention as k_attention
+from .kernels import decode_attention as k_decode
+from .kernels import int4_matmul as k_int4
+from .kernels import matmul as k_matmul
+from .kernels import rmsnorm as k_rmsnorm
+from .kernels import rope as k_rope
+from .kernels import swiglu as k_swiglu
+
+__all__ = ["Config", "Weights", "Layer", "random_weights", "encode", "decode", "save", "load", "prepare",
+           "logits", "generate", "new_cache", "prefill", "decode_step", "KERNELS", "FORMAT", "PAGE_SIZE",
+           "GROUP_SIZE"]
+
+KERNELS = ("course", "torch")
+FORMAT = "tkcourse-llm-1"
+#: Tokens a page of the course's paged KV cache holds (a power of two, as ``decode_attention`` asks).
+PAGE_SIZE = 16
+#: Input features that share one int4 scale (the course's int4 kernel plans for 128).
+GROUP_SIZE = 128
+#: The matmul's tiles in Triton's interpreter, where a program costs Python time rather than GPU time:
+#: the largest tiles of a small model's projections, a few programs a call. On a GPU, None: the
+#: library's own plan (split-K at decode sizes, autotuned at prefill sizes).
+MATMUL_CONFIG = dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=1) if INTERPRET else None
+
+
+@dataclass(frozen=True)
+class Config:
+    n_layers: int
+    d_model: int
+    n_heads: int  # query heads, Hq
+    n_kv_heads: int  # key/value heads, Hkv (grouped-query attention: Hkv divides Hq)
+    head_dim: int  # D
+    ffn_dim: int  # F, SwiGLU's hidden width
+    vocab: int
+    max_seq: int  # the longest sequence (prompt and generated tokens) the model takes
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+
+    @classmethod
+    def llama3_8b(cls) -> Config:
+        """Llama 3 8B's shapes (Meta's ``params.json``): 8.0B parameters."""
+        return cls(n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, head_dim=128, ffn_dim=14336,
+                   vocab=128256, max_seq=8192, rope_theta=500000.0, norm_eps=1e-5)
+
+    @classmethod
+    def tiny(cls) -> Config:
+        """A byte-level model of 3.3M parameters: small enough for Triton's interpreter, big enough to
+        learn to write Python-like text (``research/llm/train_tiny.py``). Widths are multiples of 128
+        (int4 groups) and D = 64 (the decode kernel's smallest head)."""
+        return cls(n_layers=4, d_model=256, n_heads=4, n_kv_heads=2, head_dim=64, ffn_dim=768,
+                   vocab=256, max_seq=512, rope_theta=10000.0, norm_eps=1e-5)
+
+    def check(self) -> Config:
+        for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "ffn_dim", "vocab", "max_seq"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"config.{name} must be a positive int, got {v!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"config.n_heads = {self.n_heads} must be a multiple of n_kv_heads = {self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"config.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
+        return self
+
+
+@dataclass
+class Layer:
+    attn_norm: torch.Tensor  # (d_model,)
+    wqkv: torch.Tensor  # ((Hq + 2·Hkv)·D, d_model): q's rows, then k's, then v's
+    wo: torch.Tensor  # (d_model, Hq·D)
+    mlp_norm: torch.Tensor  # (d_model,)
+    w_gate_up: torch.Tensor  # (2F, d_model): gate's rows, then up's
+    w_down: torch.Tensor  # (d_model, F)
+
+
+@dataclass
+class Weights:
+    config: Config
+    embed: torch.Tensor  # (vocab, d_model)
+    layers: list[Layer]
+    norm: torch.Tensor  # (d_model,), the final RMSNorm
+    lm_head: torch.Tensor  # (vocab, d_model)
+    prepared: dict = field(default_factory=dict, repr=False, compare=False)  # (kernels, int4) -> _Prepared
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        out = {"embed": self.embed, "norm": self.norm, "lm_head": self.lm_head}
+        for i, layer in enumerate(self.layers):
+            out.update({f"layers.{i}.{f.name}": getattr(layer, f.name) for f in dataclasses.fields(Layer)})
+        return out
+
+    @classmethod
+    def from_state_dict(cls, config: Config, sd: dict) -> Weights:
+        layers = [Layer(**{f.name: sd[f"layers.{i}.{f.name}"] for f in dataclasses.fields(Layer)})
+                  for i in range(config.n_layers)]
+        return cls(config, sd["embed"], layers, sd["norm"], sd["lm_head"])
+
+    @property
+    def dtype(self):
+        return self.embed.dtype
+
+    @property
+    def device(self):
+        return self.embed.device
+
+
+def random_weights(config: Config, dtype=torch.float32, device="cpu", seed: int = 0) -> Weights:
+    """Weights drawn from N(0, 1/fan_in) (the embedding N(0, 1), the norms 1): activations of unit size
+    in every layer and logits of size about 1. One seed on one device gives the same weights."""
+    config.check()
+    g = torch.Generator(device=device).manual_seed(seed)
+    c, D = config, config.head_dim
+
+    def normal(out, inp, std=None):
+        w = torch.randn((out, inp), generator=g, device=device, dtype=dtype)
+        return w.mul_(1 / math.sqrt(inp) if std is None else std)
+
+    def ones():
+        return torch.ones(c.d_model, device=device, dtype=dtype)
+
+    layers = [Layer(ones(), normal((c.n_heads + 2 * c.n_kv_heads) * D, c.d_model), normal(c.d_model, c.n_heads * D),
+                    ones(), normal(2 * c.ffn_dim, c.d_model), normal(c.d_model, c.ffn_dim))
+              for _ in range(c.n_layers)]
+    return Weights(config, normal(c.vocab, c.d_model, 1.0), layers, ones(), normal(c.vocab, c.d_model))
+
+
+# ---- tokens and files ----
+def encode(text: str) -> list[int]:
+    """The UTF-8 bytes of ``text``: a character outside ASCII is two to four tokens."""
+    return list(text.encode("utf-8"))
+
+
+def decode(ids) -> str:
+    """The text of byte tokens; a sequence cut inside a character shows U+FFFD there."""
+    return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+
+def save(path, config: Config, weights: Weights) -> None:
+    """One file: ``torch.save`` of the format name, the config as a plain dict and the tensors by name."""
+    sd = {k: v.detach().cpu().contiguous() for k, v in weights.state_dict().items()}
+    torch.save({"format": FORMAT, "config": dataclasses.asdict(config), "weights": sd}, path)
+
+
+def load(path, device="cpu", dtype=None) -> Weights:
+    """The weights ``save`` wrote, on ``device`` (in ``dtype`` if given, else as stored)."""
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} file (save writes one)")
+    config = Config(**blob["config"]).check()
+    sd = {k: v.to(device=device, dtype=dtype or v.dtype) for k, v in blob["weights"].items()}
+    return Weights.from_state_dict(config, sd)
+
+
+# ---- the two sets of ops: torch (the reference) and the course's kernels ----
+@dataclass
+class _Prepared:
+    """One path's weights, made once: projections as that path multiplies them, RoPE tables."""
+    config: Config
+    kernels: str
+    int4: bool
+    embed: torch.Tensor
+    layers: list  # per layer: dict of norms and projections
+    norm: torch.Tensor
+    lm_head: object
+    cos: torch.Tensor  # (max_seq, D/2) fp32
+    sin: torch.Tensor
+
+
+def prepare(weights: Weights, kernels: str = "course", int4: bool = False) -> _Prepared:
+    """The weights as ``kernels`` runs them, made on the first call and kept in ``weights.prepared``."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+    if not isinstance(int4, bool):
+        raise ValueError(f"int4 must be True or False, got {int4!r}")
+    key = (kernels, int4)
+    if key not in weights.prepared:
+        c = weights.config
+        if int4:
+            for name, w in (("d_model", weights.embed), ("ffn_dim", weights.layers[0].w_down)):
+                if w.shape[1] % GROUP_SIZE:
+                    raise ValueError(f"int4=True needs config.{name} = {w.shape[1]} to be a multiple of "
+                                     f"{GROUP_SIZE} (each projection's K is cut into groups of {GROUP_SIZE})")
+            if weights.dtype not in (torch.float16, torch.bfloat16):
+                raise ValueError(f"int4=True needs float16 or bfloat16 weights, got {weights.dtype}")
+
+        def lin(w):
+            if int4:
+                packed, scales = int4_lesson.quantize(w, GROUP_SIZE)
+                if kernels == "torch":
+                    return int4_lesson.dequantize(packed, scales, GROUP_SIZE)
+                return packed, scales
+            return w.t().contiguous() if kernels == "course" else w
+
+        layers = [dict(attn_norm=L.attn_norm, mlp_norm=L.mlp_norm, wqkv=lin(L.wqkv), wo=lin(L.wo),
+                       w_gate_up=lin(L.w_gate_up), w_down=lin(L.w_down)) for L in weights.layers]
+        cos, sin = k_rope.rope_tables(c.max_seq, c.head_dim, c.rope_theta, device=weights.device)
+        weights.prepared[key] = _Prepared(c, kernels, int4, weights.embed, layers, weights.norm,
+                                          lin(weights.lm_head), cos, sin)
+    return weights.prepared[key]
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+class _TorchOps:
+    """The reference, in the weights' dtype as Hugging Face's ``LlamaModel`` computes it."""
+
+    @staticmethod
+    def rmsnorm(x, w, eps, residual):
+        h = x if residual is None else x + residual
+        hf = h.float()
+        return w * (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype), h
+
+    @staticmethod
+    def linear(x, w):
+        return F.linear(x, w)
+
+    @staticmethod
+    def rope(q, k, cos, sin, positions):  # q (B, T, Hq, D), k (B, T, Hkv, D), positions (B, T)
+        c, s = cos[positions], sin[positions]  # (B, T, D/2)
+        c = torch.cat([c, c], -1)[:, :, None].to(q.dtype)
+        s = torch.cat([s, s], -1)[:, :, None].to(q.dtype)
+        return q * c + _rotate_half(q) * s, k * c + _rotate_half(k) * s
+
+    @staticmethod
+    def swiglu(gate_up):
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    @staticmethod
+    def attention(q, k, v):  # (B, T, H, D) each, causal; out (B, T, Hq, D)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True, enable_gqa=True)
+        return o.transpose(1, 2)
+
+
+class _CourseOps:
+    """The course's kernels, each behind its lean launch (``solutions.kernels``)."""
+
+    @staticmethod
+    def rmsnorm(x, w, eps, residual):
+        if residual is None:
+            return k_rmsnorm.rmsnorm(x, w, eps), x
+        return k_rmsnorm.rmsnorm(x, w, eps, residual=residual)  # (y, x + residual), one pass
+
+    @staticmethod
+    def linear(x, w):
+        x2 = x.reshape(-1, x.shape[-1])
+        if isinstance(w, tuple):  # int4: (packed, scales)
+            y = k_int4.matmul(x2, w[0], w[1], GROUP_SIZE)
+        else:  # (K, N), transposed once by prepare
+            y = k_matmul.matmul(x2, w, MATMUL_CONFIG)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+    @staticmethod
+    def rope(q, k, cos, sin, positions):
+        return k_rope.rope(q, k, cos, sin, positions, inplace=True)  # q, k: views of the QKV output
+
+    @staticmethod
+    def swiglu(gate_up):
+        return k_swiglu.swiglu(gate_up)
+
+    @staticmethod
+    def attention(q, k, v):
+        o, _ = k_attention.attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        return o.transpose(1, 2)
+
+
+_OPS = {"torch": _TorchOps, "course": _CourseOps}
+
+
+# ---- the KV cache ----
+@dataclass
+class _Cache:
+    """Keys and values of every layer. torch: ``k[i]`` (B, Hkv, S, D). course: ``k[i]`` a pool of pages
+    (num_pages, PAGE_SIZE, Hkv, D), sequence b owning pages ``block_table[b]`` (contiguous runs)."""
+    k: list
+    v: list
+    length: int  # S, the tokens a sequence can hold
+    block_table: torch.Tensor | None = None  # (B, pages a sequence) int32, course only
+
+
+def new_cache(P: _Prepared, batch: int, length: int) -> _Cache:
+    """An empty static cache for ``batch`` sequences of up to ``length`` tokens."""
+    c, dev, dt = P.config, P.embed.device, P.embed.dtype
+    if P.kernels == "torch":
+        shape = (batch, c.n_kv_heads, length, c.head_dim)
+        return _Cache([torch.zeros(shape, device=dev, dtype=dt) for _ in range(c.n_layers)],
+                      [torch.zeros(shape, device=dev, dtype=dt) for _ in range(c.n_layers)], length)
+    pages = -(-length // PAGE_SIZE)
+    shape = (batch * pages, PAGE_SIZE, c.n_kv_heads, c.head_dim)
+    table = torch.arange(batch * pages, device=dev, dtype=torch.int32).view(batch, pages)
+    return _Cache([torch.zeros(shape, device=dev, dtype=dt) for _ in range(c.n_layers)],
+                  [torch.zeros(shape, device=dev, dtype=dt) for _ in range(c.n_layers)], pages * PAGE_SIZE, table)
+
+
+def _write(P, cache, i, k, v, positions):
+    """Keys and values ``(B, T, Hkv, D)`` into layer ``i``'s cache at ``positions`` ``(B, T)``."""
+    if P.kernels == "torch":  # index_put_ of a (B, T) index: no host sync, so a graph can hold it
+        b = torch.arange(k.shape[0], device=k.device)[:, None]
+        cache.k[i].transpose(1, 2).index_put_((b, positions), k)
+        cache.v[i].transpose(1, 2).index_put_((b, positions), v)
+    else:
+        page = torch.gather(cache.block_table, 1, positions // PAGE_SIZE).long()
+        slot = positions % PAGE_SIZE
+        cache.k[i].index_put_((page, slot), k)
+        cache.v[i].index_put_((page, slot), v)
+
+
+def _decode_attention(P, cache, i, q, positions, seq_lens):
+    """One query a sequence ``q`` (B, 1, Hq, D) against the cache up to its position: (B, 1, Hq, D)."""
+    if P.kernels == "torch":  # every slot, the future masked: the shapes never change
+        visible = torch.arange(cache.length, device=q.device)[None, :] <= positions  # (B, S)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), cache.k[i], cache.v[i], attn_mask=visible[:, None, None],
+                                           enable_gqa=True)
+        return o.transpose(1, 2)
+    return k_decode.decode_attention(q[:, 0], cache.k[i], cache.v[i], seq_lens, cache.block_table)[:, None]
+
+
+# ---- the model ----
+def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_only=False):
+    """Logits (B, T, vocab) fp32 (T = 1 with ``last_only``) of tokens (B, T) at positions (B, T).
+    No cache: causal attention over these tokens (teacher forcing). A cache and T > 1: the same, and
+    the keys and values written into it (a prefill from position 0). A cache and T = 1: a decode step."""
+    ops, c = _OPS[P.kernels], P.config
+    B, T = tokens.shape
+    Hq, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
+    x, residual = P.embed[tokens], None  # (B, T, d_model)
+    for i, L in enumerate(P.layers):
+        y, residual = ops.rmsnorm(x, L["attn_norm"], c.norm_eps, residual)  # residual += x; y = norm(residual)
+        qkv = ops.linear(y, L["wqkv"]).view(B, T, Hq + 2 * Hkv, D)
+        q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:]
+        q, k = ops.rope(q, k, P.cos, P.sin, positions)
+        if cache is not None:
+            _write(P, cache, i, k, v, positions)
+        if cache is not None and T == 1:
+            o = _decode_attention(P, cache, i, q, positions, seq_lens)
+        else:
+            o = ops.attention(q, k, v)
+        x = ops.linear(o.reshape(B, T, Hq * D), L["wo"])
+        y, residual = ops.rmsnorm(x, L["mlp_norm"], c.norm_eps, residual)
+        x = ops.linear(ops.swiglu(ops.linear(y, L["w_gate_up"])), L["w_down"])
+    y, _ = ops.rmsnorm(x, P.norm, c.norm_eps, residual)
+    if last_only:
+        y = y[:, -1:]
+    return ops.linear(y, P.lm_head).float()
+
+
+def _tokens(prompt, device) -> torch.Tensor:
+    """A prompt (str, list of ints, list of equal-length lists, or a (T,)/(B, T) tensor) as (B, T) int64."""
+    if isinstance(prompt, str):
+        prompt = encode(prompt)
+    t = torch.as_tensor(prompt).to(device)
+    if t.dim() == 1:
+        t = t[None]
+    if t.dim() != 2 or t.shape[1] == 0 or t.dtype.is_floating_point or t.dtype == torch.bool:
+        raise ValueError(f"prompt must be a text, token ids, or a (B, T) integer tensor with T >= 1; "
+                         f"got {tuple(t.shape)} {t.dtype}")
+    return t.long()
+
+
+def _check_tokens(P, tokens, name):
+    if tokens.min() < 0 or tokens.max() >= P.config.vocab:
+        raise ValueError(f"{name} holds a token outside 0 .. {P.config.vocab - 1}")
+
+
+def logits(weights: Weights, tokens, kernels: str = "course", int4: bool = False) -> torch.Tensor:
+    """The logits (B, T, vocab), fp32, of every position of ``tokens`` (B, T) (or (T,), or a text),
+    teacher-forced: position t sees tokens 0 .. t."""
+    P = prepare(weights, kernels, int4)
+    tokens = _tokens(tokens, weights.device)
+    if tokens.shape[1] > P.config.max_seq:
+        raise ValueError(f"tokens has {tokens.shape[1]} positions, more than config.max_seq = {P.config.max_seq}")
+    _check_tokens(P, tokens, "tokens")
+    positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+    with torch.no_grad():
+        return _forward(P, tokens, positions)
+
+
+def prefill(P: _Prepared, cache: _Cache, tokens) -> torch.Tensor:
+    """Run the prompt (B, T) from position 0, filling the cache: the last position's logits (B, vocab)."""
+    positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+    return _forward(P, tokens, positions, cache, last_only=True)[:, 0]
+
+
+def decode_step(P: _Prepared, cache: _Cache, tok, positions, seq_lens) -> torch.Tensor:
+    """One token a sequence: ``tok`` (B, 1) at ``positions`` (B, 1), written into the cache; ``seq_lens``
+    (B,) int32 = positions + 1 (the course's decode kernel reads it). The logits (B, vocab)."""
+    return _forward(P, tok, positions, cache, seq_lens)[:, 0]
+
+
+def generate(weights: Weights, prompt, max_new_tokens: int, kernels: str = "course", int4: bool = False,
+             graph: bool = True, return_logits: bool = False):
+    """Greedy continuation of ``prompt`` (a text, token ids, or (B, T) ids of equal-length prompts):
+    the new tokens (B, max_new_tokens) int64, and with ``return_logits`` the logits (B, max_new_tokens,
+    vocab) fp32 each of them was chosen from. ``graph``: replay the decode step from a CUDA graph
+    (GPU only; ignored on a CPU)."""
+    P = prepare(weights, kernels, int4)
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    tokens = _tokens(prompt, weights.device)
+    B, T = tokens.shape
+    if T + max_new_tokens > P.config.max_seq:
+        raise ValueError(f"prompt ({T} tokens) + max_new_tokens ({max_new_tokens}) = {T + max_new_tokens} "
+                         f"is longer than config.max_seq = {P.config.max_seq}")
+    _check_tokens(P, tokens, "prompt")
+    dev = tokens.device
+    with torch.no_grad():
+        cache = new_cache(P, B, T + max_new_tokens)
+        first = prefill(P, cache, tokens)
+        # The step's state lives on the device and the step advances it: a graph replays it as it is.
+        out = torch.empty(B, max_new_tokens, dtype=torch.long, device=dev)
+        all_logits = torch.empty(B, max_new_tokens, P.config.vocab, device=dev) if return_logits else None
+        tok = first.argmax(-1, keepdim=True)  # (B, 1)
+        out[:, :1] = tok
+        if return_logits:
+            all_logits[:, 0] = first
+        positions = torch.full((B, 1), T, dtype=torch.long, device=dev)
+        seq_lens = torch.full((B,), T + 1, dtype=torch.int32, device=dev)
+        index = torch.ones(1, dtype=torch.long, device=dev)  # which column of out this step fills
+
+        def step():
+            lg = decode_step(P, cache, tok, positions, seq_lens)
+            tok.copy_(lg.argmax(-1, keepdim=True))
+            out.index_copy_(1, index, tok)
+            if return_logits:
+                all_logits.index_copy_(1, index, lg[:, None])
+            positions.add_(1), seq_lens.add_(1), index.add_(1)
+
+        n = max_new_tokens - 1
+        if graph and dev.type == "cuda" and n > 1:
+            stream = torch.cuda.Stream(dev)
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                step()  # the first step eagerly, on the capture stream: every kernel's entry exists
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=stream):
+                step()  # recorded, not run
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            for _ in range(n - 1):
+                g.replay()
+        else:
+            for _ in range(n):
+                step()
+    return (out, all_logits) if return_logits else out
