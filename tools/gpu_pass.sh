@@ -14,6 +14,12 @@
 #   bash tools/gpu_pass.sh online OUT          # the softmax rows (lessons 02 and 05), the kept-slots
 #                                              # probe, then the online step's graders, notebooks and
 #                                              # GPU tests side by side
+#   bash tools/gpu_pass.sh int4 OUT            # lesson 10: the int4 sweep, then its bench rows on the
+#                                              # configs it chose (OUT/bench.csv, OUT/int4_configs.json:
+#                                              # commit them as CONFIGS), lesson 10's grader and notebook
+#   bash tools/gpu_pass.sh inference OUT       # inference kernels at model sizes in one run: every
+#                                              # decode_attention and decode_step row, the GQA attention
+#                                              # rows, then the GQA correctness grid and the decode probe
 # Which lessons a step runs, and which rows and sweeps it records, the lesson registry says
 # (tkcourse/course.py: each Lesson's gpu_passes, gpu_tests, quotes and sweeps); the script asks it.
 # Wheels for the notebook runtime come from `bash ../shared/gpu/wheelhouse.sh` (.whl/, carried along).
@@ -77,6 +83,25 @@ verify)  # correctness only, so the three run side by side
       -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
   wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log" ;;
+int4)  # the sweep times every candidate, then records the bench rows with the winners set as CONFIGS
+  timeout 330 python3 research/int4/sweep.py "$OUT" > "$OUT/int4.log" 2>&1; echo "int4 sweep exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 60 python3 -m tkcourse check int4_matmul > "$OUT/check.log" 2>&1; echo "graders exit $?" | tee -a "$OUT/gpu.txt"
+  env -u TKCOURSE_SOLUTIONS timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+    -k 10_int4 > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
+  grep -vi warn "$OUT/int4.log" | tail -42 ;;
+inference)  # one run for every figure of the inference kernels, so that their ratios share it
+  for b in decode_attention decode_step; do
+    timeout 200 python3 -m tkcourse bench "$b" --out "$OUT/bench.csv" --append >> "$OUT/bench.log" 2>&1
+    echo "bench $b exit $?" | tee -a "$OUT/gpu.txt"; done
+  shapes=""; for B in 1 4; do for c in "" "-causal"; do shapes="$shapes --shape B$B-Hq32-Hkv8-N4096-D128$c"; done; done
+  timeout 240 python3 -m tkcourse bench flash_attention --out "$OUT/bench.csv" --append $shapes >> "$OUT/bench.log" 2>&1
+  echo "bench gqa exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 200 python3 research/attention/gqa_probe.py C --out "$OUT/gqa.json" > "$OUT/gqa.log" 2>&1
+  echo "gqa probe exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 150 python3 research/decode/plan_probe.py "$OUT/decode" > "$OUT/decode.log" 2>&1
+  echo "decode probe exit $?" | tee -a "$OUT/gpu.txt"
+  tail -3 "$OUT/gqa.log"; tail -25 "$OUT/decode.log"
+  grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 sweeps)
   sw=$OUT/sweeps/sweeps; mkdir -p "$sw"
   mapfile -t rows < <(ask sweeps)  # one line a kernel: NAME SHAPES
