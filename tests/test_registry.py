@@ -121,6 +121,8 @@ def test_the_gpu_pass_reads_the_registry():
     assert set(course.GPU_PASSES) <= steps
     assert all(lesson.gpu_passes <= set(course.GPU_PASSES) for lesson in course.LESSONS)
     assert all(b in course.BENCHMARKS for lesson in course.LESSONS for b in lesson.quotes)
+    assert all(step in course.GPU_PASSES and set(rows) <= set(lesson.benchmarks)
+               for lesson in course.LESSONS for step, rows in lesson.records.items())
     names = {lesson.name for lesson in course.LESSONS} | set(course.graded()) | set(course.BENCHMARKS)
     code = "\n".join(line.split("#", 1)[0] for line in script.splitlines())  # comments may name lessons
     literal = re.findall(r"(?:tkcourse (?:check|bench)|tkcourse\.autotune)((?: +[a-z_]+)+)", code)

@@ -41,8 +41,8 @@ from typing import Iterable, Mapping
 from . import mode
 from .errors import UserError
 
-#: The steps of ``tools/gpu_pass.sh`` that run a chosen set of lessons (``Lesson.gpu_passes``).
-GPU_PASSES = ("online", "verify")
+#: The steps of ``tools/gpu_pass.sh`` that run a chosen set of lessons (``Lesson.gpu_passes``, ``Lesson.records``).
+GPU_PASSES = ("online", "verify", "int4", "inference")
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,9 @@ class Lesson:
     ``gpu_passes``: the steps of ``tools/gpu_pass.sh`` (``GPU_PASSES``) that run its graders, its
     notebook and its ``gpu_tests`` (``tests/test_<x>.py``, the kernels' tests worth a GPU's time).
     ``quotes``: recorded rows its prose quotes, which the ``figures`` step measures again:
-    ``benchmark -> shapes`` (empty: every shape).
+    ``benchmark -> shapes`` (empty: every shape). ``records``: the rows a step of ``GPU_PASSES`` records
+    in one run, ``step -> benchmark -> shapes`` (empty: every shape), for figures whose ratios must share
+    a run (the inference kernels at model sizes).
     """
 
     number: str
@@ -70,10 +72,12 @@ class Lesson:
     gpu_passes: frozenset[str] = frozenset()
     gpu_tests: tuple[str, ...] = ()
     quotes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    records: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def __post_init__(self):  # read-only mappings: the registry is data, not state
         for name in ("sweeps", "sizes", "quotes"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+        object.__setattr__(self, "records", MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.records.items()}))
         object.__setattr__(self, "gpu_passes", frozenset(self.gpu_passes))
 
     @property
@@ -116,7 +120,9 @@ LESSONS: tuple[Lesson, ...] = (
            sizes={"online_softmax.shape": ((8, 5000), (1024, 131072))},
            gpu_passes={"online"}, gpu_tests=("online_softmax",)),
     Lesson("06", "flash_attention", parts=("flash_attention",), benchmarks=("flash_attention",),  # 07's too
-           sweeps={"attention": "4x16x4096x128"}),
+           sweeps={"attention": "4x16x4096x128"},
+           records={"inference": {"flash_attention": tuple(f"B{b}-Hq32-Hkv8-N4096-D128{c}" for b in (1, 4)
+                                                           for c in ("", "-causal"))}}),
     Lesson("07", "flash_attention_backward", parts=("flash_attention_backward",),
            sizes={"attention_capstone": (dict(d_model=32, n_heads=2, seq=32, batch=2, steps=20, lr=3e-3),
                                          dict(d_model=512, n_heads=8, seq=1024, batch=8, steps=50, lr=1e-3))},
@@ -128,10 +134,11 @@ LESSONS: tuple[Lesson, ...] = (
                                        "B16-H32-N1024-D64-causal")}),
     Lesson("09", "decode_attention", parts=("rmsnorm", "decode_attention"),
            benchmarks=("rmsnorm", "decode_attention", "decode_step"),
-           gpu_passes={"verify"}, quotes={"rmsnorm": (), "decode_attention": ()}),
+           gpu_passes={"verify"}, quotes={"rmsnorm": (), "decode_attention": ()},
+           records={"inference": {"decode_attention": (), "decode_step": ()}}),
     Lesson("10", "int4_matmul", parts=("int4_matmul",), benchmarks=("int4_matmul",),
            sizes={"int4_matmul.shape": ((4, 96, 256, 64), (16, 8192, 8192, 128))},
-           gpu_passes={"verify"}, gpu_tests=("int4_matmul",), quotes={"int4_matmul": ()}),
+           gpu_passes={"verify", "int4"}, gpu_tests=("int4_matmul",), quotes={"int4_matmul": ()}),
 )
 
 _BY_NAME = {l.name: l for l in LESSONS}
@@ -335,6 +342,9 @@ def gpu_pass(what: str, step: str | None = None, lessons: Iterable[str] = ()) ->
         return [f"tests/test_{t}.py" for l in chosen for t in l.gpu_tests]
     if what == "sweeps":
         return [f"{t} {shapes}" for l in chosen for t, shapes in l.sweeps.items()]
+    if what == "records":  # one line a benchmark: NAME [--shape S ...]
+        return [" ".join([b, *(f"--shape {s}" for s in shapes)]) for l in LESSONS
+                for b, shapes in l.records.get(step, {}).items()]
     if what == "quotes":
         named = [lesson(resolve(n)) for n in lessons] or [l for l in LESSONS if l.quotes]
         return [" ".join([b, *(f"--shape {s}" for s in shapes)]) for l in named for b, shapes in l.quotes.items()]
@@ -347,7 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     ``graders STEP`` the parts whose graders the step runs; ``benchmarks [STEP]`` benchmark names;
     ``notebooks STEP`` a ``pytest -k`` expression for those notebooks; ``tests STEP`` test files;
     ``sweeps`` ``TARGET SHAPES`` per sweep; ``quotes [LESSON...]`` ``BENCHMARK [--shape S ...]`` per
-    benchmark the lessons' prose quotes (default: every lesson that quotes one).
+    benchmark the lessons' prose quotes (default: every lesson that quotes one); ``records STEP``
+    ``BENCHMARK [--shape S ...]`` per benchmark the step records (``Lesson.records``).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
@@ -355,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     what, rest = args[0], args[1:]
     try:
-        if what in ("graders", "notebooks", "tests") and (len(rest) != 1 or rest[0] not in GPU_PASSES):
+        if what in ("graders", "notebooks", "tests", "records") and (len(rest) != 1 or rest[0] not in GPU_PASSES):
             raise UserError(f"{what} needs one step of {', '.join(GPU_PASSES)}")
         step = rest[0] if what != "quotes" and rest else None
         if step is not None and step not in GPU_PASSES:

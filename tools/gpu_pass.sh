@@ -83,19 +83,19 @@ verify)  # correctness only, so the three run side by side
       -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
   wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log" ;;
-int4)  # the sweep times every candidate, then records the bench rows with the winners set as CONFIGS
+int4)  # lesson 10's sweep times every candidate, then records the bench rows with the winners as CONFIGS
   timeout 330 python3 research/int4/sweep.py "$OUT" > "$OUT/int4.log" 2>&1; echo "int4 sweep exit $?" | tee -a "$OUT/gpu.txt"
-  timeout 60 python3 -m tkcourse check int4_matmul > "$OUT/check.log" 2>&1; echo "graders exit $?" | tee -a "$OUT/gpu.txt"
+  graders=$(ask graders int4) notebooks=$(ask notebooks int4)
+  timeout 60 python3 -m tkcourse check $graders > "$OUT/check.log" 2>&1; echo "graders exit $?" | tee -a "$OUT/gpu.txt"
   env -u TKCOURSE_SOLUTIONS timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
-    -k 10_int4 > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
+    -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   grep -vi warn "$OUT/int4.log" | tail -42 ;;
-inference)  # one run for every figure of the inference kernels, so that their ratios share it
-  for b in decode_attention decode_step; do
-    timeout 200 python3 -m tkcourse bench "$b" --out "$OUT/bench.csv" --append >> "$OUT/bench.log" 2>&1
+inference)  # one run for every row the inference kernels' figures need, so that their ratios share it
+  mapfile -t rows < <(ask records inference)  # one line a benchmark: NAME [--shape S ...]
+  for row in "${rows[@]}"; do
+    set -- $row; b=$1; shift
+    timeout 240 python3 -m tkcourse bench "$b" --out "$OUT/bench.csv" --append "$@" >> "$OUT/bench.log" 2>&1
     echo "bench $b exit $?" | tee -a "$OUT/gpu.txt"; done
-  shapes=""; for B in 1 4; do for c in "" "-causal"; do shapes="$shapes --shape B$B-Hq32-Hkv8-N4096-D128$c"; done; done
-  timeout 240 python3 -m tkcourse bench flash_attention --out "$OUT/bench.csv" --append $shapes >> "$OUT/bench.log" 2>&1
-  echo "bench gqa exit $?" | tee -a "$OUT/gpu.txt"
   timeout 200 python3 research/attention/gqa_probe.py C --out "$OUT/gqa.json" > "$OUT/gqa.log" 2>&1
   echo "gqa probe exit $?" | tee -a "$OUT/gpu.txt"
   timeout 150 python3 research/decode/plan_probe.py "$OUT/decode" > "$OUT/decode.log" 2>&1
