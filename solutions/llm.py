@@ -72,7 +72,7 @@ from .kernels import rope as k_rope
 from .kernels import swiglu as k_swiglu
 
 __all__ = ["Config", "Weights", "Layer", "random_weights", "encode", "decode", "save", "load", "prepare",
-           "logits", "generate", "new_cache", "prefill", "decode_step", "KERNELS", "FORMAT", "PAGE_SIZE",
+           "logits", "forward", "generate", "new_cache", "prefill", "decode_step", "KERNELS", "FORMAT", "PAGE_SIZE",
            "GROUP_SIZE"]
 
 KERNELS = ("course", "torch")
@@ -382,10 +382,11 @@ def _decode_attention(P, cache, i, q, positions, seq_lens):
 
 
 # ---- the model ----
-def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_only=False):
+def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_only=False, attention=None):
     """Logits (B, T, vocab) fp32 (T = 1 with ``last_only``) of tokens (B, T) at positions (B, T).
-    No cache: causal attention over these tokens (teacher forcing). A cache and T > 1: the same, and
-    the keys and values written into it (a prefill from position 0). A cache and T = 1: a decode step."""
+    No cache: causal attention over these tokens (teacher forcing; ``attention`` replaces the path's
+    own). A cache and T > 1: the same, and the keys and values written into it (a prefill from position
+    0). A cache and T = 1: a decode step."""
     ops, c = _OPS[P.kernels], P.config
     B, T = tokens.shape
     Hq, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
@@ -399,6 +400,8 @@ def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_on
             _write(P, cache, i, k, v, positions)
         if cache is not None and T == 1:
             o = _decode_attention(P, cache, i, q, positions, seq_lens)
+        elif attention is not None:
+            o = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
         else:
             o = ops.attention(q, k, v)
         x = ops.linear(o.reshape(B, T, Hq * D), L["wo"])
@@ -439,6 +442,16 @@ def logits(weights: Weights, tokens, kernels: str = "course", int4: bool = False
     positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
     with torch.no_grad():
         return _forward(P, tokens, positions)
+
+
+def forward(weights: Weights, tokens: torch.Tensor, attention=None) -> torch.Tensor:
+    """The logits (B, T, vocab) fp32 of tokens (B, T), teacher-forced, in torch ops and with autograd:
+    what training runs (``research/llm/train_tiny.py``). ``attention(q, k, v)`` replaces SDPA: causal,
+    q (B, Hq, T, D), k and v (B, Hkv, T, D), e.g. the course's trainable FlashAttention,
+    ``solutions.kernels.attention.attention(q, k, v, causal=True)``."""
+    P = prepare(weights, "torch")
+    positions = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+    return _forward(P, tokens, positions, attention=attention)
 
 
 def prefill(P: _Prepared, cache: _Cache, tokens) -> torch.Tensor:

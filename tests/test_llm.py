@@ -1,0 +1,150 @@
+"""The capstone model (``solutions/llm.py``): the course's kernels against the torch reference, on a
+tiny random model in Triton's interpreter (or compiled, on a GPU).
+
+Two layers of ``Config.tiny()``'s shapes keep the file short; fp32 wherever the comparison is the
+kernels' maths (the interpreter has no bf16, and fp32 leaves argmax ties no room), fp16 for int4
+(the int4 kernel takes fp16 or bf16 activations).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from solutions import llm
+from tkcourse import mode
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = dataclasses.replace(llm.Config.tiny(), n_layers=2)
+DEVICE = mode.DEVICE
+#: Course against torch in fp32: the same maths summed in another order (tl.dot's tiles, the online
+#: softmax of FlashAttention), a few ulps of logits of size about 1. TF32 on a GPU rounds inputs to
+#: 10-bit mantissas: a looser bound there.
+ATOL = 1e-4 if mode.INTERPRET else 2e-2
+#: Greedy tokens must agree wherever the reference's best logit leads the second by more than this
+#: (far above ATOL): a smaller lead is a near-tie, which either path may break its own way.
+MARGIN = 10 * ATOL
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return llm.random_weights(CONFIG, torch.float32, DEVICE, seed=1)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    g = torch.Generator().manual_seed(2)
+    return torch.randint(0, CONFIG.vocab, (2, 12), generator=g).to(DEVICE)
+
+
+def test_encode_decode_round_trip():
+    for text in ["def f(x):\n    return x + 1\n", "héllo wörld ✓ 日本語 🐍", ""]:
+        ids = llm.encode(text)
+        assert all(0 <= i < 256 for i in ids)
+        assert llm.decode(ids) == text
+    assert len(llm.encode("é")) == 2
+    assert llm.decode(llm.encode("日")[:2]) == "\ufffd"  # a character cut in half: the replacement character
+    assert llm.decode(torch.tensor(llm.encode("ok"))) == "ok"
+
+
+def test_course_logits_match_torch(weights):
+    tokens = torch.randint(0, CONFIG.vocab, (2, 40), generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    want = llm.logits(weights, tokens, kernels="torch")
+    got = llm.logits(weights, tokens, kernels="course")
+    assert got.shape == (2, 40, CONFIG.vocab) and got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=ATOL)
+    assert llm.logits(weights, "x = 1", kernels="course").shape == (1, 5, CONFIG.vocab)  # a text is its bytes
+
+
+def _agree_where_clear(got_tokens, want_tokens, want_logits):
+    """Greedy tokens equal at every step up to the first near-tie of the reference (per sequence)."""
+    top2 = want_logits.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) > MARGIN  # (B, steps)
+    for b in range(want_tokens.shape[0]):
+        n = int(clear[b].long().cumprod(0).sum())  # steps before the first near-tie
+        assert n >= 4, f"sequence {b}: a near-tie at step {n}; pick another seed"
+        assert torch.equal(got_tokens[b, :n], want_tokens[b, :n]), (got_tokens[b], want_tokens[b])
+
+
+def test_greedy_tokens_and_kv_cache(weights, prompts):
+    """Course and torch pick the same greedy tokens; each decode step's logits (the prefill, then one
+    token a step from the KV cache) equal the teacher-forced logits of the same positions."""
+    n = 16
+    want, want_logits = llm.generate(weights, prompts, n, kernels="torch", return_logits=True)
+    got, got_logits = llm.generate(weights, prompts, n, kernels="course", return_logits=True)
+    assert got.shape == (2, n) and got_logits.shape == (2, n, CONFIG.vocab)
+    _agree_where_clear(got, want, want_logits)
+    torch.testing.assert_close(got_logits, want_logits, rtol=0, atol=ATOL)
+    T = prompts.shape[1]
+    for kernels, tokens, step_logits in (("course", got, got_logits), ("torch", want, want_logits)):
+        full = llm.logits(weights, torch.cat([prompts, tokens[:, :-1]], 1), kernels=kernels)
+        torch.testing.assert_close(step_logits, full[:, T - 1:], rtol=0, atol=ATOL)  # the cache is right
+
+
+def test_int4_close_to_dequantized_torch():
+    """int4 weights: the course's int4 kernel against torch on the dequantized weights, in fp16."""
+    w = llm.random_weights(CONFIG, torch.float16, DEVICE, seed=4)
+    tokens = torch.randint(0, CONFIG.vocab, (1, 24), generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    want = llm.logits(w, tokens, kernels="torch", int4=True)
+    got = llm.logits(w, tokens, kernels="course", int4=True)
+    # fp16 activations rounded at each of the ~10 ops a layer, in a different order: logits of size ~4
+    torch.testing.assert_close(got, want, rtol=0, atol=3e-2)
+    assert (want - llm.logits(w, tokens, kernels="torch")).abs().max() > 0.1  # the weights were quantized
+    toks, lg = llm.generate(w, tokens[:, :8], 3, kernels="torch", int4=True, return_logits=True)
+    top2 = lg.topk(2, dim=-1).values
+    clear = int(((top2[..., 0] - top2[..., 1]) > 0.1).long().cumprod(1).sum())
+    assert torch.equal(llm.generate(w, tokens[:, :8], 3, kernels="course", int4=True)[0, :clear], toks[0, :clear])
+
+
+def test_save_load_round_trip(tmp_path, weights):
+    path = tmp_path / "tiny.pt"
+    llm.save(path, CONFIG, weights)
+    back = llm.load(path, device=DEVICE)
+    assert back.config == CONFIG
+    sd, sd2 = weights.state_dict(), back.state_dict()
+    assert sd.keys() == sd2.keys()
+    for k in sd:
+        assert torch.equal(sd[k], sd2[k]), k
+    assert llm.load(path, dtype=torch.float16).dtype == torch.float16
+    torch.save({"hello": 1}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a"):
+        llm.load(tmp_path / "other.pt")
+
+
+def test_errors(weights):
+    long = [1] * (CONFIG.max_seq - 3)
+    with pytest.raises(ValueError, match="max_seq"):
+        llm.generate(weights, long, 4, kernels="torch")
+    with pytest.raises(ValueError, match="max_seq"):
+        llm.logits(weights, [1] * (CONFIG.max_seq + 1), kernels="torch")
+    with pytest.raises(ValueError, match="kernels"):
+        llm.logits(weights, [1, 2], kernels="triton")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        llm.generate(weights, [1, 2], 0)
+    with pytest.raises(ValueError, match="prompt"):
+        llm.generate(weights, [], 2)
+    with pytest.raises(ValueError, match="outside"):
+        llm.logits(weights, [CONFIG.vocab], kernels="torch")
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        llm.logits(weights, [1, 2], int4=True)
+    odd = dataclasses.replace(CONFIG, d_model=192, n_layers=1)
+    with pytest.raises(ValueError, match="d_model"):
+        llm.logits(llm.random_weights(odd, torch.float16), [1, 2], int4=True)
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        dataclasses.replace(CONFIG, n_kv_heads=3).check()
+
+
+def test_train_tiny_smoke(tmp_path):
+    """``research/llm/train_tiny.py --steps 2 --tiny``: two steps of training on a CPU, saved, loaded."""
+    spec = importlib.util.spec_from_file_location("train_tiny", ROOT / "research" / "llm" / "train_tiny.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    out = tmp_path / "tiny.pt"
+    losses = train.main(["--steps", "2", "--tiny", "--out", str(out), "--sample-tokens", "8"])
+    assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+    w = llm.load(out)
+    assert w.dtype == torch.float16 and w.config.vocab == 256
