@@ -105,3 +105,14 @@ def test_bad_arguments_are_the_lessons_errors():
         fast.matmul(x, packed, scales[:, :1], 64)
     with pytest.raises(ValueError, match="group_size"):
         fast.matmul(x, packed, scales, 48)
+
+
+def test_fp32_scales_give_the_same_answer_and_follow_in_place_writes(monkeypatch):
+    fast.forget()
+    monkeypatch.setattr(fast, "FP32_SCALES", True)
+    x, packed, scales = _problem(3, 40, 256, 64)
+    y = fast.matmul(x, packed, scales, 64)
+    assert _err(y, x, packed, scales, 64) < 2e-3 and torch.equal(fast.matmul(x, packed, scales, 64), y)
+    assert fast.scales32(scales) is fast.scales32(scales)  # kept, not remade
+    scales.mul_(2)  # an in-place write: the copy is remade, and the result doubles
+    assert torch.allclose(fast.matmul(x, packed, scales, 64).float(), 2 * y.float(), rtol=1e-2, atol=1e-2)

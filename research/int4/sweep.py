@@ -7,9 +7,10 @@
    compile is reported and left out;
 3. times each (weight shape, M) with ``triton.testing.do_bench`` (L2 flushed between calls, so the
    weights come from HBM, as in a model), bf16, and picks for each M the config with the least total
-   time over the four weight shapes (``CONFIGS``' keys: M up to 1, 4, 16, and above);
+   time over the four weight shapes (``CONFIGS``' keys: M up to 1, 4, 16, and above); times the best
+   three again with fp32 scales, and takes them (``FP32_SCALES``) if they save 3% in total;
 4. measures ``benchmarks/int4_matmul.py``'s rows with those configs (``tkcourse.bench.run``) into
-   OUT/bench.csv, and prints the configs to commit as ``CONFIGS`` and a table of ratios.
+   OUT/bench.csv, and prints the configs to commit as ``CONFIGS`` (and ``FP32_SCALES``) and a table of ratios.
 Rows of the sweep go to OUT/int4_sweep.jsonl as they are measured.
 """
 import json
@@ -88,7 +89,7 @@ def main(out):
     for (c, d), e in zip(jobs, errs):
         if e:
             print("  ", c, d, e[:160]); break
-    chosen, table = {}, {}
+    chosen, gains = {}, {}
     for M in MS:
         cands = [c for c in BUCKETS[M] if json.dumps(c, sort_keys=True) not in bad]
         totals = {i: 0.0 for i in range(len(cands))}
@@ -105,6 +106,8 @@ def main(out):
             log.flush()
         order = sorted(totals, key=totals.get)
         chosen[M] = cands[order[0]]
+        print(f"M={M}: best {cands[order[0]]} total {totals[order[0]] * 1e3:.1f}us; next "
+              f"{[round(totals[i] * 1e3, 1) for i in order[1:4]]} {time.time() - t0:.0f}s", flush=True)
         # the same three best with fp32 scales: 4 bytes a row, which Triton's pipeliner streams with cp.async
         # (2-byte scales are below its minimum and are waited on in every step, as the TTGIR shows)
         f32 = {i: 0.0 for i in order[:3]}
@@ -115,10 +118,17 @@ def main(out):
                 f32[i] += bench(lambda: fast.run(x, p, s32, GROUP, cands[i]))
         print(f"M={M}: fp32 scales, the best three: " + ", ".join(f"{totals[i] * 1e3:.1f} -> {f32[i] * 1e3:.1f}us"
                                                             for i in f32), flush=True)
-        print(f"M={M}: best {cands[order[0]]} total {totals[order[0]] * 1e3:.1f}us; next "
-              f"{[round(totals[i] * 1e3, 1) for i in order[1:4]]} {time.time() - t0:.0f}s", flush=True)
+        best32 = min(f32, key=f32.get)
+        gains[M] = (totals[order[0]], f32[best32], cands[best32])
+    # fp32 scales for every M if they save at least 3% in total; then each M's best config with them
+    use32 = sum(g[1] for g in gains.values()) < 0.97 * sum(g[0] for g in gains.values())
+    if use32:
+        chosen = {M: g[2] for M, g in gains.items()}
+    print(f"FP32_SCALES = {use32}", flush=True)
+    fast.FP32_SCALES = use32
     print("CONFIGS =", json.dumps({str(k): v for k, v in chosen.items()}), flush=True)
-    json.dump({str(k): v for k, v in chosen.items()}, open(os.path.join(out, "int4_configs.json"), "w"))
+    json.dump(dict({str(k): v for k, v in chosen.items()}, FP32_SCALES=use32),
+              open(os.path.join(out, "int4_configs.json"), "w"))
     fast.CONFIGS.clear()
     fast.CONFIGS.update({1: chosen[1], 4: chosen[4], 16: chosen[16], 1 << 62: chosen[128]})
     fast.forget()

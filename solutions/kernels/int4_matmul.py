@@ -39,6 +39,7 @@ before this step's work) are candidates the sweep measures.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import triton
@@ -50,7 +51,7 @@ from .. import int4_matmul as lesson
 from .lean import Lean
 from .lean import tensor_key as _t
 
-__all__ = ["matmul", "int4_mm_kernel", "plan", "run", "config", "CONFIGS", "LEANS", "forget"]
+__all__ = ["matmul", "int4_mm_kernel", "plan", "run", "config", "scales32", "CONFIGS", "FP32_SCALES", "LEANS", "forget"]
 
 
 #: The magic words of ``DEQ`` 3, two halves each: 1024 + 8 in fp16, 128 + 8 in bf16.
@@ -309,16 +310,40 @@ def run(x, packed, scales, group_size=128, config=None):
 
 _INT4 = Lean(int4_mm_kernel)
 
+#: Hand the kernel fp32 scales, a copy kept per scales tensor (``scales32``): a step's scale is then 4
+#: bytes a row, which Triton's pipeliner streams ahead with ``cp.async`` like the weight's bytes, where
+#: 2-byte scales are below its minimum and are waited on in every step. Off until an H200 run shows it
+#: pays (``research/README.md``, the int4 section); the recorded rows were measured without it.
+FP32_SCALES = False
+_SCALES32: dict = {}  # data_ptr -> (weakref to the scales, their _version, the fp32 copy)
+
+
+def scales32(scales: torch.Tensor) -> torch.Tensor:
+    """``scales`` in fp32, made once per tensor and kept while it is alive and unchanged (its ``_version``:
+    an in-place write makes a new copy). The copy is made outside any CUDA graph, on the first call."""
+    if scales.dtype == torch.float32:
+        return scales
+    hit = _SCALES32.get(scales.data_ptr())
+    if hit is not None and hit[0]() is scales and hit[1] == scales._version:
+        return hit[2]
+    if len(_SCALES32) >= 4096:
+        _SCALES32.clear()
+    copy = scales.float()
+    _SCALES32[scales.data_ptr()] = (weakref.ref(scales), scales._version, copy)
+    return copy
+
 
 def matmul(x, packed, scales, group_size=128):
     """``x @ dequantize(packed, scales, group_size).T`` as ``solutions.int4_matmul.matmul``, on the plan."""
     try:
-        key = (_t(x), _t(packed), _t(scales), group_size)
+        key = (_t(x), _t(packed), _t(scales), group_size, FP32_SCALES)
         e = _INT4.get(key)
     except (AttributeError, TypeError):
         return lesson.matmul(x, packed, scales, group_size)  # not tensors: the lesson's checks and errors
     if e is None:
         return _first(key, x, packed, scales, group_size)
+    if FP32_SCALES:
+        scales = scales32(scales)
     x2 = x.reshape(-1, x.shape[-1])
     template, ws, counts, out_shape = e.info
     y = torch.empty_like(template)
@@ -337,6 +362,8 @@ def _first(key, x, packed, scales, group_size):
         return run(x, packed, scales, group_size)  # unusual layouts: the ordinary launch, every call
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     cfg = plan(M, N, K, group_size)
+    if FP32_SCALES:
+        scales = scales32(scales)
     grid, args, static, meta = _launch_args(x2, packed.view(torch.int8), scales, y, N, K, group_size, cfg)
     out_shape = (*x.shape[:-1], N)
     template = torch.empty((), dtype=x.dtype, device=x.device).expand(M, N)  # empty_like: a new (M, N) tensor
@@ -349,6 +376,7 @@ LEANS = dict(int4_matmul=_INT4)
 
 
 def forget():
-    """Drop every kept entry and workspace: the next call of each key is a first call again."""
+    """Drop every kept entry, workspace and fp32 scales: the next call of each key is a first call again."""
     _INT4.entries.clear()
     _WORKSPACE.clear()
+    _SCALES32.clear()
