@@ -19,7 +19,7 @@ projections            ``F.linear``                                 ``matmul.mat
 RoPE                   rotate-half (Su et al. 2021, RoFormer)       ``rope.rope``, in place
 attention, prefill     SDPA with ``enable_gqa``, causal             ``attention.attention_forward``
                                                                     (06; GQA, Ainslie et al. 2023)
-attention, decode      SDPA over a contiguous cache, masked         ``decode_attention`` (09; paged
+attention, decode      two matmuls over a contiguous cache, masked  ``decode_attention`` (09; paged
                                                                     KV, Kwon et al. 2023; split-KV,
                                                                     Flash-Decoding)
 SwiGLU                 ``silu(gate) * up`` (Shazeer 2020)           ``swiglu.swiglu``
@@ -360,10 +360,13 @@ def new_cache(P: _Prepared, batch: int, length: int) -> _Cache:
 
 def _write(P, cache, i, k, v, positions):
     """Keys and values ``(B, T, Hkv, D)`` into layer ``i``'s cache at ``positions`` ``(B, T)``."""
-    if P.kernels == "torch":  # index_put_ of a (B, T) index: no host sync, so a graph can hold it
-        b = torch.arange(k.shape[0], device=k.device)[:, None]
-        cache.k[i].transpose(1, 2).index_put_((b, positions), k)
-        cache.v[i].transpose(1, 2).index_put_((b, positions), v)
+    if P.kernels == "torch":  # index_put_ at (b, head, position): no host sync, so a graph can hold it
+        B, T, Hkv, _ = k.shape
+        b = torch.arange(B, device=k.device)[:, None, None]
+        h = torch.arange(Hkv, device=k.device)[None, None, :]
+        index = (b, h, positions[:, :, None])  # each (B, T, Hkv) after broadcasting, as k's first three dims
+        cache.k[i].index_put_(index, k)
+        cache.v[i].index_put_(index, v)
     else:
         page = torch.gather(cache.block_table, 1, positions // PAGE_SIZE).long()
         slot = positions % PAGE_SIZE
@@ -374,10 +377,13 @@ def _write(P, cache, i, k, v, positions):
 def _decode_attention(P, cache, i, q, positions, seq_lens):
     """One query a sequence ``q`` (B, 1, Hq, D) against the cache up to its position: (B, 1, Hq, D)."""
     if P.kernels == "torch":  # every slot, the future masked: the shapes never change
+        B, _, Hq, D = q.shape
+        k, v = cache.k[i], cache.v[i]  # (B, Hkv, S, D)
+        qg = q.reshape(B, k.shape[1], Hq // k.shape[1], D)  # a KV head's G query heads as G rows (GQA)
+        s = (qg @ k.transpose(-1, -2)).float() / math.sqrt(D)  # (B, Hkv, G, S): the cache is read once
         visible = torch.arange(cache.length, device=q.device)[None, :] <= positions  # (B, S)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), cache.k[i], cache.v[i], attn_mask=visible[:, None, None],
-                                           enable_gqa=True)
-        return o.transpose(1, 2)
+        p = s.masked_fill(~visible[:, None, None], float("-inf")).softmax(-1).to(v.dtype)
+        return (p @ v).reshape(B, 1, Hq, D)
     return k_decode.decode_attention(q[:, 0], cache.k[i], cache.v[i], seq_lens, cache.block_table)[:, None]
 
 
