@@ -3,6 +3,8 @@
 For batch 1 and 8, a prompt of 128 random tokens and 256 greedy new tokens, the decode tokens/s of
 
 - ``torch``: ``solutions.llm`` in eager torch ops (``kernels="torch"``, no graph);
+- ``torch (graph)``: the same eager ops, the decode step replayed from one CUDA graph (``graph=True``):
+  no fusion, only the launches gone;
 - ``torch.compile``: the same decode step through ``torch.compile(mode="reduce-overhead")`` (Inductor's
   kernels, replayed from CUDA graphs), every weight and cache tensor marked as a static address;
 - ``course (eager)``: the course's kernels, each step launched from the host (``graph=False``);
@@ -240,6 +242,8 @@ def main(argv=None):
         p = prompts[B]
         part(f"torch B{B}", 40, args.budget,
              lambda: bench_generate("torch", weights, p, n, fl[False], floors[False], kernels="torch", graph=False))
+        part(f"torch (graph) B{B}", 40, args.budget,
+             lambda: bench_generate("torch (graph)", weights, p, n, fl[False], floors[False], kernels="torch"))
         part(f"course (eager) B{B}", 40, args.budget,
              lambda: bench_generate("course (eager)", weights, p, n, fl[False], floors[False], graph=False))
         part(f"course B{B}", 40, args.budget,
