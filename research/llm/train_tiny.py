@@ -86,7 +86,7 @@ def main(argv=None) -> list[float]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="where to save the fp16 weights (solutions.llm.save)")
     ap.add_argument("--steps", type=int, default=6000)
-    ap.add_argument("--minutes", type=float, default=5.0, help="stop earlier when training has run this long")
+    ap.add_argument("--minutes", type=float, default=4.0, help="stop earlier when training has run this long")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--lr", type=float, default=2e-3)
