@@ -1,0 +1,93 @@
+"""Compile ``solutions.kernels.int4_matmul``'s kernel for an H100/H200 (sm_90a) on a machine with no GPU, and
+count what its main loop does: the TTGIR's loads (streamed by ``cp.async`` or waited on) and the SASS's
+instructions a thread a step. No device time: Triton compiles for a target given by hand, and the wheel
+ships ``ptxas`` and ``cuobjdump``.
+
+    python research/int4/compile_check.py [CONFIG ...] [--dtype bf16|fp16] [--fp32-scales] [--out DIR]
+
+CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``; default all. To check against the
+Triton the GPU machine runs (3.6), install that wheel apart and put it first on the path:
+``pip download triton==3.6.0 --no-deps -d W && pip install --no-deps --target T W/triton-*.whl`` then
+``PYTHONPATH=T python research/int4/compile_check.py``.
+"""
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even without one (tkcourse would pick the interpreter)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from solutions.kernels import int4_matmul as fast  # noqa: E402
+
+CONFIGS = {
+    "recorded": fast.CONFIGS[1],
+    "deq3": dict(fast.CONFIGS[1], DEQ=3),
+    "deq3w8": dict(fast.CONFIGS[1], DEQ=3, num_warps=8),
+    "large": fast.CONFIGS[1 << 62],
+}
+
+
+def compile_one(cfg: dict, dtype: str, fp32_scales: bool):
+    c = dict(cfg)
+    warps, stages = c.pop("num_warps"), c.pop("num_stages")
+    sig = {"x_ptr": f"*{dtype}", "w_ptr": "*i8", "s_ptr": "*fp32" if fp32_scales else f"*{dtype}", "y_ptr": f"*{dtype}",
+           "ws_ptr": "*fp32", "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+           "stride_wn": "i32", "stride_sn": "i32", "stride_ym": "i32"}
+    consts = dict(GROUP=128, **c)
+    # what a launch at the bench shapes specializes: every pointer, N, K and stride a multiple of 16 (the
+    # scales' row stride K/128 too), but M, which the kernel asks Triton not to specialize
+    runtime = list(sig)
+    aligned = [i for i, name in enumerate(runtime) if name != "M"]
+    sig.update({k: "constexpr" for k in consts})
+    src = ASTSource(fast.int4_mm_kernel, sig, constexprs=consts, attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
+
+
+def loop_counts(ptx: str, workdir: Path):
+    """(registers, instructions in the longest loop, the commonest opcodes there) of the PTX's SASS."""
+    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    (workdir / "k.ptx").write_text(ptx)
+    info = subprocess.run([bindir / "ptxas", "-arch=sm_90a", "-v", "-o", workdir / "k.cubin", workdir / "k.ptx"],
+                          capture_output=True, text=True).stderr
+    regs = re.search(r"Used (\d+) registers", info)
+    sass = subprocess.run([bindir / "cuobjdump", "-sass", workdir / "k.cubin"], capture_output=True, text=True).stdout
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in re.finditer(r"/\*([0-9a-f]{4})\*/\s+(.*?);", sass)]
+    back = [(int(m.group(1), 16), a) for a, t in ins if (m := re.search(r"BRA (0x[0-9a-f]+)", t)) and int(m.group(1), 16) < a]
+    if not back:
+        return regs and int(regs.group(1)), 0, []
+    start, end = max(back, key=lambda p: p[1] - p[0])
+    loop = [t for a, t in ins if start <= a <= end]
+    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in loop)
+    return regs and int(regs.group(1)), len(loop), ops.most_common(8)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("configs", nargs="*", default=list(CONFIGS))
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    ap.add_argument("--fp32-scales", action="store_true")
+    ap.add_argument("--out", default="/tmp/int4_compile")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"triton {triton.__version__}, sm_90a, {args.dtype}, scales {'fp32' if args.fp32_scales else args.dtype}")
+    for name in args.configs:
+        k = compile_one(CONFIGS[name], args.dtype, args.fp32_scales)
+        (out / f"{name}.ttgir").write_text(k.asm["ttgir"])
+        ttgir = k.asm["ttgir"]
+        regs, n, ops = loop_counts(k.asm["ptx"], out)
+        print(f"{name:9s} shared {k.metadata.shared:6d} B, {regs} registers; loads streamed "
+              f"{ttgir.count('async_copy_global_to_local')}, waited on {ttgir.count('tt.load')}; "
+              f"loop {n} instructions a thread a step: {ops}")
+
+
+if __name__ == "__main__":
+    main()
