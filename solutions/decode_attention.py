@@ -144,24 +144,27 @@ def decode_combine(
     ### END SOLUTION
 
 
-def check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=True):
+def check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=True, head_dims=None,
+                 min_page_size=16):
     """The softmax scale (1/sqrt(D) by default), after checking the arguments (ValueError naming what is wrong).
 
     ``check_values``: also check that every ``seq_lens[b]`` is in 1 .. max_pages · page_size and every
     page of the block table lies in the pool (one device sync; the tuned launcher skips it, as serving
-    engines do).
+    engines do, and its kernel flags such a sequence instead). ``head_dims`` (default ``HEAD_DIMS``) and
+    ``min_page_size``: what the kernel that follows takes (the tuned one takes more).
     """
+    head_dims = HEAD_DIMS if head_dims is None else head_dims
     validate(q, names=["q"], ndim=3)
     validate(k_cache, v_cache, names=["k_cache", "v_cache"], ndim=4, same_shape=True)
     validate(q, k_cache, names=["q", "k_cache"])  # one dtype and device
     B, Hq, D = q.shape
     num_pages, page_size, Hkv, Dk = k_cache.shape
-    if D not in HEAD_DIMS:
-        raise ValueError(f"head dimension D = q.shape[-1] = {D} is not supported; use one of {HEAD_DIMS}")
+    if D not in head_dims:
+        raise ValueError(f"head dimension D = q.shape[-1] = {D} is not supported; use one of {head_dims}")
     if Dk != D:
         raise ValueError(f"k_cache has head dimension {Dk} but q has {D}; they must match")
-    if page_size < 16 or page_size & (page_size - 1):
-        raise ValueError(f"page_size = k_cache.shape[1] = {page_size} must be a power of two, at least 16")
+    if page_size < min_page_size or page_size & (page_size - 1):
+        raise ValueError(f"page_size = k_cache.shape[1] = {page_size} must be a power of two, at least {min_page_size}")
     if Hq % Hkv:
         raise ValueError(f"q has {Hq} heads, not a multiple of the cache's {Hkv} KV heads (k_cache.shape[2])")
     for name, t, shape in (("seq_lens", seq_lens, (B,)), ("block_table", block_table, None)):

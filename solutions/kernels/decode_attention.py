@@ -37,15 +37,13 @@ a lookup, one or two allocations and one or two launches. The benchmarks measure
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .. import decode_attention as da
-from .._checks import ConfigSpec, integer, power_of_two, real, validate
+from .._checks import ConfigSpec, integer, power_of_two
 from ..decode_attention import reference  # noqa: F401 (same API)
 from . import decode_plan
 from .lean import Lean, pdl_ok
@@ -178,31 +176,11 @@ def decode_merge(
 
 
 def check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale):
-    """The softmax scale (1/sqrt(D) by default), after checking what the host knows (ValueError naming
-    what is wrong): shapes, dtypes, devices. The values of ``seq_lens`` and ``block_table`` are the
-    kernel's to check (module docstring, 2.): reading them here would cost a device sync."""
-    validate(q, names=["q"], ndim=3)
-    validate(k_cache, v_cache, names=["k_cache", "v_cache"], ndim=4, same_shape=True)
-    validate(q, k_cache, names=["q", "k_cache"])  # one dtype and device
-    B, Hq, D = q.shape
-    num_pages, page_size, Hkv, Dk = k_cache.shape
-    if D not in HEAD_DIMS:
-        raise ValueError(f"head dimension D = q.shape[-1] = {D} is not supported; use one of {HEAD_DIMS}")
-    if Dk != D:
-        raise ValueError(f"k_cache has head dimension {Dk} but q has {D}; they must match")
-    if page_size & (page_size - 1):
-        raise ValueError(f"page_size = k_cache.shape[1] = {page_size} must be a power of two (1, 2, 4, ...)")
-    if Hq % Hkv:
-        raise ValueError(f"q has {Hq} heads, not a multiple of the cache's {Hkv} KV heads (k_cache.shape[2])")
-    for name, t in (("seq_lens", seq_lens), ("block_table", block_table)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.device != q.device:
-            raise ValueError(f"{name} must be an int32 tensor on {q.device}, got "
-                             f"{getattr(t, 'dtype', type(t).__name__)} on {getattr(t, 'device', '-')}")
-    if tuple(seq_lens.shape) != (B,):
-        raise ValueError(f"seq_lens must have shape ({B},), one length per sequence of q; got {tuple(seq_lens.shape)}")
-    if block_table.dim() != 2 or block_table.shape[0] != B or block_table.shape[1] == 0:
-        raise ValueError(f"block_table must have shape ({B}, max_pages); got {tuple(block_table.shape)}")
-    return 1.0 / math.sqrt(D) if sm_scale is None else real("sm_scale", sm_scale)
+    """The lesson's checks of what the host knows (shapes, dtypes, devices; ValueError naming what is wrong)
+    with this kernel's head dims and page sizes from 1. The values of ``seq_lens`` and ``block_table`` are
+    the kernel's to check (module docstring, 2.): reading them here would cost a device sync."""
+    return da.check_inputs(q, k_cache, v_cache, seq_lens, block_table, sm_scale, check_values=False,
+                           head_dims=HEAD_DIMS, min_page_size=1)
 
 
 def _bucket(max_seq_len):
