@@ -162,14 +162,9 @@ def _gqa_first(key, q, k, v, causal, sm_scale, host_descriptors=None):
     """``_forward_first`` for grouped-query heads or N_Q != N_KV: an entry of ``attn_fwd_gqa``."""
     sm_scale, causal = fat.check_gqa_inputs(q, k, v, causal, sm_scale)
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
-    q, k, v = fat.prepare(q), fat.prepare(k), fat.prepare(v)
+    q, k, v, o, lse = fat.gqa_outputs(q, k, v)
     B, Hq, Nq, D = q.shape
-    Hkv, Nk = k.shape[1:3]
-    group = Hq // Hkv
-    o = torch.empty_like(q)
-    lse = torch.empty((B, Hq, Nq), device=q.device, dtype=torch.float32)
-    if not INTERPRET:
-        triton.set_allocator(fat.tma_scratch)
+    Nk, group = k.shape[2], Hq // k.shape[1]
     if INTERPRET:
         lean, meta = _FWD_GQA_FIXED, dict(fat.INTERPRET_CONFIG, WARP_SPECIALIZE=False)
     elif max(group * Nq, Nk) < fat.AUTOTUNE_MIN_N:

@@ -462,6 +462,17 @@ def gqa_grid(q, k):
     return lambda meta: (triton.cdiv(rows, meta["BLOCK_M"]), B * Hkv)
 
 
+def gqa_outputs(q, k, v):
+    """q, k, v as the kernel reads them (``prepare``), and new o and lse (fp32) for them; on a GPU, the
+    allocator for descriptors made in the kernel. What a first launch of ``attn_fwd_gqa`` needs."""
+    q, k, v = prepare(q), prepare(k), prepare(v)
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    if not INTERPRET:
+        triton.set_allocator(tma_scratch)
+    return q, k, v, o, lse
+
+
 def _gqa_forward(q, k, v, causal, sm_scale, impl, config, host_descriptors):
     sm_scale, causal = check_gqa_inputs(q, k, v, causal, sm_scale)
     host = None if host_descriptors is None else boolean("host_descriptors", host_descriptors)
@@ -471,14 +482,9 @@ def _gqa_forward(q, k, v, causal, sm_scale, impl, config, host_descriptors):
     if impl == "simple":
         raise ValueError("impl='simple' (the lesson's kernel) takes q, k, v of one shape; grouped-query heads "
                          "and N_Q != N_KV run in the tuned kernel: impl='auto' or 'tuned'")
-    q, k, v = prepare(q), prepare(k), prepare(v)
-    B, Hq, Nq, D = q.shape
-    Hkv, Nk = k.shape[1:3]
-    group = Hq // Hkv
-    o = torch.empty_like(q)
-    lse = torch.empty((B, Hq, Nq), device=q.device, dtype=torch.float32)
-    if not INTERPRET:
-        triton.set_allocator(tma_scratch)
+    q, k, v, o, lse = gqa_outputs(q, k, v)
+    Hq, Nq, D = q.shape[1:]
+    Nk, group = k.shape[2], Hq // k.shape[1]
     grid = gqa_grid(q, k)
     if config is None and attn_fwd_gqa_autotuned is not None and max(group * Nq, Nk) >= AUTOTUNE_MIN_N:
         args = gqa_descriptors(q, k, v, o, HOST_DESCRIPTOR_MULTIPLE, host=host)
