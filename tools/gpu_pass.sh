@@ -84,7 +84,7 @@ verify)  # correctness only, so the three run side by side
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
   wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log" ;;
 int4)  # lesson 10's sweep times every candidate, then records the bench rows with the winners as CONFIGS
-  timeout 330 python3 research/int4/sweep.py "$OUT" > "$OUT/int4.log" 2>&1; echo "int4 sweep exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 400 python3 research/int4/sweep.py "$OUT" > "$OUT/int4.log" 2>&1; echo "int4 sweep exit $?" | tee -a "$OUT/gpu.txt"
   graders=$(ask graders int4) notebooks=$(ask notebooks int4)
   timeout 60 python3 -m tkcourse check $graders > "$OUT/check.log" 2>&1; echo "graders exit $?" | tee -a "$OUT/gpu.txt"
   env -u TKCOURSE_SOLUTIONS timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
