@@ -96,9 +96,9 @@ inference)  # one run for every row the inference kernels' figures need, so that
     set -- $row; b=$1; shift
     timeout 240 python3 -m tkcourse bench "$b" --out "$OUT/bench.csv" --append "$@" >> "$OUT/bench.log" 2>&1
     echo "bench $b exit $?" | tee -a "$OUT/gpu.txt"; done
-  timeout 200 python3 research/attention/gqa_probe.py C --out "$OUT/gqa.json" > "$OUT/gqa.log" 2>&1
+  timeout 170 python3 research/attention/gqa_probe.py C --out "$OUT/gqa.json" > "$OUT/gqa.log" 2>&1
   echo "gqa probe exit $?" | tee -a "$OUT/gpu.txt"
-  timeout 150 python3 research/decode/plan_probe.py "$OUT/decode" > "$OUT/decode.log" 2>&1
+  timeout 100 python3 research/decode/plan_probe.py "$OUT/decode" > "$OUT/decode.log" 2>&1
   echo "decode probe exit $?" | tee -a "$OUT/gpu.txt"
   tail -3 "$OUT/gqa.log"; tail -25 "$OUT/decode.log"
   grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
