@@ -31,6 +31,7 @@ def summary_table(rows) -> str:
 PROVIDERS: dict[str, str] = {
     "triton": "course, fastest path",  # the reference's fast path: the ladder's last step, lesson 08's lean launch
     "triton-readable": "course, plain launch",  # the reference launched through kernel[grid], as the lessons do
+    "triton-inplace": "course, in place",  # the same fast path writing into its inputs (RoPE on q and k)
     "torch": "PyTorch",
     "torch-rms_norm": "PyTorch rms_norm",
     "cublas": "cuBLAS",
