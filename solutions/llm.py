@@ -46,6 +46,13 @@ replayed, so that a step costs one launch on the host instead of about ten per l
 step keeps its position and its token in device tensors and advances them itself, so the loop never
 waits for the GPU. On a CPU (Triton's interpreter) there are no graphs and ``graph`` is ignored.
 
+**Your kernels in the model** (``swap``): inside ``with swap(rmsnorm=f, ...)`` the course path calls
+``f`` where it called the library's function of that name (``PIECES``), e.g. a lesson's exercise; the
+tokens should not change (lesson 11 does this piece by piece).
+
+**The shipped model** (``load()``, ``SHIPPED``): ``Config.tiny()`` trained by
+``research/llm/train_tiny.py`` on the Python standard library's source, fp16, 6.6 MB.
+
 **Tokens** are UTF-8 bytes (``encode``/``decode``): a vocabulary of 256, no tokenizer to download.
 **Files** (``save``/``load``): ``torch.save`` of ``{"format": FORMAT, "config": dict, "weights":
 {name: tensor}}``, the names of ``Weights.state_dict``. Those, the config and the weights live in
@@ -54,6 +61,7 @@ waits for the GPU. On a CPU (Triton's interpreter) there are no graphs and ``gra
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -70,9 +78,10 @@ from .kernels import matmul as k_matmul
 from .kernels import rmsnorm as k_rmsnorm
 from .kernels import rope as k_rope
 from .kernels import swiglu as k_swiglu
-from .llm_weights import FORMAT, Config, Layer, Weights, decode, encode, load, random_weights, save
+from .llm_weights import FORMAT, SHIPPED, Config, Layer, Weights, decode, encode, load, random_weights, save
 
-__all__ = ["Config", "Weights", "Layer", "random_weights", "encode", "decode", "save", "load", "prepare",
+__all__ = ["Config", "Weights", "Layer", "random_weights", "encode", "decode", "save", "load", "SHIPPED", "swap",
+           "swapped", "PIECES", "prepare",
            "logits", "forward", "generate", "new_cache", "prefill", "decode_step", "KERNELS", "FORMAT", "PAGE_SIZE",
            "GROUP_SIZE"]
 
@@ -172,20 +181,65 @@ class _TorchOps:
         return o.transpose(1, 2)
 
 
+#: The kernels of the course path a learner can replace with their own (``swap``): each name, the
+#: function of the kernel library it stands for (same arguments, same results), and its lesson.
+PIECES = {
+    "rmsnorm": ("solutions.kernels.rmsnorm.rmsnorm(x, weight, eps, residual=None)", "09"),
+    "matmul": ("solutions.kernels.matmul.matmul(a, b)", "03"),
+    "int4_matmul": ("solutions.kernels.int4_matmul.matmul(x, packed, scales, group_size)", "10"),
+    "attention_forward": ("solutions.kernels.attention.attention_forward(q, k, v, causal=True) -> (o, lse)", "06"),
+    "decode_attention": ("solutions.kernels.decode_attention.decode_attention(q, k_cache, v_cache, seq_lens, "
+                         "block_table)", "09"),
+}
+_SWAPPED: dict = {}  # piece -> the function that runs in its place (``swap``)
+
+
+@contextlib.contextmanager
+def swap(**pieces):
+    """Inside ``with swap(rmsnorm=f, ...)``, the course path calls ``f`` where it called the kernel
+    library's function of that name (``PIECES``: same arguments and results), for instance a lesson's
+    exercise, ``swap(rmsnorm=tkcourse.exercise("rmsnorm").rmsnorm)``. A piece given None keeps the
+    library's. The attention forward of lesson 06 takes as many K/V heads as query heads: with
+    grouped-query weights, each K/V head is repeated for its group before the call. The torch path
+    never changes."""
+    unknown = sorted(set(pieces) - set(PIECES))
+    if unknown:
+        raise ValueError(f"swap: no piece named {', '.join(unknown)}; the pieces are {', '.join(PIECES)}")
+    for name, f in pieces.items():
+        if f is not None and not callable(f):
+            raise ValueError(f"swap: {name} must be a function (or None), got {type(f).__name__}")
+    before = dict(_SWAPPED)
+    _SWAPPED.update({k: f for k, f in pieces.items() if f is not None})
+    try:
+        yield
+    finally:
+        _SWAPPED.clear()
+        _SWAPPED.update(before)
+
+
+def swapped() -> dict:
+    """The pieces replaced now (``swap``): ``{name: function}``."""
+    return dict(_SWAPPED)
+
+
 class _CourseOps:
-    """The course's kernels, each behind its lean launch (``solutions.kernels``)."""
+    """The course's kernels, each behind its lean launch (``solutions.kernels``), or what ``swap`` put in
+    their place."""
 
     @staticmethod
     def rmsnorm(x, w, eps, residual):
+        f = _SWAPPED.get("rmsnorm", k_rmsnorm.rmsnorm)
         if residual is None:
-            return k_rmsnorm.rmsnorm(x, w, eps), x
-        return k_rmsnorm.rmsnorm(x, w, eps, residual=residual)  # (y, x + residual), one pass
+            return f(x, w, eps), x
+        return f(x, w, eps, residual=residual)  # (y, x + residual), one pass
 
     @staticmethod
     def linear(x, w):
         x2 = x.reshape(-1, x.shape[-1])
         if isinstance(w, tuple):  # int4: (packed, scales)
-            y = k_int4.matmul(x2, w[0], w[1], GROUP_SIZE)
+            y = _SWAPPED.get("int4_matmul", k_int4.matmul)(x2, w[0], w[1], GROUP_SIZE)
+        elif "matmul" in _SWAPPED:
+            y = _SWAPPED["matmul"](x2, w)
         else:  # (K, N), transposed once by prepare
             y = k_matmul.matmul(x2, w, MATMUL_CONFIG)
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -200,7 +254,13 @@ class _CourseOps:
 
     @staticmethod
     def attention(q, k, v):
-        o, _ = k_attention.attention_forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+        f = _SWAPPED.get("attention_forward")
+        if f is None:
+            o, _ = k_attention.attention_forward(q, k, v, causal=True)
+        else:  # a lesson's kernel: one K/V head per query head
+            G = q.shape[1] // k.shape[1]
+            o, _ = f(q, k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1), causal=True)
         return o.transpose(1, 2)
 
 
@@ -258,7 +318,8 @@ def _decode_attention(P, cache, i, q, positions, seq_lens):
         visible = torch.arange(cache.length, device=q.device)[None, :] <= positions  # (B, S)
         p = s.masked_fill(~visible[:, None, None], float("-inf")).softmax(-1).to(v.dtype)
         return (p @ v).reshape(B, 1, Hq, D)
-    return k_decode.decode_attention(q[:, 0], cache.k[i], cache.v[i], seq_lens, cache.block_table)[:, None]
+    f = _SWAPPED.get("decode_attention", k_decode.decode_attention)
+    return f(q[:, 0], cache.k[i], cache.v[i], seq_lens, cache.block_table)[:, None]
 
 
 # ---- the model ----

@@ -12,12 +12,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 __all__ = ["Config", "Layer", "Weights", "random_weights", "encode", "decode", "save", "load", "FORMAT"]
 
 FORMAT = "tkcourse-llm-1"
+#: The model the course trained itself (``research/llm/train_tiny.py``: ``Config.tiny()``, fp16, on the
+#: Python standard library's source), shipped with the course's data: what ``load()`` reads.
+SHIPPED = Path(__file__).resolve().parents[1] / "tkcourse" / "data" / "llm" / "tiny.pt"
 
 
 @dataclass(frozen=True)
@@ -136,11 +140,13 @@ def save(path, config: Config, weights: Weights) -> None:
     torch.save({"format": FORMAT, "config": dataclasses.asdict(config), "weights": sd}, path)
 
 
-def load(path, device="cpu", dtype=None) -> Weights:
-    """The weights ``save`` wrote, on ``device`` (in ``dtype`` if given, else as stored)."""
+def load(path=None, device="cpu", dtype=None) -> tuple[Config, Weights]:
+    """``(config, weights)`` of the file ``save`` wrote (the shipped model, ``SHIPPED``, when ``path`` is
+    None), on ``device`` (in ``dtype`` if given, else as stored)."""
+    path = SHIPPED if path is None else path
     blob = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} file (save writes one)")
     config = Config(**blob["config"]).check()
     sd = {k: v.to(device=device, dtype=dtype or v.dtype) for k, v in blob["weights"].items()}
-    return Weights.from_state_dict(config, sd)
+    return config, Weights.from_state_dict(config, sd)

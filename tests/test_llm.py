@@ -106,13 +106,13 @@ def test_int4_close_to_dequantized_torch():
 def test_save_load_round_trip(tmp_path, weights):
     path = tmp_path / "tiny.pt"
     llm.save(path, CONFIG, weights)
-    back = llm.load(path, device=DEVICE)
+    _, back = llm.load(path, device=DEVICE)
     assert back.config == CONFIG
     sd, sd2 = weights.state_dict(), back.state_dict()
     assert sd.keys() == sd2.keys()
     for k in sd:
         assert torch.equal(sd[k], sd2[k]), k
-    assert llm.load(path, dtype=torch.float16).dtype == torch.float16
+    assert llm.load(path, dtype=torch.float16)[1].dtype == torch.float16
     torch.save({"hello": 1}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a"):
         llm.load(tmp_path / "other.pt")
@@ -149,5 +149,94 @@ def test_train_tiny_smoke(tmp_path):
     out = tmp_path / "tiny.pt"
     losses = train.main(["--steps", "2", "--tiny", "--out", str(out), "--sample-tokens", "8"])
     assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
-    w = llm.load(out)
+    _, w = llm.load(out)
     assert w.dtype == torch.float16 and w.config.vocab == 256
+
+
+# ---- the learner's kernels in the model (``swap``), the shipped model, the recorded run ----
+def test_swap_calls_the_given_function_and_restores_the_library(weights):
+    """A swapped piece runs in place of the library's (a kernel planted 2x too large moves the
+    logits), and leaving the block, even by an exception, puts the library's back."""
+    from solutions.kernels import rmsnorm as k_rmsnorm
+
+    ids = torch.tensor([llm.encode("ab\ncd")], device=DEVICE)
+    base = llm.logits(weights, ids, kernels="course")
+    calls = []
+
+    def doubled(x, w, eps=1e-6, residual=None):
+        calls.append(residual is not None)
+        out = k_rmsnorm.rmsnorm(x, w, eps, residual=residual)
+        return (out[0] * 2, out[1]) if residual is not None else out * 2
+
+    with llm.swap(rmsnorm=doubled):
+        assert set(llm.swapped()) == {"rmsnorm"}
+        moved = llm.logits(weights, ids, kernels="course")
+    assert calls and True in calls and False in calls  # with the residual and without (the first norm)
+    assert (moved - base).abs().max() > 1e-2
+    with pytest.raises(RuntimeError), llm.swap(rmsnorm=doubled):
+        raise RuntimeError("a learner's kernel failing inside the block")
+    assert llm.swapped() == {}
+    torch.testing.assert_close(llm.logits(weights, ids, kernels="course"), base, atol=0, rtol=0)
+    # the torch path, the reference, never changes
+    with llm.swap(rmsnorm=doubled):
+        torch.testing.assert_close(llm.logits(weights, ids, kernels="torch"),
+                                   llm.logits(weights, ids, kernels="torch"), atol=0, rtol=0)
+
+
+def test_swap_refuses_unknown_pieces_and_non_functions():
+    with pytest.raises(ValueError, match="no piece named rms_norm"), llm.swap(rms_norm=print):
+        pass
+    with pytest.raises(ValueError, match="matmul must be a function"), llm.swap(matmul=3):
+        pass
+    assert llm.swapped() == {}
+
+
+def test_swapped_lesson_kernels_give_the_same_tokens(weights):
+    """The lessons' own kernels (the references of lessons 03, 06 and 09) swapped in: the tokens of the
+    library's. Lesson 06's kernel takes as many K/V heads as query heads: swap repeats them."""
+    from solutions import decode_attention, flash_attention, matmul, rmsnorm
+
+    seen = []
+
+    def attention_forward(q, k, v, causal=False):
+        seen.append((q.shape[1], k.shape[1]))
+        return flash_attention.attention_forward(q, k, v, causal=causal)
+
+    expected = llm.generate(weights, "abc", 3, kernels="course")
+    with llm.swap(rmsnorm=rmsnorm.rmsnorm, matmul=lambda a, b: matmul.matmul(a, b, llm.MATMUL_CONFIG),
+                  attention_forward=attention_forward, decode_attention=decode_attention.decode_attention):
+        got = llm.generate(weights, "abc", 3, kernels="course")
+    assert torch.equal(got, expected)
+    assert seen and all(hq == hk == CONFIG.n_heads for hq, hk in seen)
+
+
+def test_the_shipped_model_is_trained_and_loads_as_the_issue_says():
+    """``load()`` reads the shipped model: (config, weights), the tiny config, and weights that predict
+    Python: on a line of the standard library's style its loss is far below a random model's
+    (ln 256 = 5.5 nats a byte) and its greedy text is readable ASCII."""
+    config, w = llm.load(dtype=torch.float32)
+    assert config == llm.Config.tiny() and w.config == config
+    text = "import os\nimport sys\n\n\ndef main(argv=None):\n    if argv is None:\n        argv = sys.argv[1:]\n"
+    ids = torch.tensor([llm.encode(text)])
+    lg = llm.logits(w, ids, kernels="torch")
+    loss = torch.nn.functional.cross_entropy(lg[0, :-1], ids[0, 1:]).item()
+    assert loss < 1.5, f"{loss:.2f} nats a byte: the shipped weights are not the trained ones"
+    out = llm.decode(llm.generate(w, 'def read_file(path):\n    """', 40, kernels="torch")[0].tolist())
+    assert out.isascii() and sum(c.isalpha() for c in out) > 20, out
+
+
+def test_the_recorded_run_matches_its_schema_and_a_broken_one_is_named(tmp_path):
+    from tkcourse import bench
+    from tkcourse.bench import RecordsFormatError
+
+    run = bench.load_model_run()
+    assert run is not None and {r["path"] for r in run["rows"]} >= {"course", "torch.compile", "course int4"}
+    assert run["provenance"]["gpu"].startswith("NVIDIA H200")
+    assert bench.load_model_run(tmp_path / "none.json") is None
+    bad = dict(run, rows=[dict(run["rows"][0], tok_s="fast")])
+    (tmp_path / "bad.json").write_text(__import__("json").dumps(bad))
+    with pytest.raises(RecordsFormatError, match=r"rows/0/tok_s"):
+        bench.load_model_run(tmp_path / "bad.json")
+    (tmp_path / "cut.json").write_text('{"rows": [')
+    with pytest.raises(RecordsFormatError, match="not valid JSON"):
+        bench.load_model_run(tmp_path / "cut.json")

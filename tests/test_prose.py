@@ -134,7 +134,8 @@ def test_every_allowed_phrase_is_still_there():
 #: What a code cell that prints a rate or a time must read it from: the recorded table (through
 #: ``tkcourse.bench``) or a measurement it takes now.
 RATE_SOURCES = ("bench.", "ratios(", "ratio(", "recorded(", "peaks", "load_records", "device_ceilings", "summary.",
-                "timed_rows", "host_and_gpu_time", "do_bench", "timeit", "perf_counter", "proton")
+                "timed_rows", "host_and_gpu_time", "do_bench", "timeit", "perf_counter", "proton",
+                "torch.profiler")
 RATE_WORDS = re.compile(r"GB/s|TB/s|TFLOP/s|(?<![\w/])(?:us|µs|ms)\b")
 
 

@@ -169,7 +169,7 @@ def main(argv=None) -> list[float]:
     size = Path(args.out).stat().st_size
     print(f"saved {args.out} ({size / 1e6:.1f} MB)", flush=True)
 
-    back = llm.load(args.out, device=device)
+    _, back = llm.load(args.out, device=device)
     kernels = "course" if device.type == "cuda" else "torch"
     for prompt in PROMPTS[:1] if args.tiny else PROMPTS:
         t = time.time()

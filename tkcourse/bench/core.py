@@ -27,6 +27,7 @@ import csv
 import datetime
 import io
 import itertools
+import json
 import math
 import platform
 import sys
@@ -43,6 +44,24 @@ COLUMNS = ["kernel", "provider", "shape", "dtype", "metric", "median", "p20", "p
 OPTIONAL = ("host_us", "graph_ms")
 DATA = Path(__file__).resolve().parent.parent / "data"
 RECORDED = DATA / "h200" / "bench.csv"
+#: The recorded run of lesson 11's model, whose rows (tokens/s by path) are not kernel rows:
+#: ``research/llm/bench_llm.py --json``'s output as written, with its provenance beside it.
+RECORDED_MODEL = DATA / "h200" / "llm.json"
+_NUMBER = {"type": "number", "minimum": 0}
+MODEL_RUN_SCHEMA = {
+    "type": "object",
+    "required": ["provenance", "rows", "notes"],
+    "properties": {
+        "provenance": {"type": "object", "required": ["gpu", "torch", "triton", "date", "command", "commit"],
+                       "properties": {k: {"type": "string"} for k in ("gpu", "torch", "triton", "date", "command",
+                                                                       "commit")}},
+        "rows": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["path", "batch", "tok_s", "ms_step", "gb_step", "floor_pct"],
+            "properties": {"path": {"type": "string"}, "batch": {"type": "integer", "minimum": 1},
+                           "tok_s": _NUMBER, "ms_step": _NUMBER, "gb_step": _NUMBER, "floor_pct": _NUMBER}}},
+        "notes": {"type": "object"},
+    },
+}
 
 
 class RecordsFormatError(UserError):
@@ -408,6 +427,26 @@ def _typed_row(r: dict, fields) -> dict:
         except ValueError:
             raise ValueError(f"date is {r['date']!r}, expected YYYY-MM-DD") from None
     return r
+
+
+def load_model_run(path=None) -> dict | None:
+    """The recorded run of lesson 11's model (``RECORDED_MODEL`` by default): ``{"provenance", "rows",
+    "notes"}``, or None when no run is recorded. A file that does not match ``MODEL_RUN_SCHEMA`` raises
+    ``RecordsFormatError`` naming the file and what is wrong."""
+    import jsonschema
+
+    path = Path(path) if path is not None else RECORDED_MODEL
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        jsonschema.validate(data, MODEL_RUN_SCHEMA)
+    except ValueError as e:
+        raise RecordsFormatError(f"{path}: not valid JSON ({e})") from None
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "the top level"
+        raise RecordsFormatError(f"{path}: {where}: {e.message}") from None
+    return data
 
 
 def load_records(path=None) -> list[dict]:
