@@ -81,7 +81,7 @@ from .kernels import swiglu as k_swiglu
 from .llm_weights import FORMAT, SHIPPED, Config, Layer, Weights, decode, encode, load, random_weights, save
 
 __all__ = ["Config", "Weights", "Layer", "random_weights", "encode", "decode", "save", "load", "SHIPPED", "swap",
-           "swapped", "PIECES", "prepare",
+           "swapped", "PIECES", "step_bytes", "step_profile", "piece_of", "OTHER", "prepare",
            "logits", "forward", "generate", "new_cache", "prefill", "decode_step", "KERNELS", "FORMAT", "PAGE_SIZE",
            "GROUP_SIZE"]
 
@@ -461,3 +461,72 @@ def generate(weights: Weights, prompt, max_new_tokens: int, kernels: str = "cour
             for _ in range(n):
                 step()
     return (out, all_logits) if return_logits else out
+
+
+# ---- where a decode step's bytes and time go ----
+def step_bytes(config: Config, batch: int = 1, context: float = 256, int4: bool = False,
+               elem: int = 2) -> dict:
+    """Bytes one decode step must read, by piece: every projection once (16-bit: ``elem`` bytes a weight;
+    int4: half a byte a weight and an ``elem``-byte scale a group of ``GROUP_SIZE``), the norms and
+    ``batch`` embedding rows, and the keys and values of ``context`` cached tokens a sequence. Their
+    sum over the copy bandwidth is the step's floor."""
+    c, D, L = config, config.head_dim, config.n_layers
+
+    def weight(n, k):
+        return n * k / 2 + n * k / GROUP_SIZE * elem if int4 else n * k * elem
+
+    return {
+        "q, k, v projection": L * weight((c.n_heads + 2 * c.n_kv_heads) * D, c.d_model),
+        "output projection": L * weight(c.d_model, c.n_heads * D),
+        "gate + up projection": L * weight(2 * c.ffn_dim, c.d_model),
+        "down projection": L * weight(c.d_model, c.ffn_dim),
+        "LM head": weight(c.vocab, c.d_model),
+        "KV cache": 2 * L * batch * c.n_kv_heads * D * context * elem,
+        "norms, embedding rows": (2 * L + 1) * c.d_model * elem + batch * c.d_model * elem,
+    }
+
+
+#: Which piece of the step a GPU kernel belongs to, by a part of its name (first match): the course's
+#: kernels by their names in ``solutions/kernels/``, torch's matmuls by cuBLAS's.
+_KERNEL_PIECES = (("int4", "int4 matmul"), ("matmul", "matmul"), ("gemm", "matmul"), ("gemv", "matmul"),
+                  ("rmsnorm", "rmsnorm"), ("rope", "rope"), ("swiglu", "swiglu"), ("decode", "decode attention"),
+                  ("attn", "attention"))
+OTHER = "other (cache write, argmax, copies)"
+
+
+def piece_of(kernel_name: str) -> str:
+    """The piece of a decode step a GPU kernel of this name runs (``OTHER`` when none matches)."""
+    name = kernel_name.lower()
+    return next((piece for key, piece in _KERNEL_PIECES if key in name), OTHER)
+
+
+def step_profile(weights: Weights, batch: int = 1, context: int = 256, kernels: str = "course",
+                 int4: bool = False, seed: int = 0) -> dict:
+    """GPU time in microseconds of one eager decode step, by piece (``piece_of``), measured with
+    ``torch.profiler`` after a prefill of ``context`` random tokens a sequence: ``{piece: us}``.
+    GPU only (on a CPU the interpreter's time says nothing of a GPU's)."""
+    if weights.device.type != "cuda":
+        raise ValueError("step_profile times GPU kernels: give it weights on a CUDA device")
+    from torch.profiler import ProfilerActivity, profile
+
+    P = prepare(weights, kernels, int4)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    prompt = torch.randint(0, P.config.vocab, (batch, context), generator=g).to(weights.device)
+    with torch.no_grad():
+        cache = new_cache(P, batch, context + 2)
+        prefill(P, cache, prompt)
+        tok = prompt[:, -1:].clone()
+        pos = torch.full((batch, 1), context, dtype=torch.long, device=weights.device)
+        lens = torch.full((batch,), context + 1, dtype=torch.int32, device=weights.device)
+        decode_step(P, cache, tok, pos, lens)  # every kernel compiled and its entry kept before the profile
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            decode_step(P, cache, tok, pos, lens)
+            torch.cuda.synchronize()
+    times: dict = {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if us:  # kernels (the runtime calls the profiler also lists take no device time)
+            piece = piece_of(e.key)
+            times[piece] = times.get(piece, 0.0) + us
+    return times

@@ -240,3 +240,32 @@ def test_the_recorded_run_matches_its_schema_and_a_broken_one_is_named(tmp_path)
     (tmp_path / "cut.json").write_text('{"rows": [')
     with pytest.raises(RecordsFormatError, match="not valid JSON"):
         bench.load_model_run(tmp_path / "cut.json")
+
+
+def test_step_bytes_adds_up_to_the_recorded_runs_bytes():
+    """``step_bytes`` by piece: the recorded run's GB a step (computed by the same formula there) at
+    batch 1 and 8, and int4's quarter of the projections plus one scale a group."""
+    from tkcourse import bench
+
+    big = llm.Config.llama3_8b()
+    rows = {(r["path"], r["batch"]): r for r in bench.load_model_run()["rows"]}
+    for B in (1, 8):
+        assert sum(llm.step_bytes(big, B, 128 + 128).values()) / 1e9 == pytest.approx(rows["course", B]["gb_step"])
+        assert sum(llm.step_bytes(big, B, 128 + 128, int4=True).values()) / 1e9 == pytest.approx(
+            rows["course int4", B]["gb_step"])
+    b16, b4 = llm.step_bytes(big), llm.step_bytes(big, int4=True)
+    n, k = 2 * big.ffn_dim, big.d_model
+    assert b16["gate + up projection"] == big.n_layers * n * k * 2
+    assert b4["gate + up projection"] == big.n_layers * (n * k / 2 + n * k / llm.GROUP_SIZE * 2)
+    assert llm.step_bytes(big, 4, 1000)["KV cache"] == 8 * llm.step_bytes(big, 1, 500)["KV cache"]
+
+
+def test_kernels_are_sorted_into_pieces_by_name():
+    names = {"int4_mm_kernel": "int4 matmul", "matmul_split_k_kernel": "matmul", "matmul_tma_kernel": "matmul",
+             "sm90_xmma_gemm_bf16bf16_bf16f32": "matmul", "rmsnorm_kernel": "rmsnorm", "rope_kernel": "rope",
+             "swiglu_kernel": "swiglu", "decode_split_kv": "decode attention", "decode_merge": "decode attention",
+             "attn_fwd_gqa": "attention", "void at::native::index_put_kernel": llm.OTHER}
+    assert {n: llm.piece_of(n) for n in names} == names
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA device"):
+            llm.step_profile(llm.random_weights(CONFIG, torch.float32, "cpu"))

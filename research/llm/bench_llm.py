@@ -99,15 +99,8 @@ def copy_bandwidth(device, nbytes=2 << 30, reps=20) -> float:
 
 
 def step_bytes(c: llm.Config, batch: int, attended: float, int4: bool, elem: int = 2) -> float:
-    """Bytes a decode step must read: every projection once (int4: half a byte a weight plus a scale
-    per group), the norms, ``batch`` embedding rows, and K and V of ``attended`` tokens a sequence."""
-    per_layer = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim * c.d_model + c.d_model * c.n_heads * c.head_dim \
-        + 3 * c.ffn_dim * c.d_model
-    proj = c.n_layers * per_layer + c.vocab * c.d_model  # the LM head too
-    weights = proj / 2 + proj / llm.GROUP_SIZE * elem if int4 else proj * elem
-    small = (2 * c.n_layers + 1) * c.d_model * elem + batch * c.d_model * elem
-    kv = 2 * c.n_layers * batch * c.n_kv_heads * c.head_dim * attended * elem
-    return weights + small + kv
+    """Bytes a decode step must read (``llm.step_bytes``, summed over its pieces)."""
+    return sum(llm.step_bytes(c, batch, attended, int4, elem).values())
 
 
 def prefill_seconds(weights, prompt, n, kernels, int4) -> float:
@@ -250,6 +243,13 @@ def main(argv=None):
              lambda: bench_generate("course", weights, p, n, fl[False], floors[False]))
         part(f"course int4 B{B}", 40, args.budget,
              lambda: bench_generate("course int4", weights, p, n, fl[True], floors[True], int4=True))
+    if device.type == "cuda":  # where one eager step's GPU time goes, by piece (lesson 11 shows it)
+        def profiles():
+            ctx = int(attended)
+            NOTES["profile"] = dict(batch=1, context=ctx, **{
+                name: llm.step_profile(weights, 1, ctx, kernels=k, int4=q)
+                for name, k, q in (("course", "course", False), ("course int4", "course", True), ("torch", "torch", False))})
+        part("profile of one decode step (B1)", 30, args.budget, profiles)
     if device.type == "cuda" and not args.no_compile:
         for B in args.batches:
             floors = step_bytes(config, B, attended, False)
