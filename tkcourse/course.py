@@ -42,7 +42,7 @@ from . import mode
 from .errors import UserError
 
 #: The steps of ``tools/gpu_pass.sh`` that run a chosen set of lessons (``Lesson.gpu_passes``, ``Lesson.records``).
-GPU_PASSES = ("online", "verify", "int4", "inference")
+GPU_PASSES = ("online", "verify", "int4", "inference", "llm")
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ LESSONS: tuple[Lesson, ...] = (
            gpu_passes={"verify", "int4"}, gpu_tests=("int4_matmul",), quotes={"int4_matmul": ()}),
     Lesson("11", "llm",  # the capstone: no exercise of its own; the learner swaps in those of 03, 06, 09, 10
            sizes={"llm.new_tokens": (32, 200), "llm.swap_tokens": (3, 64)},
-           gpu_passes={"verify"}, gpu_tests=("llm",)),
+           gpu_passes={"verify", "llm"}, gpu_tests=("llm",)),
 )
 
 _BY_NAME = {l.name: l for l in LESSONS}
