@@ -17,7 +17,9 @@
 #   bash tools/gpu_pass.sh int4 OUT            # lesson 10: the int4 sweep, then its bench rows on the
 #                                              # configs it chose (OUT/bench.csv, OUT/int4_configs.json:
 #                                              # commit them as CONFIGS), lesson 10's grader and notebook
-#   bash tools/gpu_pass.sh llm OUT             # lesson 11: the model's tokens/s against torch.compile and a
+#   bash tools/gpu_pass.sh llm OUT             # lesson 11: the matmul at decode sizes against cuBLAS
+#                                              # (research/llm/matmul_decode_probe.py), the model's
+#                                              # tokens/s against torch.compile and a
 #                                              # profile of one decode step (OUT/llm.json: copy it to
 #                                              # tkcourse/data/h200/llm.json with its provenance), then
 #                                              # lesson 11's notebook as a learner runs it
@@ -94,13 +96,15 @@ int4)  # lesson 10's sweep times every candidate, then records the bench rows wi
   env -u TKCOURSE_SOLUTIONS timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   grep -vi warn "$OUT/int4.log" | tail -42 ;;
-llm)  # the capstone's figures in one run (about 6 minutes), then its notebook on the GPU
-  timeout 400 python3 research/llm/bench_llm.py --budget 330 --json "$OUT/llm.json" > "$OUT/llm.log" 2>&1
+llm)  # the capstone's figures in one run (under 10 minutes, the wheels carried), then its notebook on the GPU
+  timeout 110 python3 research/llm/matmul_decode_probe.py --json "$OUT/matmul_decode.json" > "$OUT/matmul_decode.log" 2>&1
+  echo "matmul decode probe exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 300 python3 research/llm/bench_llm.py --budget 270 --json "$OUT/llm.json" > "$OUT/llm.log" 2>&1
   echo "bench_llm exit $?" | tee -a "$OUT/gpu.txt"
   notebooks=$(ask notebooks llm)
-  env -u TKCOURSE_SOLUTIONS timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+  env -u TKCOURSE_SOLUTIONS timeout 140 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
-  tail -3 "$OUT/notebooks.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
+  tail -3 "$OUT/notebooks.log"; tail -16 "$OUT/matmul_decode.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
 inference)  # one run for every row the inference kernels' figures need, so that their ratios share it
   mapfile -t rows < <(ask records inference)  # one line a benchmark: NAME [--shape S ...]
   for row in "${rows[@]}"; do

@@ -1,0 +1,155 @@
+"""The course's 16-bit matmul at a decode step's sizes, against cuBLAS, and tiles that might do better.
+
+    PYTHONPATH=$PWD python3 research/llm/matmul_decode_probe.py [--json OUT.json]
+
+Why: the capstone's course path at batch 1 runs at 42% of its floor where ``torch.compile`` runs at 76%
+(``tkcourse/data/h200/llm.json``); its fused small kernels are few, so the likeliest gap is the matmul
+at one row. The library's plan (``solutions/kernels/matmul.py``) gives such products the TMA kernel
+with 64-row tiles and no split-K: at N = 4096, 64 programs for 132 SMs, each walking all of K.
+
+What: at Llama-3-8B's projections (q/k/v 6144 x 4096, output 4096 x 4096, gate+up 28672 x 4096, down
+4096 x 14336, LM head 128256 x 4096; weight (N, K) as ``nn.Linear`` stores it), M 1 and 8, bf16:
+
+- ``cublas``: ``x @ w.T``, what torch and ``torch.compile`` call;
+- ``course``: ``solutions.kernels.matmul.matmul(x, w_t)`` on the transposed copy the capstone keeps;
+- ``splitk BN/BK/warps/stages xS``: lesson 03's split-K kernel (``matmul_small.matmul_split_k_kernel``)
+  with tiles 16 rows tall (the MMA's least) and split-K chosen so that the programs fill the SMs twice.
+
+Each is timed in a CUDA graph of calls cycling over copies of the weight larger than the L2 (the GPU
+alone, the weight read from HBM as in a model). Prints a table (us and GB/s, the weight's bytes over
+the time) and the candidate with the best time over the fastest, averaged over the shapes, per M.
+Nothing here changes the library: a win becomes a decode plan in ``solutions/kernels/matmul.py``.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+import tkcourse  # noqa: E402, F401  (the mode, before any kernel is defined)
+from solutions.kernels import matmul as k_matmul  # noqa: E402
+from solutions.kernels import matmul_small as small  # noqa: E402
+
+SHAPES = {"qkv": (6144, 4096), "out": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
+          "lm_head": (128256, 4096)}
+L2_BYTES = 50 << 20
+
+
+def candidates():
+    return [dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, num_warps=w, num_stages=st)
+            for bn in (64, 128) for bk in (128, 256) for w in (4, 8) for st in (3, 5)
+            if bn * bk <= 128 * 128]  # 12 tiles, each compiled for M 1 and M 8 (Triton specializes M = 1)
+
+
+def split_for(M, N, K, cfg, sms):
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    steps = triton.cdiv(K, cfg["BLOCK_K"])
+    split = 1
+    while split < 16 and tiles * split < 2 * sms and steps // (2 * split) >= 4:
+        split *= 2
+    return split
+
+
+def splitk_call(x, cfg, split, N, K):
+    M = x.shape[0]
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    ws = torch.empty(max(1, tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"]), dtype=torch.float32, device=x.device)
+    counts = torch.zeros(tiles, dtype=torch.int32, device=x.device)
+
+    def call(wt):
+        c = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        small.matmul_split_k_kernel[(tiles * split,)](x, wt, c, ws, counts, M, N, K, x.stride(0), x.stride(1),
+                                                      wt.stride(0), wt.stride(1), c.stride(0), c.stride(1),
+                                                      SPLIT_K=split, **cfg)
+        return c
+    return call
+
+
+def graph_time(call, weights, calls=40):
+    for w in weights:
+        call(w)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            call(weights[i % len(weights)])
+    g.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls  # us a call
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json")
+    ap.add_argument("--ms", type=int, nargs="+", default=[1, 8])
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, f"{sms} SMs", flush=True)
+    results, g = [], torch.Generator(device="cpu").manual_seed(0)
+    for name, (N, K) in SHAPES.items():
+        w = (torch.randn(N, K, generator=g) * 0.02).to(torch.bfloat16).to(dev)
+        wt = w.t().contiguous()
+        n_copies = max(2, math.ceil(3 * L2_BYTES / w.nbytes))
+        ws, wts = [w] + [w.clone() for _ in range(n_copies - 1)], [wt] + [wt.clone() for _ in range(n_copies - 1)]
+        for M in args.ms:
+            x = torch.randn(M, K, generator=g).to(torch.bfloat16).to(dev)
+            ref = (x.float() @ w.float().T)
+            row = dict(shape=name, N=N, K=K, M=M, times={})
+            row["times"]["cublas"] = graph_time(lambda w_: x @ w_.T, ws)
+            row["times"]["course"] = graph_time(lambda w_: k_matmul.matmul(x, w_), wts)
+            for cfg in candidates():
+                split = split_for(M, N, K, cfg, sms)
+                label = f"splitk {cfg['BLOCK_N']}/{cfg['BLOCK_K']}/{cfg['num_warps']}/{cfg['num_stages']} x{split}"
+                try:
+                    call = splitk_call(x, cfg, split, N, K)
+                    err = ((call(wt).float() - ref).abs().max() / ref.abs().max()).item()
+                    row["times"][label] = graph_time(call, wts) if err < 2e-2 else float("inf")
+                    if err >= 2e-2:
+                        print(f"  WRONG {label} at {name} M{M}: rel err {err:.1e}", flush=True)
+                except Exception as e:  # a config that does not compile (shared memory): left out
+                    row["times"][label] = float("inf")
+                    print(f"  {label}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+            best = min((k for k in row["times"] if k.startswith("splitk")), key=row["times"].get)
+            t = row["times"]
+            gbs = lambda us: w.nbytes / us / 1e3  # noqa: E731 (GB/s of the weight)
+            print(f"{name:8s} M{M}: cublas {t['cublas']:7.1f} us ({gbs(t['cublas']):5.0f} GB/s)  course "
+                  f"{t['course']:7.1f} ({gbs(t['course']):5.0f})  best split-K {best}: {t[best]:7.1f} "
+                  f"({gbs(t[best]):5.0f})  {time.time() - t0:.0f}s", flush=True)
+            results.append(row)
+        del ws, wts
+        torch.cuda.empty_cache()
+    summary = {}
+    for M in args.ms:
+        rows = [r for r in results if r["M"] == M]
+        labels = [k for k in rows[0]["times"] if k.startswith("splitk")]
+        score = {k: sum(r["times"][k] / min(r["times"][j] for j in labels) for r in rows) / len(rows) for k in labels}
+        best = min(score, key=score.get)
+        summary[M] = dict(best=best, score=score[best], **{
+            r["shape"]: dict(cublas=r["times"]["cublas"], course=r["times"]["course"], best=r["times"][best])
+            for r in rows})
+        print(f"\nM {M}: best tile over all shapes {best} (score {score[best]:.3f})")
+        print(f"{'shape':9s}{'cublas us':>10s}{'course us':>10s}{'tile us':>9s}{'course/cublas':>14s}{'tile/cublas':>12s}")
+        for r in rows:
+            t = r["times"]
+            print(f"{r['shape']:9s}{t['cublas']:10.1f}{t['course']:10.1f}{t[best]:9.1f}"
+                  f"{t['cublas'] / t['course']:14.2f}{t['cublas'] / t[best]:12.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(results=results, summary=summary), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
