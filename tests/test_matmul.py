@@ -188,3 +188,50 @@ def test_grader_catches_planted_mistake(name, module, hint):
 
 def test_grader_passes_a_correct_planted_kernel():
     assert check.run("matmul", module=_matmul_module("none"), quiet=True).passed
+
+
+# ---- the kernel library's decode plan (``solutions.kernels.matmul.MATMUL_DECODE``) ----
+def test_decode_config_fills_the_sms_and_fits_the_workspace():
+    """Split-K doubles until the programs are twice the SMs, never below 4 K steps a split nor above
+    ``DECODE_MAX_SPLIT``; every plan's partials fit the shared split-K workspace."""
+    from solutions.kernels import matmul_small as small
+
+    for M in (1, 3, 8, 16):
+        for N, K in ((64, 4096), (200, 1100), (4096, 4096), (4096, 14336), (28672, 4096), (128256, 4096)):
+            cfg = small.decode_config(M, N, K, 132)
+            tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+            steps = triton.cdiv(K, cfg["BLOCK_K"])
+            split = cfg["SPLIT_K"]
+            assert 1 <= split <= small.DECODE_MAX_SPLIT and split & (split - 1) == 0
+            if split > 1:  # each doubling was needed, and left at least 4 steps a split
+                assert tiles * split // 2 < 2 * 132 and steps // split >= 4
+            if split < small.DECODE_MAX_SPLIT:  # it stopped for a reason
+                assert tiles * split >= 2 * 132 or steps // (2 * split) < 4
+            ws, counts = small.workspace(M, N, "cpu")
+            assert ws.numel() >= tiles * split * cfg["BLOCK_M"] * cfg["BLOCK_N"] and counts.numel() >= tiles
+    small._WORKSPACE.clear()
+    assert small.decode_config(1, 4096, 4096, 132)["SPLIT_K"] == 8  # 64 tiles: 8 splits of 4 steps
+
+
+@pytest.mark.parametrize("M", [1, 5, 16, 17])
+def test_decode_plan_matches_torch(monkeypatch, M):
+    """With ``MATMUL_DECODE`` on, one to 16 rows take the 16-row split-K tiles (ragged N and K), twice
+    in a row (the counters are back at zero after each call); 17 rows keep the ordinary plan."""
+    from solutions.kernels import decode_plan
+    from solutions.kernels import matmul as fast
+
+    a = _randn(M, 1100, dtype=torch.float32, seed=M)
+    b = _randn(1100, 200, dtype=torch.float32, seed=M + 1)
+    monkeypatch.setattr(fast, "MATMUL_DECODE", True)
+    monkeypatch.setitem(decode_plan._SMS, (a.device.type, a.device.index), 8)  # 4 tiles want 4 splits
+    fast.forget()
+    try:
+        want = a.double() @ b.double()
+        for _ in range(2):
+            torch.testing.assert_close(fast.matmul(a, b).double(), want, atol=2e-3, rtol=2e-3)
+        decode = [e for e in fast._MM_FIXED.entries.values() if e.info == "decode"]
+        assert len(decode) == (1 if M <= 16 else 0)
+        if decode:
+            assert decode[0].meta["BLOCK_M"] == 16 and decode[0].meta["SPLIT_K"] == 2  # 9 steps: 2 splits of 4+
+    finally:
+        fast.forget()

@@ -12,6 +12,7 @@ What: at Llama-3-8B's projections (q/k/v 6144 x 4096, output 4096 x 4096, gate+u
 
 - ``cublas``: ``x @ w.T``, what torch and ``torch.compile`` call;
 - ``course``: ``solutions.kernels.matmul.matmul(x, w_t)`` on the transposed copy the capstone keeps;
+- ``course-decode``: the same with ``MATMUL_DECODE`` on (``matmul_small.decode_config``'s plan);
 - ``splitk BN/BK/warps/stages xS``: lesson 03's split-K kernel (``matmul_small.matmul_split_k_kernel``)
   with tiles 16 rows tall (the MMA's least) and split-K chosen so that the programs fill the SMs twice.
 
@@ -109,6 +110,11 @@ def main(argv=None):
             row = dict(shape=name, N=N, K=K, M=M, times={})
             row["times"]["cublas"] = graph_time(lambda w_: x @ w_.T, ws)
             row["times"]["course"] = graph_time(lambda w_: k_matmul.matmul(x, w_), wts)
+            k_matmul.MATMUL_DECODE = True  # the library's decode plan (matmul_small.decode_config), on for a moment
+            k_matmul.forget()
+            row["times"]["course-decode"] = graph_time(lambda w_: k_matmul.matmul(x, w_), wts)
+            k_matmul.MATMUL_DECODE = False
+            k_matmul.forget()
             for cfg in candidates():
                 split = split_for(M, N, K, cfg, sms)
                 label = f"splitk {cfg['BLOCK_N']}/{cfg['BLOCK_K']}/{cfg['num_warps']}/{cfg['num_stages']} x{split}"
@@ -125,7 +131,8 @@ def main(argv=None):
             t = row["times"]
             gbs = lambda us: w.nbytes / us / 1e3  # noqa: E731 (GB/s of the weight)
             print(f"{name:8s} M{M}: cublas {t['cublas']:7.1f} us ({gbs(t['cublas']):5.0f} GB/s)  course "
-                  f"{t['course']:7.1f} ({gbs(t['course']):5.0f})  best split-K {best}: {t[best]:7.1f} "
+                  f"{t['course']:7.1f} ({gbs(t['course']):5.0f})  decode plan {t['course-decode']:7.1f} "
+                  f"({gbs(t['course-decode']):5.0f})  best split-K {best}: {t[best]:7.1f} "
                   f"({gbs(t[best]):5.0f})  {time.time() - t0:.0f}s", flush=True)
             results.append(row)
         del ws, wts
@@ -137,14 +144,16 @@ def main(argv=None):
         score = {k: sum(r["times"][k] / min(r["times"][j] for j in labels) for r in rows) / len(rows) for k in labels}
         best = min(score, key=score.get)
         summary[M] = dict(best=best, score=score[best], **{
-            r["shape"]: dict(cublas=r["times"]["cublas"], course=r["times"]["course"], best=r["times"][best])
+            r["shape"]: dict(cublas=r["times"]["cublas"], course=r["times"]["course"],
+                             course_decode=r["times"]["course-decode"], best=r["times"][best])
             for r in rows})
         print(f"\nM {M}: best tile over all shapes {best} (score {score[best]:.3f})")
-        print(f"{'shape':9s}{'cublas us':>10s}{'course us':>10s}{'tile us':>9s}{'course/cublas':>14s}{'tile/cublas':>12s}")
+        print(f"{'shape':9s}{'cublas us':>10s}{'course us':>10s}{'decode us':>10s}{'tile us':>9s}"
+              f"{'x cuBLAS: course':>17s}{'decode':>8s}{'tile':>6s}")
         for r in rows:
             t = r["times"]
-            print(f"{r['shape']:9s}{t['cublas']:10.1f}{t['course']:10.1f}{t[best]:9.1f}"
-                  f"{t['cublas'] / t['course']:14.2f}{t['cublas'] / t[best]:12.2f}")
+            print(f"{r['shape']:9s}{t['cublas']:10.1f}{t['course']:10.1f}{t['course-decode']:10.1f}{t[best]:9.1f}"
+                  f"{t['cublas'] / t['course']:17.2f}{t['cublas'] / t['course-decode']:8.2f}{t['cublas'] / t[best]:6.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(results=results, summary=summary), f, indent=1)

@@ -14,6 +14,7 @@ from tkcourse.mode import INTERPRET
 from .. import matmul as mm
 from .._checks import validate
 from . import matmul_small as small
+from .decode_plan import sm_count
 from .lean import DIRECT, Lean, hooks_on, pdl_ok, stream_of
 from .lean import tensor_key as _t
 
@@ -34,6 +35,11 @@ MATMUL_TMA = DIRECT
 #: alone, eager or replayed, the same (``research/launch/pdl_probe.py``, logs ``pdl_probe_*``).
 #: Read when a key's entry is made (``forget()`` after changing it).
 MATMUL_PDL = True
+#: Products of at most ``matmul_small.DECODE_MAX_M`` rows take 16-row split-K tiles planned from the SM
+#: count (``matmul_small.decode_config``) instead of the TMA kernel's 64-row tiles. Off until an H200
+#: run of ``research/llm/matmul_decode_probe.py`` shows the tile that wins (the recorded rows were
+#: measured without it). Read when a key's entry is made (``forget()`` after changing it).
+MATMUL_DECODE = False
 
 
 def matmul(a, b, config=None):
@@ -106,6 +112,11 @@ def _matmul_first(key, a, b, config):
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
     ints = (M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     mnk = M * N * K
+    if cfg is None and MATMUL_DECODE and M <= small.DECODE_MAX_M:  # a decode step's one to a few rows
+        meta = small.decode_config(M, N, K, sm_count(a.device))
+        ws = small.workspace(M, N, a.device, stream_of(a.get_device()))
+        _MM_FIXED.first(key, (a, b, c, *ws), ints, small.grid, meta, info="decode")
+        return c
     if cfg is None and not INTERPRET and MATMUL_TMA and mnk <= small.TMA_MAX_MNK and small.tma_ok(a, b):
         pdl = MATMUL_PDL and pdl_ok(a.device)
         meta = dict(small.tma_config(mnk), PDL=pdl, launch_pdl=pdl)

@@ -193,7 +193,30 @@ SMALL_MAX_MNK = max(SMALL_CONFIGS)
 #: Below this M·N·K: one fixed config (tuning costs more than such a product ever runs).
 TUNE_MIN_MNK = 256**3
 FIXED_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, num_warps=4, num_stages=3)
-#: The largest SPLIT_K and the smallest tile of any config: what the workspace is sized for.
+#: Decode-sized products (up to ``DECODE_MAX_M`` rows, as a model's decode step makes them): tiles 16
+#: rows tall, the least an MMA takes, where the configs above waste most of a 64- or 128-row tile on a
+#: one-row A, and split-K planned so that the programs fill the SMs twice over (``decode_config``). Used
+#: when ``matmul.MATMUL_DECODE`` is on (``research/llm/matmul_decode_probe.py`` measures the tile).
+DECODE_MAX_M = 16
+DECODE_CONFIG = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
+DECODE_MAX_SPLIT = 16
+
+
+def decode_config(M: int, N: int, K: int, sms: int, config: dict | None = None) -> dict:
+    """``DECODE_CONFIG`` (or ``config``) with ``SPLIT_K``: doubled while the programs number fewer than
+    twice ``sms`` and each split keeps at least 4 K steps (a pipeline's depth), up to ``DECODE_MAX_SPLIT``."""
+    cfg = dict(DECODE_CONFIG if config is None else config)
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    steps = triton.cdiv(K, cfg["BLOCK_K"])
+    split = 1
+    while split < DECODE_MAX_SPLIT and tiles * split < 2 * sms and steps // (2 * split) >= 4:
+        split *= 2
+    cfg["SPLIT_K"] = split
+    return cfg
+
+
+#: The largest SPLIT_K and the smallest tile of any config: what the workspace is sized for (a decode
+#: config's 16-row tiles split 16 ways need no more: 16 x 16 rows <= 2 x 256; a test checks it).
 MAX_SPLIT_K = max(c.kwargs["SPLIT_K"] for cs in SMALL_CONFIGS.values() for c in cs)
 MIN_TILE = 16
 
