@@ -44,6 +44,7 @@ import torch
 
 import tkcourse  # noqa: F401  (first: picks the interpreter on a machine with no GPU)
 from solutions import llm
+from solutions.kernels import matmul as k_matmul
 
 T0 = time.time()
 ROWS: list[dict] = []  # the table
@@ -124,6 +125,17 @@ def bench_generate(name, weights, prompt, n, floor_s, bytes_, kernels="course", 
     tokens, total = timed(lambda: llm.generate(weights, prompt, n, **kw))
     pre = prefill_seconds(weights, prompt, n, kernels, int4)
     return _row(name, B, total, pre, n, floor_s, bytes_), tokens
+
+
+def with_decode_matmul(fn):
+    """``fn()`` with ``solutions.kernels.matmul.MATMUL_DECODE`` on (16-row split-K tiles at few rows)."""
+    k_matmul.MATMUL_DECODE = True
+    k_matmul.forget()
+    try:
+        return fn()
+    finally:
+        k_matmul.MATMUL_DECODE = False
+        k_matmul.forget()
 
 
 def _row(name, B, total, pre, n, floor_s, bytes_):
@@ -243,6 +255,9 @@ def main(argv=None):
              lambda: bench_generate("course", weights, p, n, fl[False], floors[False]))
         part(f"course int4 B{B}", 40, args.budget,
              lambda: bench_generate("course int4", weights, p, n, fl[True], floors[True], int4=True))
+        part(f"course, decode matmul B{B}", 40, args.budget,  # the library's decode plan, off by default
+             lambda: with_decode_matmul(lambda: bench_generate("course (decode matmul)", weights, p, n, fl[False],
+                                                               floors[False])))
     if device.type == "cuda":  # where one eager step's GPU time goes, by piece (lesson 11 shows it)
         def profiles():
             ctx = int(attended)
