@@ -97,12 +97,12 @@ int4)  # lesson 10's sweep times every candidate, then records the bench rows wi
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   grep -vi warn "$OUT/int4.log" | tail -42 ;;
 llm)  # the capstone's figures in one run (under 10 minutes, the wheels carried), then its notebook on the GPU
-  timeout 110 python3 research/llm/matmul_decode_probe.py --json "$OUT/matmul_decode.json" > "$OUT/matmul_decode.log" 2>&1
+  timeout 150 python3 research/llm/matmul_decode_probe.py --json "$OUT/matmul_decode.json" > "$OUT/matmul_decode.log" 2>&1
   echo "matmul decode probe exit $?" | tee -a "$OUT/gpu.txt"
-  timeout 300 python3 research/llm/bench_llm.py --budget 270 --json "$OUT/llm.json" > "$OUT/llm.log" 2>&1
+  timeout 290 python3 research/llm/bench_llm.py --budget 260 --json "$OUT/llm.json" > "$OUT/llm.log" 2>&1
   echo "bench_llm exit $?" | tee -a "$OUT/gpu.txt"
   notebooks=$(ask notebooks llm)
-  env -u TKCOURSE_SOLUTIONS timeout 140 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+  env -u TKCOURSE_SOLUTIONS timeout 130 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   tail -3 "$OUT/notebooks.log"; tail -16 "$OUT/matmul_decode.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
 inference)  # one run for every row the inference kernels' figures need, so that their ratios share it

@@ -13,6 +13,8 @@ What: at Llama-3-8B's projections (q/k/v 6144 x 4096, output 4096 x 4096, gate+u
 - ``cublas``: ``x @ w.T``, what torch and ``torch.compile`` call;
 - ``course``: ``solutions.kernels.matmul.matmul(x, w_t)`` on the transposed copy the capstone keeps;
 - ``course-decode``: the same with ``MATMUL_DECODE`` on (``matmul_small.decode_config``'s plan);
+- ``gemv BN/BK/warps/stages`` (M up to 8): ``gemv_kernel`` here, fp32 multiply-adds on the weight as
+  stored, no tensor cores;
 - ``splitk BN/BK/warps/stages xS``: lesson 03's split-K kernel (``matmul_small.matmul_split_k_kernel``)
   with tiles 16 rows tall (the MMA's least) and split-K chosen so that the programs fill the SMs twice.
 
@@ -30,16 +32,55 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
+# isort: off
+import tkcourse  # noqa: E402, F401  (first: the mode, before triton is imported)
 import torch  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+# isort: on
 
-import tkcourse  # noqa: E402, F401  (the mode, before any kernel is defined)
 from solutions.kernels import matmul as k_matmul  # noqa: E402
 from solutions.kernels import matmul_small as small  # noqa: E402
 
 SHAPES = {"qkv": (6144, 4096), "out": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}
 L2_BYTES = 50 << 20
+
+
+@triton.jit
+def gemv_kernel(x_ptr, w_ptr, y_ptr, N, K, stride_xm, stride_wn, stride_ym,
+                M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """y[m, n] = sum_k x[m, k] w[n, k] with no tensor cores: a program owns BLOCK_N rows of the weight
+    (N, K), reads them once in contiguous BLOCK_K slices, and multiplies each slice by the M rows of x
+    in fp32 (a candidate for M of 1 to 8, where an MMA pads M to 16 or 64)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = rows < N
+    w_row = w_ptr + tl.where(n_ok, rows, 0).to(tl.int64)[:, None] * stride_wn
+    for m in tl.static_range(M):
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            w = tl.load(w_row + cols[None, :], mask=cols[None, :] < K, other=0.0)
+            x = tl.load(x_ptr + m * stride_xm + cols, mask=cols < K, other=0.0)
+            acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
+        tl.store(y_ptr + m * stride_ym + rows, acc.to(y_ptr.dtype.element_ty), mask=n_ok)
+
+
+def gemv_candidates():
+    return [dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
+            for bn in (16, 32) for bk in (256, 512) for w in (4, 8) for st in (3,)]  # 8, compiled for M 1 and 8
+
+
+def gemv_call(x, cfg, N, K):
+    M = x.shape[0]
+    meta = dict(cfg)
+
+    def call(w):
+        y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+        gemv_kernel[(triton.cdiv(N, meta["BLOCK_N"]),)](x, w, y, N, K, x.stride(0), w.stride(0), y.stride(0),
+                                                         M=M, **meta)
+        return y
+    return call
 
 
 def candidates():
@@ -127,7 +168,17 @@ def main(argv=None):
                 except Exception as e:  # a config that does not compile (shared memory): left out
                     row["times"][label] = float("inf")
                     print(f"  {label}: {type(e).__name__}: {str(e)[:120]}", flush=True)
-            best = min((k for k in row["times"] if k.startswith("splitk")), key=row["times"].get)
+            if M <= 8:  # the weight as nn.Linear stores it, (N, K): one contiguous row a weight row
+                for cfg in gemv_candidates():
+                    label = f"gemv {cfg['BLOCK_N']}/{cfg['BLOCK_K']}/{cfg['num_warps']}/{cfg['num_stages']}"
+                    try:
+                        call = gemv_call(x, cfg, N, K)
+                        err = ((call(w).float() - ref).abs().max() / ref.abs().max()).item()
+                        row["times"][label] = graph_time(call, ws) if err < 2e-2 else float("inf")
+                    except Exception as e:
+                        row["times"][label] = float("inf")
+                        print(f"  {label}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+            best = min((k for k in row["times"] if k.startswith(("splitk", "gemv"))), key=row["times"].get)
             t = row["times"]
             gbs = lambda us: w.nbytes / us / 1e3  # noqa: E731 (GB/s of the weight)
             print(f"{name:8s} M{M}: cublas {t['cublas']:7.1f} us ({gbs(t['cublas']):5.0f} GB/s)  course "
@@ -140,7 +191,7 @@ def main(argv=None):
     summary = {}
     for M in args.ms:
         rows = [r for r in results if r["M"] == M]
-        labels = [k for k in rows[0]["times"] if k.startswith("splitk")]
+        labels = [k for k in rows[0]["times"] if k.startswith(("splitk", "gemv"))]
         score = {k: sum(r["times"][k] / min(r["times"][j] for j in labels) for r in rows) / len(rows) for k in labels}
         best = min(score, key=score.get)
         summary[M] = dict(best=best, score=score[best], **{
