@@ -5,8 +5,8 @@
 1. correctness of each dequantization (``DEQ`` 0, 1, 2) and regime against ``reference``, fp16 and bf16;
 2. compiles every candidate in parallel processes (Triton's disk cache); a candidate that fails to
    compile is reported and left out;
-3. times each (weight shape, M) in a CUDA graph of calls cycling over copies of the weight larger than
-   the L2 (``graph_time``: the GPU alone, the weights from HBM, as in a model), bf16, and picks for each
+3. times each (weight shape, M) replayed from a CUDA graph with the L2 flushed before each replay
+   (``graph_time``: the GPU alone, the weights from HBM, as in a model), bf16, and picks for each
    M the config with the best score over the four weight shapes (time over the fastest's, averaged) (``CONFIGS``' keys: M up to 1, 4, 16, and above); each candidate is
    timed with 16-bit and with fp32 scales, and fp32 scales are taken (``FP32_SCALES``) if they save 3%;
 4. measures ``benchmarks/int4_matmul.py``'s rows with those configs (``tkcourse.bench.run``) into
@@ -26,6 +26,7 @@ sys.path.insert(0, os.getcwd())
 from benchmarks.int4_matmul import GROUP, MS, WEIGHTS  # noqa: E402
 from solutions import int4_matmul as lesson  # noqa: E402
 from solutions.kernels import int4_matmul as fast  # noqa: E402
+from tkcourse.bench import graph_ms  # noqa: E402
 
 cfg = fast.config
 # Fourth run: the leaner PTX dequantization (DEQ 3) and 8 warps a program beside the recorded configs, each
@@ -64,36 +65,13 @@ def bench(fn):
     return triton.testing.do_bench(fn, warmup=5, rep=12)
 
 
-L2_BYTES = 50 << 20  # the H200's L2: the copies of a weight that one replay cycles through exceed it 3x
-
-
-def graph_time(call, weights, calls=60):
-    """Milliseconds a call of ``call(packed, scales)``, the GPU alone: ``calls`` launches captured in one
-    CUDA graph, cycling over ``weights`` (copies of (packed, scales) that together exceed the L2 three
-    times, so each call reads its weight from HBM as in a model), replayed twice, the second timed.
+def graph_time(call, rep=20):
+    """Milliseconds of ``call()`` replayed from a CUDA graph with the L2 flushed before each replay: the
+    GPU alone, the weight read from HBM, as the recorded rows' ``graph_ms`` (``tkcourse.bench.graph_ms``).
     The fourth sweep timed ``fast.run`` eagerly with ``do_bench`` instead: its Python launch path (20-50
-    us a call) and its L2 flushes put that host time into small configs' times, and the same config read
-    25 us in the bench rows and 97 us in the sweep."""
-    for p, s in weights:
-        call(p, s)  # compiles, and makes the split-K workspace outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            call(*weights[i % len(weights)])
-    g.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
-
-
-def copies(p, s):
-    """(packed, scales) and copies of them: enough that one cycle through them exceeds the L2 three times."""
-    n = max(2, -(-3 * L2_BYTES // (p.numel() * p.element_size() + s.numel() * s.element_size())))
-    return [(p, s)] + [(p.clone(), s.clone()) for _ in range(n - 1)]
+    us a call) put host time into small configs' times, and the same config read 25 us in the bench rows
+    and 97 us in the sweep."""
+    return graph_ms(call, rep=rep)
 
 
 def main(out):
@@ -136,11 +114,11 @@ def main(out):
         for (N, K) in WEIGHTS:
             x, w, p, s = problem(M, N, K, torch.bfloat16)
             cub = bench(lambda: x @ w.T)
-            sets = {False: copies(p, s), True: copies(p, s.float())}
+            scales = {False: s, True: s.float()}
             for i, c in enumerate(cands):
                 for f in (False, True):
                     try:
-                        t = graph_time(lambda pk, sc: fast.run(x, pk, sc, GROUP, c), sets[f])
+                        t = graph_time(lambda: fast.run(x, p, scales[f], GROUP, c))
                     except Exception:
                         t = float("inf")
                     times[i, f][(N, K)] = t

@@ -18,15 +18,14 @@ What: at Llama-3-8B's projections (q/k/v 6144 x 4096, output 4096 x 4096, gate+u
 - ``splitk BN/BK/warps/stages xS``: lesson 03's split-K kernel (``matmul_small.matmul_split_k_kernel``)
   with tiles 16 rows tall (the MMA's least) and split-K chosen so that the programs fill the SMs twice.
 
-Each is timed in a CUDA graph of calls cycling over copies of the weight larger than the L2 (the GPU
-alone, the weight read from HBM as in a model). Prints a table (us and GB/s, the weight's bytes over
+Each is timed replayed from a CUDA graph with the L2 flushed before each replay (the GPU alone, the
+weight read from HBM as in a model; ``tkcourse.bench.graph_ms``, as the recorded rows). Prints a table (us and GB/s, the weight's bytes over
 the time) and the candidate with the best time over the fastest, averaged over the shapes, per M.
 Nothing here changes the library: a win becomes a decode plan in ``solutions/kernels/matmul.py``.
 """
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -41,10 +40,16 @@ import triton.language as tl  # noqa: E402
 
 from solutions.kernels import matmul as k_matmul  # noqa: E402
 from solutions.kernels import matmul_small as small  # noqa: E402
+from tkcourse.bench import graph_ms  # noqa: E402
+
+
+def graph_time(call, w):
+    """Microseconds of ``call(w)`` replayed from a CUDA graph, the L2 flushed before each replay (the
+    GPU alone, the weight read from HBM), as the recorded rows' ``graph_ms``."""
+    return graph_ms(lambda: call(w), rep=20) * 1e3
 
 SHAPES = {"qkv": (6144, 4096), "out": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
           "lm_head": (128256, 4096)}
-L2_BYTES = 50 << 20
 
 
 @triton.jit
@@ -113,23 +118,6 @@ def splitk_call(x, cfg, split, N, K):
     return call
 
 
-def graph_time(call, weights, calls=40):
-    for w in weights:
-        call(w)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            call(weights[i % len(weights)])
-    g.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    g.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls  # us a call
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -143,17 +131,16 @@ def main(argv=None):
     for name, (N, K) in SHAPES.items():
         w = (torch.randn(N, K, generator=g) * 0.02).to(torch.bfloat16).to(dev)
         wt = w.t().contiguous()
-        n_copies = max(2, math.ceil(3 * L2_BYTES / w.nbytes))
-        ws, wts = [w] + [w.clone() for _ in range(n_copies - 1)], [wt] + [wt.clone() for _ in range(n_copies - 1)]
+        nbytes = w.nbytes
         for M in args.ms:
             x = torch.randn(M, K, generator=g).to(torch.bfloat16).to(dev)
             ref = (x.float() @ w.float().T)
             row = dict(shape=name, N=N, K=K, M=M, times={})
-            row["times"]["cublas"] = graph_time(lambda w_: x @ w_.T, ws)
-            row["times"]["course"] = graph_time(lambda w_: k_matmul.matmul(x, w_), wts)
+            row["times"]["cublas"] = graph_time(lambda w_: x @ w_.T, w)
+            row["times"]["course"] = graph_time(lambda w_: k_matmul.matmul(x, w_), wt)
             k_matmul.MATMUL_DECODE = True  # the library's decode plan (matmul_small.decode_config), on for a moment
             k_matmul.forget()
-            row["times"]["course-decode"] = graph_time(lambda w_: k_matmul.matmul(x, w_), wts)
+            row["times"]["course-decode"] = graph_time(lambda w_: k_matmul.matmul(x, w_), wt)
             k_matmul.MATMUL_DECODE = False
             k_matmul.forget()
             for cfg in candidates():
@@ -162,7 +149,7 @@ def main(argv=None):
                 try:
                     call = splitk_call(x, cfg, split, N, K)
                     err = ((call(wt).float() - ref).abs().max() / ref.abs().max()).item()
-                    row["times"][label] = graph_time(call, wts) if err < 2e-2 else float("inf")
+                    row["times"][label] = graph_time(call, wt) if err < 2e-2 else float("inf")
                     if err >= 2e-2:
                         print(f"  WRONG {label} at {name} M{M}: rel err {err:.1e}", flush=True)
                 except Exception as e:  # a config that does not compile (shared memory): left out
@@ -174,19 +161,19 @@ def main(argv=None):
                     try:
                         call = gemv_call(x, cfg, N, K)
                         err = ((call(w).float() - ref).abs().max() / ref.abs().max()).item()
-                        row["times"][label] = graph_time(call, ws) if err < 2e-2 else float("inf")
+                        row["times"][label] = graph_time(call, w) if err < 2e-2 else float("inf")
                     except Exception as e:
                         row["times"][label] = float("inf")
                         print(f"  {label}: {type(e).__name__}: {str(e)[:120]}", flush=True)
             best = min((k for k in row["times"] if k.startswith(("splitk", "gemv"))), key=row["times"].get)
             t = row["times"]
-            gbs = lambda us: w.nbytes / us / 1e3  # noqa: E731 (GB/s of the weight)
+            gbs = lambda us: nbytes / us / 1e3  # noqa: E731 (GB/s of the weight)
             print(f"{name:8s} M{M}: cublas {t['cublas']:7.1f} us ({gbs(t['cublas']):5.0f} GB/s)  course "
                   f"{t['course']:7.1f} ({gbs(t['course']):5.0f})  decode plan {t['course-decode']:7.1f} "
                   f"({gbs(t['course-decode']):5.0f})  best split-K {best}: {t[best]:7.1f} "
                   f"({gbs(t[best]):5.0f})  {time.time() - t0:.0f}s", flush=True)
             results.append(row)
-        del ws, wts
+        del w, wt
         torch.cuda.empty_cache()
     summary = {}
     for M in args.ms:
