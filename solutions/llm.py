@@ -94,6 +94,10 @@ GROUP_SIZE = 128
 #: the largest tiles of a small model's projections, a few programs a call. On a GPU, None: the
 #: library's own plan (split-K at decode sizes, autotuned at prefill sizes).
 MATMUL_CONFIG = dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=1) if INTERPRET else None
+#: Decode attention's plan in the interpreter: one program a (sequence, KV head) reading 64 tokens a step,
+#: the fewest programs and steps for a small model's short caches. On a GPU, None: the library's plan
+#: from the SM count.
+DECODE_CONFIG = dict(BLOCK_N=64, splits=1, num_warps=4, num_stages=1, combine_warps=1) if INTERPRET else None
 
 
 # ---- the two sets of ops: torch (the reference) and the course's kernels ----
@@ -318,8 +322,10 @@ def _decode_attention(P, cache, i, q, positions, seq_lens):
         visible = torch.arange(cache.length, device=q.device)[None, :] <= positions  # (B, S)
         p = s.masked_fill(~visible[:, None, None], float("-inf")).softmax(-1).to(v.dtype)
         return (p @ v).reshape(B, 1, Hq, D)
-    f = _SWAPPED.get("decode_attention", k_decode.decode_attention)
-    return f(q[:, 0], cache.k[i], cache.v[i], seq_lens, cache.block_table)[:, None]
+    args = (q[:, 0], cache.k[i], cache.v[i], seq_lens, cache.block_table)
+    if "decode_attention" in _SWAPPED:
+        return _SWAPPED["decode_attention"](*args)[:, None]
+    return k_decode.decode_attention(*args, config=DECODE_CONFIG)[:, None]
 
 
 # ---- the model ----
