@@ -256,3 +256,17 @@ def test_gqa_backward_case_makes_its_tensors_on_first_call():
     case.fn()
     case.fn()
     assert calls == [True]
+
+
+def test_grouped_query_forward_tunes_over_the_sweeps_winners():
+    """The grouped-query forward's autotune list is the six tiles that won the equal-head sweeps, each
+    one of ``FWD_CONFIGS`` (its warp-specialized tile included), so a prefill compiles six, not all."""
+    from solutions.kernels import attention_forward as fat
+
+    def tile(c):
+        return (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages, c.kwargs["WARP_SPECIALIZE"])
+
+    assert {tile(c) for c in fat.GQA_FWD_CONFIGS} == fat.GQA_FWD_TILES
+    assert len(fat.GQA_FWD_CONFIGS) == len(fat.GQA_FWD_TILES) < len(fat.FWD_CONFIGS)
+    assert all(c in fat.FWD_CONFIGS for c in fat.GQA_FWD_CONFIGS)
+    assert any(c.kwargs["WARP_SPECIALIZE"] for c in fat.GQA_FWD_CONFIGS)

@@ -13,9 +13,9 @@ T. Forward time at B 1 and 4, Hq 32, Hkv 8, D 128, N 1024, 4096, 16384, causal a
    bf16: the lean ``attention_forward`` (autotuned) against SDPA with ``enable_gqa=True`` under each
    backend that runs (flash, efficient, cuDNN; math excluded), the best of them kept, all with
    ``triton.testing.do_bench``. The triton output is compared with SDPA's first.
-   Autotuning compiles every config per (causal, dtype): by default over TRIMMED configs, the
-   ones that won the equal-shape sweeps, so the run fits in its budget; ``--full`` tunes over
-   all of ``FWD_CONFIGS``.
+   Autotuning compiles every config per (causal, dtype): by default over the library's
+   ``GQA_FWD_CONFIGS`` (the ones that won the equal-shape sweeps); ``--full`` tunes over all of
+   ``FWD_CONFIGS``.
 
 Each part, and each case in it, runs in try/except: a failure is printed and the rest go on. Each
 part stops starting new cases after its budget (CHECK_BUDGET_S, TIME_BUDGET_S). The compact table
@@ -48,9 +48,6 @@ HEADS = {"mha": (9, 9), "mqa": (9, 1), "gqa": (9, 3)}
 FWD_CONFIG = dict(fat.SMALL_N_CONFIG)
 DKDV_CONFIG = dict(fbt.SMALL_N_DKDV_CONFIG)
 DQ_CONFIG = dict(fbt.SMALL_N_DQ_CONFIG)
-#: (BLOCK_M, BLOCK_N, warps, stages, warp-specialized) of FWD_CONFIGS kept without --full.
-TRIMMED = {(128, 64, 8, 3, False), (128, 64, 8, 3, True), (128, 128, 8, 2, False), (128, 128, 8, 3, False),
-           (128, 64, 4, 3, False), (64, 64, 4, 3, False)}
 
 
 def log(msg):
@@ -165,11 +162,9 @@ def part_time(full):
     from torch.nn.attention import SDPBackend
 
     tuner = fat.attn_fwd_gqa_autotuned
-    if not full:
-        tuner.configs = [c for c in fat.FWD_CONFIGS
-                         if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages,
-                             c.kwargs["WARP_SPECIALIZE"]) in TRIMMED]
-    log(f"forward autotunes over {len(tuner.configs)} configs ({'all' if full else 'trimmed; --full for all'})")
+    if full:
+        tuner.configs = list(fat.FWD_CONFIGS)
+    log(f"forward autotunes over {len(tuner.configs)} configs ({'all' if full else 'GQA_FWD_CONFIGS; --full for all'})")
     backends = {"flash": _sdpa(SDPBackend.FLASH_ATTENTION), "efficient": _sdpa(SDPBackend.EFFICIENT_ATTENTION),
                 "cudnn": _sdpa(SDPBackend.CUDNN_ATTENTION)}
     rows, start = [], time.time()

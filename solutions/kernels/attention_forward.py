@@ -315,10 +315,18 @@ def prune_gqa_configs(configs, named_args, **kwargs):
     return [c for c in configs if keep(c)] or configs[:1]
 
 
+#: The grouped-query forward autotunes over fewer configs: those of ``FWD_CONFIGS`` that won the
+#: equal-head sweeps on the H200, as (BLOCK_M, BLOCK_N, num_warps, num_stages, WARP_SPECIALIZE). Six
+#: compiles instead of seventeen on a key's first call (a prefill's); the H200 figures of the
+#: grouped-query forward were measured with these (``research/attention/gqa_probe.py T``).
+GQA_FWD_TILES = {(128, 64, 8, 3, False), (128, 64, 8, 3, True), (128, 128, 8, 2, False), (128, 128, 8, 3, False),
+                 (128, 64, 4, 3, False), (64, 64, 4, 3, False)}
+GQA_FWD_CONFIGS = [c for c in FWD_CONFIGS if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages,
+                                              c.kwargs["WARP_SPECIALIZE"]) in GQA_FWD_TILES]
 attn_fwd_gqa_autotuned = None
 if not INTERPRET:
     attn_fwd_gqa_autotuned = triton.autotune(
-        configs=FWD_CONFIGS,
+        configs=GQA_FWD_CONFIGS,
         key=["N_Q", "N_KV", "GROUP", "HEAD_DIM", "CAUSAL"],
         prune_configs_by={"early_config_prune": prune_gqa_configs},
     )(attn_fwd_gqa)
