@@ -6,6 +6,7 @@ that they build, their shared memory and registers, and whether the loop's wgmma
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
 """
+import itertools
 import os
 import re
 import sys
@@ -22,24 +23,25 @@ from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 from triton.runtime.jit import mangle_type  # noqa: E402
 
 
-def compile_matmul(dtype=torch.float16, cfg=gm.CONFIG, M=4096, N=4096, K=4096):
+def compile_matmul(dtype=torch.float16, cfg=gm.CONFIG, M=4096, N=4096, K=4096, kernel=None):
     a, b, c = (torch.empty(shape, dtype=dtype) for shape in ((M, K), (K, N), (M, N)))  # CPU: only their types
     descs = gm.descriptors(a, b, c, cfg)
     sig = {name: mangle_type(d) for name, d in zip(("a_desc", "b_desc", "c_desc"), descs)}
     sig["K"] = "i32"
     meta = {k: v for k, v in cfg.items() if not k.startswith("BLOCK") and k != "num_warps"}
     sig.update({k: "constexpr" for k in meta} | {"num_warps": "constexpr"})
-    src = GluonASTSource(gm.matmul_kernel, sig, constexprs=dict(meta, num_warps=cfg["num_warps"]),
+    src = GluonASTSource(kernel or gm.matmul_kernel, sig, constexprs=dict(meta, num_warps=cfg["num_warps"]),
                          attrs={(3,): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
 
 
 def main():
     print("triton", triton.__version__)
-    for dtype in (torch.float16, torch.bfloat16):
-        k = compile_matmul(dtype)
+    rungs = (("pipelined", gm.matmul_kernel, gm.CONFIG), ("persistent, warp-specialized", gm.matmul_ws_kernel, gm.WS_CONFIG))
+    for (name, kernel, cfg), dtype in itertools.product(rungs, (torch.float16, torch.bfloat16)):
+        k = compile_matmul(dtype, cfg, kernel=kernel)
         ptx = k.asm["ptx"]
-        print(f"matmul {str(dtype)[6:]}: shared {k.metadata.shared} bytes, "
+        print(f"{name} {str(dtype)[6:]}: shared {k.metadata.shared} bytes, "
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}, "
               f"TMA loads {len(re.findall(r'cp.async.bulk.tensor', ptx))}, mbarrier waits "
               f"{len(re.findall(r'mbarrier.try_wait', ptx))}")
