@@ -23,6 +23,8 @@
 #                                              # profile of one decode step (OUT/llm.json: copy it to
 #                                              # tkcourse/data/h200/llm.json with its provenance), then
 #                                              # lesson 11's notebook as a learner runs it
+#   bash tools/gpu_pass.sh hopper OUT          # the Gluon kernels of research/hopper/: checked against
+#                                              # torch, timed against cuBLAS (nothing recorded yet)
 #   bash tools/gpu_pass.sh inference OUT       # inference kernels at model sizes in one run: every
 #                                              # decode_attention and decode_step row, the GQA attention
 #                                              # rows, then the GQA correctness grid and the decode probe
@@ -105,6 +107,9 @@ llm)  # the capstone's figures in one run (under 10 minutes, the wheels carried)
   env -u TKCOURSE_SOLUTIONS timeout 130 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   tail -3 "$OUT/notebooks.log"; tail -16 "$OUT/matmul_decode.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
+hopper)  # the Hopper lesson's kernels as they are built (research/hopper/), before any is recorded
+  timeout 300 python3 research/hopper/gluon_matmul.py check > "$OUT/hopper.log" 2>&1
+  echo "hopper check exit $?" | tee -a "$OUT/gpu.txt"; tail -24 "$OUT/hopper.log" ;;
 inference)  # one run for every row the inference kernels' figures need, so that their ratios share it
   mapfile -t rows < <(ask records inference)  # one line a benchmark: NAME [--shape S ...]
   for row in "${rows[@]}"; do
