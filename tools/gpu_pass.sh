@@ -108,8 +108,10 @@ llm)  # the capstone's figures in one run (under 10 minutes, the wheels carried)
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   tail -3 "$OUT/notebooks.log"; tail -16 "$OUT/matmul_decode.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
 hopper)  # the Hopper lesson's kernels as they are built (research/hopper/), before any is recorded
-  timeout 300 python3 research/hopper/gluon_matmul.py check > "$OUT/hopper.log" 2>&1
-  echo "hopper check exit $?" | tee -a "$OUT/gpu.txt"; tail -24 "$OUT/hopper.log" ;;
+  timeout 200 python3 research/hopper/gluon_matmul.py check > "$OUT/hopper.log" 2>&1
+  echo "hopper matmul check exit $?" | tee -a "$OUT/gpu.txt"
+  timeout 200 python3 research/hopper/gluon_attention.py check >> "$OUT/hopper.log" 2>&1
+  echo "hopper attention check exit $?" | tee -a "$OUT/gpu.txt"; tail -32 "$OUT/hopper.log" ;;
 inference)  # one run for every row the inference kernels' figures need, so that their ratios share it
   mapfile -t rows < <(ask records inference)  # one line a benchmark: NAME [--shape S ...]
   for row in "${rows[@]}"; do

@@ -1,5 +1,5 @@
 """Compile the Gluon kernels of ``research/hopper/`` for an H100/H200 (sm_90a) on a machine with no GPU:
-that they build, their shared memory and registers, and whether the loop's wgmma is asynchronous.
+that they build, their shared memory, and how many wgmma and waits their PTX holds.
 
     python research/hopper/compile_check.py
 
@@ -15,6 +15,7 @@ from pathlib import Path
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even without one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gluon_attention as ga  # noqa: E402
 import gluon_matmul as gm  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
@@ -35,6 +36,16 @@ def compile_matmul(dtype=torch.float16, cfg=gm.CONFIG, M=4096, N=4096, K=4096, k
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
 
 
+def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=128):
+    q = torch.empty(B, H, N, D, dtype=dtype)
+    descs = ga.descriptors(q, q, q, q, cfg)
+    sig = {name: mangle_type(d) for name, d in zip(("q_desc", "k_desc", "v_desc", "o_desc"), descs)}
+    sig.update(N="i32", sm_scale="fp32", STAGES="constexpr", num_warps="constexpr")
+    src = GluonASTSource(ga.attention_fwd_kernel, sig, constexprs=dict(STAGES=cfg["STAGES"], num_warps=cfg["num_warps"]),
+                         attrs={(4,): [["tt.divisibility", 16]]})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
+
+
 def main():
     print("triton", triton.__version__)
     rungs = (("pipelined", gm.matmul_kernel, gm.CONFIG), ("persistent, warp-specialized", gm.matmul_ws_kernel, gm.WS_CONFIG))
@@ -45,6 +56,11 @@ def main():
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}, "
               f"TMA loads {len(re.findall(r'cp.async.bulk.tensor', ptx))}, mbarrier waits "
               f"{len(re.findall(r'mbarrier.try_wait', ptx))}")
+    for dtype, D in itertools.product((torch.float16, torch.bfloat16), (64, 128)):
+        k = compile_attention(dtype, D=D)
+        ptx = k.asm["ptx"]
+        print(f"attention {str(dtype)[6:]} D {D}: shared {k.metadata.shared} bytes, "
+              f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,167 @@
+"""FlashAttention's forward on Hopper in Gluon, the attention rung of the Hopper lesson's ladder: Q once
+by TMA, K and V by TMA into a ring of stages guarded by mbarriers, S = Q K^T and O += P V on
+asynchronous warpgroup MMAs, the online softmax of lesson 05 in registers between them (Dao 2023;
+Shah et al. 2024 for the Hopper schedule). Not yet warp-specialized, ping-ponged nor causal: the
+next rungs. N must be a multiple of BLOCK_M and BLOCK_N (TMA reads a head's rows from one 2-D view
+of all heads, so a ragged tail would read and write the next head's rows).
+
+    python research/hopper/gluon_attention.py check   # on an H100/H200: against SDPA, then timed
+    python research/hopper/compile_check.py           # on any machine: builds it for sm_90a
+"""
+from __future__ import annotations
+
+import sys
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_init,
+    warpgroup_mma_wait,
+)
+
+LOG2E = 1.4426950408889634
+
+
+@gluon.constexpr_function
+def acc_layout(BLOCK_M, width, num_warps):
+    """A wgmma accumulator of BLOCK_M rows and ``width`` columns: warps stacked along M, 16 rows each."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, width, 16])
+
+
+@gluon.jit
+def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, STAGES: gl.constexpr,
+                         num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
+    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+
+    start_m = gl.program_id(0) * BLOCK_M
+    row0 = gl.program_id(1) * N  # this (batch, head)'s first row in the 2-D views (B * H * N, D)
+
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    landed = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(landed.index(s), count=1)
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [row0 + start_m, 0], q_bar, q_smem)
+    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+    steps = N // BLOCK_N
+    for s in gl.static_range(STAGES - 1):  # the first K/V blocks in flight before any math
+        if s < steps:
+            mbarrier.expect(landed.index(s), kv_bytes)
+            tma.async_copy_global_to_shared(k_desc, [row0 + s * BLOCK_N, 0], landed.index(s), k_ring.index(s))
+            tma.async_copy_global_to_shared(v_desc, [row0 + s * BLOCK_N, 0], landed.index(s), v_ring.index(s))
+
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    # O's accumulator is carried from step to step as an in-flight wgmma's (its P V overlaps the next S)
+    acc = warpgroup_mma_init(gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout))
+    qk_scale = sm_scale * 1.4426950408889634  # exp2 of scores times log2(e)
+    mbarrier.wait(q_bar, phase=0)
+
+    for i in range(steps):
+        cur = i % STAGES
+        mbarrier.wait(landed.index(cur), phase=(i // STAGES) & 1)
+        s_acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=s_layout)
+        s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_acc, use_acc=False, is_async=True)
+        # the previous block's P V (still in flight) read the stage the next load goes to: wait for both
+        s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
+        nxt = i + STAGES - 1
+        if nxt < steps:
+            t = nxt % STAGES
+            mbarrier.expect(landed.index(t), kv_bytes)
+            tma.async_copy_global_to_shared(k_desc, [row0 + nxt * BLOCK_N, 0], landed.index(t), k_ring.index(t))
+            tma.async_copy_global_to_shared(v_desc, [row0 + nxt * BLOCK_N, 0], landed.index(t), v_ring.index(t))
+        # online softmax (lesson 05): new running max, rescale what was summed, add this block
+        m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
+        p = gl.exp2(s_acc * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_i = m_new
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma(p_op, v_ring.index(cur), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.invalidate(q_bar)
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(landed.index(s))
+
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    o_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
+    o_smem.store(out.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [row0 + start_m, 0], o_smem)
+    tma.store_wait(pendings=0)
+
+
+CONFIG = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=8)
+
+
+def descriptors(q, k, v, o, cfg=CONFIG):
+    """Gluon tensor descriptors of q, k, v, o (B, H, N, D), contiguous, as 2-D views (B * H * N, D)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dt = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q.dtype)]
+    D = q.shape[-1]
+
+    def desc(t, rows):
+        t2 = t.reshape(-1, D)
+        block = [rows, D]
+        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), block, gl.NVMMASharedLayout.get_default_for(block, dt))
+    return desc(q, cfg["BLOCK_M"]), desc(k, cfg["BLOCK_N"]), desc(v, cfg["BLOCK_N"]), desc(o, cfg["BLOCK_M"])
+
+
+def attention_forward(q, k, v, sm_scale=None, cfg=CONFIG):
+    import torch
+
+    B, H, N, D = q.shape
+    if N % cfg["BLOCK_M"] or N % cfg["BLOCK_N"]:
+        raise ValueError(f"N = {N}: this rung takes N a multiple of BLOCK_M and BLOCK_N")
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    o = torch.empty_like(q)
+    sm_scale = D ** -0.5 if sm_scale is None else sm_scale
+    meta = {k_: v_ for k_, v_ in cfg.items() if not k_.startswith("BLOCK")}
+    attention_fwd_kernel[(N // cfg["BLOCK_M"], B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, **meta)
+    return o
+
+
+def check():
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for dtype in (torch.float16, torch.bfloat16):
+        for B, H, N, D in ((1, 2, 256, 64), (2, 4, 1024, 128), (4, 32, 4096, 128), (1, 32, 16384, 128)):
+            q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype) for _ in range(3))
+            try:
+                o = attention_forward(q, k, v)
+                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+                err = (o.float() - ref).abs().max().item()
+                line = f"{str(dtype)[6:]:9s} B{B} H{H} N{N} D{D}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}"
+                if N >= 4096:
+                    t = triton.testing.do_bench(lambda: attention_forward(q, k, v))
+                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                        tc = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v))
+                    flops = 4 * B * H * N * N * D
+                    line += f"; {flops / t / 1e9:.0f} TFLOP/s, cuDNN {flops / tc / 1e9:.0f}: {tc / t:.2f}x"
+            except Exception as e:  # say what failed, and go on
+                line = f"{str(dtype)[6:]:9s} B{B} H{H} N{N} D{D}: {type(e).__name__}: {str(e)[:200]}"
+            print(line, flush=True)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["check"]:
+    check()
