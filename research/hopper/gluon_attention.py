@@ -1,8 +1,8 @@
 """FlashAttention's forward on Hopper in Gluon, the attention rung of the Hopper lesson's ladder: Q once
 by TMA, K and V by TMA into a ring of stages guarded by mbarriers, S = Q K^T and O += P V on
 asynchronous warpgroup MMAs, the online softmax of lesson 05 in registers between them (Dao 2023;
-Shah et al. 2024 for the Hopper schedule). Not yet warp-specialized, ping-ponged nor causal: the
-next rungs. N must be a multiple of BLOCK_M and BLOCK_N (TMA reads a head's rows from one 2-D view
+Shah et al. 2024 for the Hopper schedule). Causal or not; not yet warp-specialized nor ping-ponged:
+the next rungs. N must be a multiple of BLOCK_M and BLOCK_N (TMA reads a head's rows from one 2-D view
 of all heads, so a ragged tail would read and write the next head's rows).
 
     python research/hopper/gluon_attention.py check   # on an H100/H200: against SDPA, then timed
@@ -10,6 +10,7 @@ of all heads, so a ragged tail would read and write the next head's rows).
 """
 from __future__ import annotations
 
+import itertools
 import sys
 
 import triton
@@ -34,7 +35,7 @@ def acc_layout(BLOCK_M, width, num_warps):
 
 
 @gluon.jit
-def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, STAGES: gl.constexpr,
+def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                          num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -59,7 +60,8 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, STAGES: gl
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [row0 + start_m, 0], q_bar, q_smem)
     kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
-    steps = N // BLOCK_N
+    # causal: key blocks wholly after this query block's last row are skipped, the diagonal one masked
+    steps = gl.minimum(N, start_m + BLOCK_M) // BLOCK_N if CAUSAL else N // BLOCK_N
     for s in gl.static_range(STAGES - 1):  # the first K/V blocks in flight before any math
         if s < steps:
             mbarrier.expect(landed.index(s), kv_bytes)
@@ -86,6 +88,10 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, STAGES: gl
             mbarrier.expect(landed.index(t), kv_bytes)
             tma.async_copy_global_to_shared(k_desc, [row0 + nxt * BLOCK_N, 0], landed.index(t), k_ring.index(t))
             tma.async_copy_global_to_shared(v_desc, [row0 + nxt * BLOCK_N, 0], landed.index(t), v_ring.index(t))
+        if CAUSAL:  # a query sees the keys up to its own position
+            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
         # online softmax (lesson 05): new running max, rescale what was summed, add this block
         m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
         p = gl.exp2(s_acc * qk_scale - m_new[:, None])
@@ -125,7 +131,7 @@ def descriptors(q, k, v, o, cfg=CONFIG):
     return desc(q, cfg["BLOCK_M"]), desc(k, cfg["BLOCK_N"]), desc(v, cfg["BLOCK_N"]), desc(o, cfg["BLOCK_M"])
 
 
-def attention_forward(q, k, v, sm_scale=None, cfg=CONFIG):
+def attention_forward(q, k, v, causal=False, sm_scale=None, cfg=CONFIG):
     import torch
 
     B, H, N, D = q.shape
@@ -135,7 +141,8 @@ def attention_forward(q, k, v, sm_scale=None, cfg=CONFIG):
     o = torch.empty_like(q)
     sm_scale = D ** -0.5 if sm_scale is None else sm_scale
     meta = {k_: v_ for k_, v_ in cfg.items() if not k_.startswith("BLOCK")}
-    attention_fwd_kernel[(N // cfg["BLOCK_M"], B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, **meta)
+    attention_fwd_kernel[(N // cfg["BLOCK_M"], B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal,
+                                                        **meta)
     return o
 
 
@@ -144,22 +151,23 @@ def check():
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    for dtype in (torch.float16, torch.bfloat16):
+    for dtype, causal in itertools.product((torch.float16, torch.bfloat16), (False, True)):
         for B, H, N, D in ((1, 2, 256, 64), (2, 4, 1024, 128), (4, 32, 4096, 128), (1, 32, 16384, 128)):
             q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype) for _ in range(3))
+            name = f"{str(dtype)[6:]:9s} B{B} H{H} N{N} D{D}{' causal' if causal else ''}"
             try:
-                o = attention_forward(q, k, v)
-                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+                o = attention_forward(q, k, v, causal)
+                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
                 err = (o.float() - ref).abs().max().item()
-                line = f"{str(dtype)[6:]:9s} B{B} H{H} N{N} D{D}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}"
+                line = f"{name}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}"
                 if N >= 4096:
-                    t = triton.testing.do_bench(lambda: attention_forward(q, k, v))
+                    t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal))
                     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        tc = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v))
-                    flops = 4 * B * H * N * N * D
+                        tc = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+                    flops = 4 * B * H * N * N * D // (2 if causal else 1)
                     line += f"; {flops / t / 1e9:.0f} TFLOP/s, cuDNN {flops / tc / 1e9:.0f}: {tc / t:.2f}x"
             except Exception as e:  # say what failed, and go on
-                line = f"{str(dtype)[6:]:9s} B{B} H{H} N{N} D{D}: {type(e).__name__}: {str(e)[:200]}"
+                line = f"{name}: {type(e).__name__}: {str(e)[:200]}"
             print(line, flush=True)
 
 
