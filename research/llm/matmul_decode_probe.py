@@ -170,7 +170,7 @@ def main(argv=None):
             gbs = lambda us: nbytes / us / 1e3  # noqa: E731 (GB/s of the weight)
             print(f"{name:8s} M{M}: cublas {t['cublas']:7.1f} us ({gbs(t['cublas']):5.0f} GB/s)  course "
                   f"{t['course']:7.1f} ({gbs(t['course']):5.0f})  decode plan {t['course-decode']:7.1f} "
-                  f"({gbs(t['course-decode']):5.0f})  best split-K {best}: {t[best]:7.1f} "
+                  f"({gbs(t['course-decode']):5.0f})  best candidate {best}: {t[best]:7.1f} "
                   f"({gbs(t[best]):5.0f})  {time.time() - t0:.0f}s", flush=True)
             results.append(row)
         del w, wt
