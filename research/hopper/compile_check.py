@@ -36,12 +36,12 @@ def compile_matmul(dtype=torch.float16, cfg=gm.CONFIG, M=4096, N=4096, K=4096, k
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
 
 
-def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=128, causal=False):
+def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=128, causal=False, kernel=None):
     q = torch.empty(B, H, N, D, dtype=dtype)
     descs = ga.descriptors(q, q, q, q, cfg)
     sig = {name: mangle_type(d) for name, d in zip(("q_desc", "k_desc", "v_desc", "o_desc"), descs)}
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
-    src = GluonASTSource(ga.attention_fwd_kernel, sig,
+    src = GluonASTSource(kernel or ga.attention_fwd_kernel, sig,
                          constexprs=dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"]),
                          attrs={(4,): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
@@ -57,10 +57,12 @@ def main():
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}, "
               f"TMA loads {len(re.findall(r'cp.async.bulk.tensor', ptx))}, mbarrier waits "
               f"{len(re.findall(r'mbarrier.try_wait', ptx))}")
-    for dtype, D, causal in itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True)):
-        k = compile_attention(dtype, D=D, causal=causal)
+    attention = (("attention", ga.attention_fwd_kernel), ("attention, warp-specialized", ga.attention_ws_kernel))
+    for (name, kernel), dtype, D, causal in itertools.product(attention, (torch.float16, torch.bfloat16), (64, 128),
+                                                              (False, True)):
+        k = compile_attention(dtype, D=D, causal=causal, kernel=kernel)
         ptx = k.asm["ptx"]
-        print(f"attention {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
+        print(f"{name} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}")
 
 

@@ -114,6 +114,111 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl
     tma.store_wait(pendings=0)
 
 
+# ---- the next rung: a producer warp for Q, K and V, the consumer warpgroups for the math ----
+@gluon.jit
+def _kv_steps(N, start_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key blocks a query block reads: all of them, or (causal) up to and including its diagonal one."""
+    if CAUSAL:
+        return gl.minimum(N, start_m + BLOCK_M) // BLOCK_N
+    return N // BLOCK_N
+
+
+@gluon.jit
+def _attn_load_partition(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, ready, empty, N,
+                         CAUSAL: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: Q once, then each K/V block into the next stage once the consumers have freed it."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+    start_m = gl.program_id(0) * BLOCK_M
+    row0 = gl.program_id(1) * N
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [row0 + start_m, 0], q_bar, q_smem)
+    for i in range(_kv_steps(N, start_m, BLOCK_M, BLOCK_N, CAUSAL)):
+        st = i % STAGES
+        mbarrier.wait(empty.index(st), ((i // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+        mbarrier.expect(ready.index(st), kv_bytes)
+        tma.async_copy_global_to_shared(k_desc, [row0 + i * BLOCK_N, 0], ready.index(st), k_ring.index(st))
+        tma.async_copy_global_to_shared(v_desc, [row0 + i * BLOCK_N, 0], ready.index(st), v_ring.index(st))
+
+
+@gluon.jit
+def _attn_mma_partition(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, ready, empty, N, sm_scale,
+                        CAUSAL: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """The kernel's own warps: S, the online softmax and P V as in ``attention_fwd_kernel``; a stage goes
+    back to the producer once the P V that read its V is done."""
+    BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
+    D: gl.constexpr = o_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
+    dtype: gl.constexpr = o_desc.dtype
+    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
+    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    start_m = gl.program_id(0) * BLOCK_M
+    row0 = gl.program_id(1) * N
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = warpgroup_mma_init(gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout))
+    qk_scale = sm_scale * 1.4426950408889634
+    mbarrier.wait(q_bar, phase=0)
+    for i in range(_kv_steps(N, start_m, BLOCK_M, BLOCK_N, CAUSAL)):
+        cur = i % STAGES
+        mbarrier.wait(ready.index(cur), phase=(i // STAGES) & 1)
+        s_acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=s_layout)
+        s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_acc, use_acc=False, is_async=True)
+        s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)  # block i-1's P V is done
+        if CAUSAL:
+            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
+        p = gl.exp2(s_acc * qk_scale - m_new[:, None])
+        alpha = gl.exp2(m_i - m_new)
+        l_i = l_i * alpha + gl.sum(p, axis=1)
+        m_i = m_new
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_ring.index(cur), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    o_smem.store(out.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [row0 + start_m, 0], o_smem)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def attention_ws_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                        num_warps: gl.constexpr):
+    """``attention_fwd_kernel`` warp-specialized: a producer warp issues every TMA load, so the consumer
+    warpgroups never wait on an address or a barrier they do not need."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    o_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    gl.warp_specialize([
+        (_attn_mma_partition, (o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, ready, empty, N, sm_scale, CAUSAL,
+                               STAGES, num_warps)),
+        (_attn_load_partition, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, ready, empty, N, CAUSAL,
+                                STAGES)),
+    ], [1], [24])
+    mbarrier.invalidate(q_bar)
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
+
+
 CONFIG = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=8)
 
 
@@ -131,7 +236,7 @@ def descriptors(q, k, v, o, cfg=CONFIG):
     return desc(q, cfg["BLOCK_M"]), desc(k, cfg["BLOCK_N"]), desc(v, cfg["BLOCK_N"]), desc(o, cfg["BLOCK_M"])
 
 
-def attention_forward(q, k, v, causal=False, sm_scale=None, cfg=CONFIG):
+def attention_forward(q, k, v, causal=False, sm_scale=None, cfg=CONFIG, kernel=None):
     import torch
 
     B, H, N, D = q.shape
@@ -141,8 +246,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, cfg=CONFIG):
     o = torch.empty_like(q)
     sm_scale = D ** -0.5 if sm_scale is None else sm_scale
     meta = {k_: v_ for k_, v_ in cfg.items() if not k_.startswith("BLOCK")}
-    attention_fwd_kernel[(N // cfg["BLOCK_M"], B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal,
-                                                        **meta)
+    kernel = attention_fwd_kernel if kernel is None else kernel
+    kernel[(N // cfg["BLOCK_M"], B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal, **meta)
     return o
 
 
@@ -155,20 +260,23 @@ def check():
         for B, H, N, D in ((1, 2, 256, 64), (2, 4, 1024, 128), (4, 32, 4096, 128), (1, 32, 16384, 128)):
             q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype) for _ in range(3))
             name = f"{str(dtype)[6:]:9s} B{B} H{H} N{N} D{D}{' causal' if causal else ''}"
-            try:
-                o = attention_forward(q, k, v, causal)
-                ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-                err = (o.float() - ref).abs().max().item()
-                line = f"{name}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}"
-                if N >= 4096:
-                    t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal))
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        tc = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-                    flops = 4 * B * H * N * N * D // (2 if causal else 1)
-                    line += f"; {flops / t / 1e9:.0f} TFLOP/s, cuDNN {flops / tc / 1e9:.0f}: {tc / t:.2f}x"
-            except Exception as e:  # say what failed, and go on
-                line = f"{name}: {type(e).__name__}: {str(e)[:200]}"
-            print(line, flush=True)
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            tc = None
+            if N >= 4096:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    tc = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+            for rung, kernel in (("pipelined", attention_fwd_kernel), ("warp-specialized", attention_ws_kernel)):
+                try:
+                    o = attention_forward(q, k, v, causal, kernel=kernel)
+                    err = (o.float() - ref).abs().max().item()
+                    line = f"{rung:17s} {name}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}"
+                    if tc is not None:
+                        t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal, kernel=kernel))
+                        flops = 4 * B * H * N * N * D // (2 if causal else 1)
+                        line += f"; {flops / t / 1e9:.0f} TFLOP/s, cuDNN {flops / tc / 1e9:.0f}: {tc / t:.2f}x"
+                except Exception as e:  # say what failed, and go on
+                    line = f"{rung:17s} {name}: {type(e).__name__}: {str(e)[:200]}"
+                print(line, flush=True)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["check"]:
