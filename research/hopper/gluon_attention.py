@@ -35,6 +35,39 @@ def acc_layout(BLOCK_M, width, num_warps):
 
 
 @gluon.jit
+def _softmax_pv(s_acc, acc, m_i, l_i, v_buf, i, start_m, qk_scale, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                BLOCK_N: gl.constexpr, D: gl.constexpr, num_warps: gl.constexpr):
+    """One key block after its S landed: the causal mask, the online softmax of lesson 05 (new running
+    max, rescale what was summed, add this block), and P V issued on an asynchronous wgmma."""
+    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
+    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
+    if CAUSAL:  # a query sees the keys up to its own position
+        rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
+    p = gl.exp2(s_acc * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    p_op = gl.convert_layout(p.to(v_buf.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
+    return acc, m_new, l_i
+
+
+@gluon.jit
+def _store_o(acc, l_i, o_desc, o_smem, row, BLOCK_M: gl.constexpr, D: gl.constexpr, num_warps: gl.constexpr):
+    """O = acc / l, out through shared memory by TMA (the last P V waited for first)."""
+    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    o_smem.store(out.to(o_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [row, 0], o_smem)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
 def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                          num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -43,7 +76,6 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
     o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
     start_m = gl.program_id(0) * BLOCK_M
     row0 = gl.program_id(1) * N  # this (batch, head)'s first row in the 2-D views (B * H * N, D)
@@ -88,30 +120,14 @@ def attention_fwd_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl
             mbarrier.expect(landed.index(t), kv_bytes)
             tma.async_copy_global_to_shared(k_desc, [row0 + nxt * BLOCK_N, 0], landed.index(t), k_ring.index(t))
             tma.async_copy_global_to_shared(v_desc, [row0 + nxt * BLOCK_N, 0], landed.index(t), v_ring.index(t))
-        if CAUSAL:  # a query sees the keys up to its own position
-            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-            cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
-        # online softmax (lesson 05): new running max, rescale what was summed, add this block
-        m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
-        p = gl.exp2(s_acc * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        acc = warpgroup_mma(p_op, v_ring.index(cur), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        acc, m_i, l_i = _softmax_pv(s_acc, acc, m_i, l_i, v_ring.index(cur), i, start_m, qk_scale, CAUSAL, BLOCK_M,
+                                    BLOCK_N, D, num_warps)
     mbarrier.invalidate(q_bar)
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(landed.index(s))
 
-    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     o_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
-    o_smem.store(out.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [row0 + start_m, 0], o_smem)
-    tma.store_wait(pendings=0)
+    _store_o(acc, l_i, o_desc, o_smem, row0 + start_m, BLOCK_M, D, num_warps)
 
 
 # ---- the next rung: a producer warp for Q, K and V, the consumer warpgroups for the math ----
@@ -150,10 +166,8 @@ def _attn_mma_partition(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, ready, em
     BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
     D: gl.constexpr = o_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
-    dtype: gl.constexpr = o_desc.dtype
     s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
     o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     start_m = gl.program_id(0) * BLOCK_M
     row0 = gl.program_id(1) * N
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -168,23 +182,9 @@ def _attn_mma_partition(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, ready, em
         s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_acc, use_acc=False, is_async=True)
         s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)  # block i-1's P V is done
-        if CAUSAL:
-            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-            cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
-        p = gl.exp2(s_acc * qk_scale - m_new[:, None])
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha + gl.sum(p, axis=1)
-        m_i = m_new
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-        acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_ring.index(cur), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    o_smem.store(out.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [row0 + start_m, 0], o_smem)
-    tma.store_wait(pendings=0)
+        acc, m_i, l_i = _softmax_pv(s_acc, acc, m_i, l_i, v_ring.index(cur), i, start_m, qk_scale, CAUSAL, BLOCK_M,
+                                    BLOCK_N, D, num_warps)
+    _store_o(acc, l_i, o_desc, o_smem, row0 + start_m, BLOCK_M, D, num_warps)
 
 
 @gluon.jit
