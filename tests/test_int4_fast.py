@@ -24,6 +24,12 @@ VARIANTS = {
     "fma": config(4, 16, 32, 1, False, 4, 1, dot=False, deq=1),
     "fma split-K 2, conversions": config(4, 16, 64, 2, False, 4, 1, dot=False, deq=0),
     "large tile": config(64, 32, 64, 1, False, 4, 1),
+    "swapped, 8 columns, scaled after": config(8, 32, 32, 2, True, 4, 1, post_scale=True),
+    "scaled after, early scales": config(16, 32, 32, 1, False, 4, 1, post_scale=True, early_scales=True),
+    "swapped, early scales": config(8, 16, 64, 1, True, 4, 1, early_scales=True),
+    "split by the work": config(8, 16, 32, 0, True, 4, 1, post_scale=True),
+    "one-row GEMV": config(1, 32, 32, 1, False, 4, 1, dot=False, deq=1),
+    "one-row GEMV split-K 2, PTX": config(1, 16, 64, 2, False, 4, 1, dot=False, deq=2),
 }
 
 
@@ -45,7 +51,7 @@ def _err(y, x, packed, scales, G):
 def test_every_variant_gives_the_lessons_answer(name, M, N, K, G):
     x, packed, scales = _problem(M, N, K, G)
     cfg = VARIANTS[name]
-    if not cfg["DOT"] and M > 4:
+    if not cfg["DOT"] and M > 4 and cfg["BLOCK_M"] > 1:
         cfg = dict(cfg, BLOCK_M=4)  # several tiles of M
     y = fast.run(x, packed, scales, G, cfg)
     assert y.shape == (M, N) and y.dtype == x.dtype
@@ -64,8 +70,22 @@ def test_a_planted_nibble_swap_is_caught():
 def test_the_plan_keeps_its_promises(M, K, G):
     cfg = fast.plan(M, 4096, K, G)
     assert G % cfg["BLOCK_K"] == 0 and (K // 2) % cfg["BLOCK_K"] == 0 and cfg["BLOCK_K"] >= 16
-    assert cfg["BLOCK_M"] >= (16 if cfg["DOT"] else 1) and cfg["BLOCK_M"] & (cfg["BLOCK_M"] - 1) == 0
+    assert cfg["BLOCK_M"] >= ((8 if cfg["SWAP"] else 16) if cfg["DOT"] else 1) and cfg["BLOCK_M"] & (cfg["BLOCK_M"] - 1) == 0
     assert 1 <= cfg["SPLIT_K"] <= (K // 2) // cfg["BLOCK_K"]
+
+
+@pytest.mark.parametrize("M,N,K,want", [(1, 8192, 8192, 4), (1, 14336, 4096, 2), (1, 4096, 14336, 8),
+                                         (4, 28672, 8192, 4), (1, 64, 256, 1)])
+def test_split_zero_gives_each_small_program_about_eight_steps(M, N, K, want):
+    """The H200's fastest splits at batch 1 (steps of 128 bytes): 4 at 8192 x 8192, 2 at 14336 x 4096."""
+    cfg = fast.plan(M, N, K, 128, config(8, 64, 128, 0, True, 4, 3), sms=132)
+    assert cfg["SPLIT_K"] == want
+
+
+@pytest.mark.parametrize("N,K,want", [(8192, 8192, 2), (4096, 14336, 4), (14336, 4096, 1), (28672, 8192, 1)])
+def test_split_zero_fills_the_sms_once_at_prefill(N, K, want):
+    cfg = fast.plan(128, N, K, 128, config(128, 128, 64, 0, False, 8, 3), sms=132)
+    assert cfg["SPLIT_K"] == want
 
 
 def test_a_group_too_small_for_a_step_is_refused():

@@ -17,9 +17,9 @@
 #   bash tools/gpu_pass.sh int4 OUT            # lesson 10: the int4 sweep, then its bench rows on the
 #                                              # configs it chose (OUT/bench.csv, OUT/int4_configs.json:
 #                                              # commit them as CONFIGS), lesson 10's grader and notebook
-#   bash tools/gpu_pass.sh llm OUT             # lesson 11: the matmul at decode sizes against cuBLAS
-#                                              # (research/llm/matmul_decode_probe.py), the model's
-#                                              # tokens/s against torch.compile and a
+#   bash tools/gpu_pass.sh llm OUT             # lesson 11 (PROBE=1 before it: first the matmul at decode
+#                                              # sizes against cuBLAS, research/llm/matmul_decode_probe.py),
+#                                              # the model's tokens/s against torch.compile and a
 #                                              # profile of one decode step (OUT/llm.json: copy it to
 #                                              # tkcourse/data/h200/llm.json with its provenance), then
 #                                              # lesson 11's notebook as a learner runs it
@@ -99,14 +99,15 @@ int4)  # lesson 10's sweep times every candidate, then records the bench rows wi
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   grep -vi warn "$OUT/int4.log" | tail -42 ;;
 llm)  # the capstone's figures in one run (under 10 minutes, the wheels carried), then its notebook on the GPU
-  timeout 150 python3 research/llm/matmul_decode_probe.py --json "$OUT/matmul_decode.json" > "$OUT/matmul_decode.log" 2>&1
-  echo "matmul decode probe exit $?" | tee -a "$OUT/gpu.txt"
-  timeout 290 python3 research/llm/bench_llm.py --budget 260 --json "$OUT/llm.json" > "$OUT/llm.log" 2>&1
+  if [ -n "${PROBE:-}" ]; then  # PROBE=1: first the 16-bit matmul at decode sizes against cuBLAS (about 70 s)
+    timeout 150 python3 research/llm/matmul_decode_probe.py --json "$OUT/matmul_decode.json" > "$OUT/matmul_decode.log" 2>&1
+    echo "matmul decode probe exit $?" | tee -a "$OUT/gpu.txt"; fi
+  timeout 420 python3 research/llm/bench_llm.py --budget 400 --json "$OUT/llm.json" > "$OUT/llm.log" 2>&1
   echo "bench_llm exit $?" | tee -a "$OUT/gpu.txt"
   notebooks=$(ask notebooks llm)
   env -u TKCOURSE_SOLUTIONS timeout 130 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
-  tail -3 "$OUT/notebooks.log"; tail -16 "$OUT/matmul_decode.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
+  tail -3 "$OUT/notebooks.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
 hopper)  # the Hopper lesson's kernels as they are built (research/hopper/), before any is recorded
   timeout 200 python3 research/hopper/gluon_matmul.py check > "$OUT/hopper.log" 2>&1
   echo "hopper matmul check exit $?" | tee -a "$OUT/gpu.txt"

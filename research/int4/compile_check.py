@@ -5,7 +5,8 @@ ships ``ptxas`` and ``cuobjdump``.
 
     python research/int4/compile_check.py [CONFIG ...] [--dtype bf16|fp16] [--fp32-scales] [--out DIR]
 
-CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``; default all. To check against the
+CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``, ``gemv``, ``gemv32``,
+``gemv_deq1``; default all. To check against the
 Triton the GPU machine runs (3.6), install that wheel apart and put it first on the path:
 ``pip download triton==3.6.0 --no-deps -d W && pip install --no-deps --target T W/triton-*.whl`` then
 ``PYTHONPATH=T python research/int4/compile_check.py``.
@@ -32,6 +33,10 @@ CONFIGS = {
     "deq3": dict(fast.CONFIGS[1], DEQ=3),
     "deq3w8": dict(fast.CONFIGS[1], DEQ=3, num_warps=8),
     "large": fast.CONFIGS[1 << 62],
+    "swap": fast.config(16, 64, 128, 2, True, 4, 4),
+    "gemv": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=2),
+    "gemv32": fast.config(1, 32, 128, 2, False, 4, 3, dot=False, deq=2),
+    "gemv_deq1": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=1),
 }
 
 

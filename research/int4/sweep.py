@@ -31,15 +31,29 @@ from tkcourse.bench import graph_ms  # noqa: E402
 cfg = fast.config
 # Fourth run: the leaner PTX dequantization (DEQ 3) and 8 warps a program beside the recorded configs, each
 # timed with 16-bit and with fp32 scales (steps of 64 bytes never won in the earlier runs: left out).
-# Fifth (next): the same, timed in CUDA graphs (``graph_time``), and split-K 8 for more warps an SM.
+# Fifth: timed in CUDA graphs (``graph_time``; the fourth's eager timing put the host's launch into every
+# small config's time). New candidates from the SASS of the main loop (``research/int4/compile_check.py``),
+# which showed it issue-bound at about 9 instructions a weight byte a thread: the weight as the MMA's left
+# operand with 8 columns of x (SWAP, BLOCK_M 8: mma.sync m16n8k16, no register copies of a padded x), the
+# scale applied to the fp32 product instead of every weight (POST_SCALE), the next step's scales loaded a
+# step ahead (EARLY_SCALES), DEQ 3; about 5 instructions a byte. They won at M 1 to 16 (logs ``*_fifth*``).
+# Sixth (this one): around the fifth's winners, with K split by the work (``SPLIT_K`` 0, ``fast.auto_split``:
+# the fifth's fastest split at each shape gave every small program 8 steps).
 TINY = []
-SMALL = ([cfg(16, bn, 128, sp, False, w, st, deq=dq) for bn in (64, 128) for sp in (1, 2, 4, 8)
-          for w in (4, 8) for st in (3, 4) for dq in (2, 3)]
-         + [cfg(16, 32, 128, sp, False, 4, 4, deq=dq) for sp in (2, 4) for dq in (2, 3)])
-LARGE = [cfg(bm, bn, bk, sp, False, w, st, deq=dq) for (bm, bn, bk, sp, w) in
-         ((128, 128, 64, 2, 8), (128, 128, 64, 1, 8), (64, 128, 64, 1, 4), (128, 256, 64, 2, 8), (128, 128, 64, 4, 8))
-         for st in (3, 4) for dq in (2, 3)]
-BUCKETS = {1: TINY + SMALL, 4: TINY + SMALL, 16: SMALL, 128: LARGE}
+SWAP8 = ([cfg(8, bn, 128, 0, True, w, st, deq=3, post_scale=True, early_scales=es) for bn in (32, 64, 128)
+          for w in (2, 4) for st in (2, 3, 4) for es in (False, True)]
+         + [cfg(8, 64, 64, 0, True, w, st, deq=3, post_scale=True) for w in (2, 4) for st in (3, 4)]
+         + [cfg(8, 64, 128, 4, True, 4, 3, deq=3, post_scale=True),  # the fifth's choices for M 1 and 4
+            cfg(8, 64, 128, 4, True, 2, 3, deq=3, post_scale=True, early_scales=True)])
+SMALL = ([cfg(16, bn, 128, 0, False, w, st, deq=3, post_scale=True) for bn in (64, 128) for w in (4, 8)
+          for st in (3, 4, 5)]
+         + [cfg(16, 64, 128, 2, False, 4, 4, deq=3, post_scale=True)])  # the fifth's choice for M 16
+SWAP16 = []
+LARGE = ([cfg(128, bn, 64, 0, False, 8, st, deq=dq) for bn in (128, 256) for st in (3, 4) for dq in (2, 3)]
+         + [cfg(64, 128, 64, 0, False, 4, st, deq=3) for st in (3, 4)]
+         + [cfg(128, 128, 64, 4, False, 8, 3, deq=2)])  # the fifth's choice for M 128
+SCALE_KINDS = (False,)  # fp32 scales too: (False, True)
+BUCKETS = {1: SWAP8, 4: SWAP8, 16: SMALL + SWAP8[::6], 128: LARGE}
 
 
 def problem(M, N, K, dtype, seed=0):
@@ -80,7 +94,8 @@ def main(out):
     t0 = time.time()
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
     for dtype in (torch.float16, torch.bfloat16):
-        for M, c in ((1, SMALL[2]), (3, SMALL[-1]), (5, SMALL[1]), (16, SMALL[0]), (9, SMALL[-1]), (128, LARGE[0]),
+        for M, c in ((1, SWAP8[1]), (5, SWAP8[3]), (13, SWAP8[-1]),
+                     (1, SMALL[2]), (3, SMALL[-1]), (5, SMALL[1]), (16, SMALL[0]), (9, SMALL[-1]), (128, LARGE[0]),
                      (77, LARGE[1]), (200, LARGE[-2])):
             try:
                 x, w, p, s = problem(M, 320, 1024, dtype, seed=M)
@@ -109,14 +124,14 @@ def main(out):
     best = {False: {}, True: {}}  # fp32 scales? -> M -> (total seconds, config)
     for M in MS:
         cands = [c for c in BUCKETS[M] if json.dumps(c, sort_keys=True) not in bad]
-        totals = {(i, f): 0.0 for i in range(len(cands)) for f in (False, True)}
+        totals = {(i, f): 0.0 for i in range(len(cands)) for f in SCALE_KINDS}
         times = {k: {} for k in totals}  # (candidate, fp32 scales) -> (N, K) -> ms
         for (N, K) in WEIGHTS:
             x, w, p, s = problem(M, N, K, torch.bfloat16)
             cub = bench(lambda: x @ w.T)
             scales = {False: s, True: s.float()}
             for i, c in enumerate(cands):
-                for f in (False, True):
+                for f in SCALE_KINDS:
                     try:
                         t = graph_time(lambda: fast.run(x, p, scales[f], GROUP, c))
                     except Exception:
@@ -131,13 +146,14 @@ def main(out):
         # slower than the best at 4096 x 14336)
         fastest = {nk: min(t[nk] for t in times.values()) for nk in WEIGHTS}
         score = {k: sum(t[nk] / fastest[nk] for nk in WEIGHTS) / len(WEIGHTS) for k, t in times.items()}
-        for f in (False, True):
+        for f in SCALE_KINDS:
             order = sorted((k for k in score if k[1] == f), key=score.get)
             best[f][M] = (totals[order[0]], cands[order[0][0]])
             print(f"M={M} {'fp32' if f else '16-bit'} scales: best {cands[order[0][0]]} score "
                   f"{score[order[0]]:.3f} (total {totals[order[0]] * 1e3:.1f}us); next "
                   f"{[round(score[k], 3) for k in order[1:4]]} {time.time() - t0:.0f}s", flush=True)
-    use32 = sum(t for t, _ in best[True].values()) < 0.97 * sum(t for t, _ in best[False].values())
+    use32 = True in SCALE_KINDS and (sum(t for t, _ in best[True].values())
+                                     < 0.97 * sum(t for t, _ in best[False].values()))
     chosen = {M: c for M, (t, c) in best[use32].items()}
     print(f"FP32_SCALES = {use32}", flush=True)
     fast.FP32_SCALES = use32

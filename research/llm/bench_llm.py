@@ -127,17 +127,6 @@ def bench_generate(name, weights, prompt, n, floor_s, bytes_, kernels="course", 
     return _row(name, B, total, pre, n, floor_s, bytes_), tokens
 
 
-def with_decode_matmul(fn):
-    """``fn()`` with ``solutions.kernels.matmul.MATMUL_DECODE`` on (16-row split-K tiles at few rows)."""
-    k_matmul.MATMUL_DECODE = True
-    k_matmul.forget()
-    try:
-        return fn()
-    finally:
-        k_matmul.MATMUL_DECODE = False
-        k_matmul.forget()
-
-
 def _row(name, B, total, pre, n, floor_s, bytes_):
     step = (total - pre) / (n - 1)
     row = dict(path=name, batch=B, tok_s=B / step, ms_step=1e3 * step, prefill_ms=1e3 * pre,
@@ -221,7 +210,7 @@ def main(argv=None):
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16  # the interpreter has no bf16
     config = getattr(llm.Config, args.config)()
     n = args.new
-    NOTES.update(config=str(config), device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+    NOTES.update(matmul_decode_plan=k_matmul.MATMUL_DECODE, config=str(config), device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                  torch=torch.__version__, dtype=str(dtype), prompt=args.prompt, new=n)
     print(f"{NOTES['device']}, torch {torch.__version__}; {config}", flush=True)
 
@@ -239,37 +228,34 @@ def main(argv=None):
     part("correctness", 90, args.budget, lambda: correctness(weights, prompts[args.batches[0]][:1]))
 
     attended = args.prompt + n / 2
-    for B in args.batches:
+    for B in args.batches:  # each batch's torch.compile row right after its own rows, so that a budget cut
+        # short loses the last batch's rows rather than every compile row
         floors = {q: step_bytes(config, B, attended, q) for q in (False, True)}
         fl = {q: floors[q] / bw for q in floors}
         print(f"B{B}: a step reads {floors[False] / 1e9:.2f} GB ({floors[True] / 1e9:.2f} GB int4): floor "
               f"{1e3 * fl[False]:.2f} ms ({1e3 * fl[True]:.2f} ms int4)", flush=True)
         p = prompts[B]
-        part(f"torch B{B}", 40, args.budget,
-             lambda: bench_generate("torch", weights, p, n, fl[False], floors[False], kernels="torch", graph=False))
-        part(f"torch (graph) B{B}", 40, args.budget,
-             lambda: bench_generate("torch (graph)", weights, p, n, fl[False], floors[False], kernels="torch"))
-        part(f"course (eager) B{B}", 40, args.budget,
-             lambda: bench_generate("course (eager)", weights, p, n, fl[False], floors[False], graph=False))
         part(f"course B{B}", 40, args.budget,
              lambda: bench_generate("course", weights, p, n, fl[False], floors[False]))
         part(f"course int4 B{B}", 40, args.budget,
              lambda: bench_generate("course int4", weights, p, n, fl[True], floors[True], int4=True))
-        part(f"course, decode matmul B{B}", 40, args.budget,  # the library's decode plan, off by default
-             lambda: with_decode_matmul(lambda: bench_generate("course (decode matmul)", weights, p, n, fl[False],
-                                                               floors[False])))
-    if device.type == "cuda":  # where one eager step's GPU time goes, by piece (lesson 11 shows it)
-        def profiles():
-            ctx = int(attended)
-            NOTES["profile"] = dict(batch=1, context=ctx, **{
-                name: llm.step_profile(weights, 1, ctx, kernels=k, int4=q)
-                for name, k, q in (("course", "course", False), ("course int4", "course", True), ("torch", "torch", False))})
-        part("profile of one decode step (B1)", 30, args.budget, profiles)
-    if device.type == "cuda" and not args.no_compile:
-        for B in args.batches:
-            floors = step_bytes(config, B, attended, False)
+        part(f"torch (graph) B{B}", 40, args.budget,
+             lambda: bench_generate("torch (graph)", weights, p, n, fl[False], floors[False], kernels="torch"))
+        if device.type == "cuda" and not args.no_compile:
             part(f"torch.compile B{B}", 150, args.budget,
-                 lambda: bench_compiled(weights, prompts[B], n, floors / bw, floors))
+                 lambda: bench_compiled(weights, p, n, fl[False], floors[False]))
+        part(f"course (eager) B{B}", 40, args.budget,
+             lambda: bench_generate("course (eager)", weights, p, n, fl[False], floors[False], graph=False))
+        part(f"torch B{B}", 40, args.budget,
+             lambda: bench_generate("torch", weights, p, n, fl[False], floors[False], kernels="torch", graph=False))
+        if device.type == "cuda" and B == args.batches[0]:  # where one eager step's GPU time goes, by piece
+            def profiles():
+                ctx = int(attended)
+                NOTES["profile"] = dict(batch=1, context=ctx, **{
+                    name: llm.step_profile(weights, 1, ctx, kernels=k, int4=q)
+                    for name, k, q in (("course", "course", False), ("course int4", "course", True),
+                                       ("torch", "torch", False))})
+            part("profile of one decode step (B1)", 30, args.budget, profiles)
 
     NOTES.pop("_compiled_step", None)
     NOTES["seconds"] = time.time() - T0

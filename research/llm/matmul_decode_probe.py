@@ -145,7 +145,9 @@ def main(argv=None):
             k_matmul.forget()
             for cfg in candidates():
                 split = split_for(M, N, K, cfg, sms)
-                label = f"splitk {cfg['BLOCK_N']}/{cfg['BLOCK_K']}/{cfg['num_warps']}/{cfg['num_stages']} x{split}"
+                # the label names the tile only (its split follows the shape), so that tiles score across shapes
+                label = f"splitk {cfg['BLOCK_N']}/{cfg['BLOCK_K']}/{cfg['num_warps']}/{cfg['num_stages']}"
+                row.setdefault("splits", {})[label] = split
                 try:
                     call = splitk_call(x, cfg, split, N, K)
                     err = ((call(wt).float() - ref).abs().max() / ref.abs().max()).item()
@@ -170,15 +172,18 @@ def main(argv=None):
             gbs = lambda us: nbytes / us / 1e3  # noqa: E731 (GB/s of the weight)
             print(f"{name:8s} M{M}: cublas {t['cublas']:7.1f} us ({gbs(t['cublas']):5.0f} GB/s)  course "
                   f"{t['course']:7.1f} ({gbs(t['course']):5.0f})  decode plan {t['course-decode']:7.1f} "
-                  f"({gbs(t['course-decode']):5.0f})  best candidate {best}: {t[best]:7.1f} "
+                  f"({gbs(t['course-decode']):5.0f})  best candidate {best} x{row.get('splits', {}).get(best, 1)}: {t[best]:7.1f} "
                   f"({gbs(t[best]):5.0f})  {time.time() - t0:.0f}s", flush=True)
             results.append(row)
+            if args.json:  # as it goes, so that a run cut short keeps its rows
+                with open(args.json, "w") as f:
+                    json.dump(dict(results=results), f, indent=1)
         del w, wt
         torch.cuda.empty_cache()
     summary = {}
     for M in args.ms:
         rows = [r for r in results if r["M"] == M]
-        labels = [k for k in rows[0]["times"] if k.startswith(("splitk", "gemv"))]
+        labels = [k for k in rows[0]["times"] if k.startswith(("splitk", "gemv")) and all(k in r["times"] for r in rows)]
         score = {k: sum(r["times"][k] / min(r["times"][j] for j in labels) for r in rows) / len(rows) for k in labels}
         best = min(score, key=score.get)
         summary[M] = dict(best=best, score=score[best], **{

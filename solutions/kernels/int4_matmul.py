@@ -3,37 +3,40 @@
 ``matmul(x, packed, scales, group_size=128)`` as ``solutions.int4_matmul.matmul`` (same layout, same
 checks on a key's first call): ``x @ dequantize(packed, scales).T``.
 
-One kernel, ``int4_mm_kernel``, three ideas the lesson's kernel leaves out:
+One kernel, ``int4_mm_kernel``, and the ideas the lesson's kernel leaves out. At a decode step's few
+rows the kernel is not waiting on memory but on its own instructions: an SM issues four warp-instructions
+a clock, and to read the weights at the copy's speed it may spend only a few on each byte. Each idea
+below removes instructions a weight byte (``research/int4/compile_check.py`` counts them in the SASS).
 
 - **Dequantizing with bit tricks instead of conversions.** Turning an integer into a float is a
-  conversion instruction, which an H100/H200 SM runs at a quarter of its integer rate; at batch 1
-  every weight needs one, and that alone would take longer than reading the weights. Instead, four
+  conversion instruction, which an H100/H200 SM runs at a quarter of its integer rate. Instead, four
   bytes are taken as one 32-bit word, and each 4-bit value ``v`` is masked into the mantissa of a
   16-bit float whose exponent makes its unit 1: ``0x6400 | v`` is ``1024 + v`` in fp16 (``0x4300 | v``
   is ``128 + v`` in bf16). One logical op makes two such halves of a word; one packed subtraction of
   ``1024 + 8`` gives two signed values (the XOR with 8 first maps the two's complement nibble to
   ``v + 8``). This is the trick of FasterTransformer's and Marlin's int4 kernels (Frantar et al. 2024,
   "MARLIN: Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models"), written in
-  inline PTX (``_dequant``); the interpreter, which runs no PTX, takes the lesson's shifts.
-- **One scale a row and step.** Steps of ``BLOCK_K`` bytes never straddle a group (``BLOCK_K``
-  divides ``group_size`` and K/2), so a step loads one scale per weight row instead of gathering one
-  per weight; the dequantized tile is scaled in x's dtype (one rounding, as ``dequantize``) and the MMA
-  accumulates in fp32 across steps. (Scaling the product instead saves the multiply per weight but
-  makes every step wait for its MMA to finish: slower on the H200, ``research/int4/logs/``.)
-- **The weight as the MMA's left operand at small batch** (``SWAP``, a candidate the sweep has not
-  chosen so far): a tensor-core instruction is at
-  least 64 rows tall on Hopper (``wgmma``) and 16 on older MMAs, while a decode step has 1 to 16 rows of
-  x. Computing ``y.T = W @ x.T`` puts the weight's many rows (N) where the instruction's rows are, and
-  the few rows of x in its columns, which may be as few as 8: no multiply-adds are wasted on padding,
-  and the dequantized weight goes from registers straight into the MMA.
-- **Split-K at small batch** (``SPLIT_K``): a layer of N = 4096 outputs makes 64 tiles of 64 rows; to
-  keep 132 SMs reading, each tile's K is also split over ``SPLIT_K`` programs, and the last to finish
-  adds the fp32 partials (serial split-K, as ``matmul_small`` does it).
+  inline PTX (``_dequant``); the interpreter, which runs no PTX, takes the same trick in Triton.
+- **One scale a row and step, applied to the product** (``POST_SCALE``). Steps of ``BLOCK_K`` bytes
+  never straddle a group (``BLOCK_K`` divides ``group_size`` and K/2), so a step needs one scale per
+  weight row. The MMA multiplies the unscaled integers (-8 .. 7, exact in fp16 and bf16) and the scale
+  multiplies its fp32 result: one multiply an output and step instead of one a weight. (Without
+  ``POST_SCALE`` the tile is scaled in x's dtype first, one rounding, as ``dequantize``; the larger
+  tiles keep that, where a second fp32 tile a step would not fit in registers.)
+- **The weight as the MMA's left operand at small batch** (``SWAP``): a tensor-core instruction is 16
+  rows tall (``mma.sync``) or 64 (``wgmma``), while a decode step has 1 to 16 rows of x. Computing
+  ``y.T = W @ x.T`` puts the weight's many rows (N) where the instruction's rows are and x's rows in its
+  columns, of which ``mma.sync`` takes as few as 8 (``BLOCK_M`` 8): the dequantized weight goes from
+  registers into the MMA, and no registers are spent copying a padded x.
+- **Split-K at small batch** (``SPLIT_K``; 0: by the work, ``auto_split``): a layer of N = 4096
+  outputs makes 64 tiles of 64 rows; to keep 132 SMs reading, each tile's K is also split over
+  programs of about 8 steps each, and the last to finish adds the fp32 partials (serial split-K, as
+  ``matmul_small`` does it).
 
-The plan (``plan``) picks a config by M: the GEMV regime up to 16 rows, the tensor-core GEMM at prefill
-sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``). ``DOT=False`` (fp32
-multiply-adds and a sum, no tensor cores) and ``PREFETCH`` (the next step's bytes loaded by hand
-before this step's work) are candidates the sweep measures.
+The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, x on the left at 16, 128-row
+tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``). ``DOT=False``
+(fp32 multiply-adds, no tensor cores), ``PREFETCH`` (the next step's bytes loaded by hand) and
+``EARLY_SCALES`` (the next step's scales loaded during this one) are candidates the sweep measures.
 """
 
 from __future__ import annotations
@@ -48,10 +51,11 @@ import triton.language as tl
 from tkcourse.mode import INTERPRET
 
 from .. import int4_matmul as lesson
+from .decode_plan import sm_count
 from .lean import Lean
 from .lean import tensor_key as _t
 
-__all__ = ["matmul", "int4_mm_kernel", "plan", "run", "config", "scales32", "CONFIGS", "FP32_SCALES", "LEANS", "forget"]
+__all__ = ["matmul", "int4_mm_kernel", "plan", "auto_split", "run", "config", "scales32", "CONFIGS", "FP32_SCALES", "LEANS", "forget"]
 
 
 #: The magic words of ``DEQ`` 3, two halves each: 1024 + 8 in fp16, 128 + 8 in bf16.
@@ -157,6 +161,8 @@ def int4_mm_kernel(
     DOT: tl.constexpr,  # tensor cores; False: fp32 multiply-adds and a sum (a GEMV, a few rows)
     DEQ: tl.constexpr,  # how to dequantize (``_dequant``)
     PREFETCH: tl.constexpr = False,  # load the next step's bytes before working on this one's
+    EARLY_SCALES: tl.constexpr = False,  # load the next step's scales during this step
+    POST_SCALE: tl.constexpr = False,  # scale the MMA's product (fp32, a value an output) instead of the weight
 ):
     pid = tl.program_id(0)
     tile = pid // SPLIT_K
@@ -175,15 +181,22 @@ def int4_mm_kernel(
     first = split * per_split
     last = tl.minimum(first + per_split, steps)
     dt = x_ptr.dtype.element_ty
+    GEMV: tl.constexpr = (not DOT) and BLOCK_M == 1  # one row: products kept per weight, summed once at the end
     if SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if GEMV:
+        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
     s_row = s_ptr + rows_n * stride_sn
     x_row = x_ptr + offs_m.to(tl.int64) * stride_xm
     if PREFETCH:
         b_next = tl.load(w_row + (tl.minimum(first, steps - 1) * BLOCK_K + offs_k)[None, :])
+    if EARLY_SCALES:
+        k_first = tl.minimum(first, steps - 1) * BLOCK_K
+        s_lo_next = tl.load(s_row + k_first // GROUP)
+        s_hi_next = tl.load(s_row + (half + k_first) // GROUP)
     for step in range(first, last):
         k0 = step * BLOCK_K
         if PREFETCH:  # the load of step + 1 is in flight while step's bytes are unpacked and multiplied
@@ -191,9 +204,29 @@ def int4_mm_kernel(
             b_next = tl.load(w_row + (tl.minimum(step + 1, steps - 1) * BLOCK_K + offs_k)[None, :])
         else:
             b = tl.load(w_row + (k0 + offs_k)[None, :])  # (BLOCK_N, BLOCK_K) bytes
-        s_lo = tl.load(s_row + k0 // GROUP)  # one scale per row of the step, in the scales' dtype
-        s_hi = tl.load(s_row + (half + k0) // GROUP)
-        if DOT:  # dequantize and scale in x's dtype (one rounding, as dequantize), then the MMA accumulates
+        if EARLY_SCALES:  # a scale is 2 bytes, too few for Triton's pipeliner (cp.async moves 4 or more): loaded
+            # by hand a step ahead, so that no step waits for a load from memory before its first multiply
+            s_lo = s_lo_next
+            s_hi = s_hi_next
+            k_next = tl.minimum(step + 1, steps - 1) * BLOCK_K
+            s_lo_next = tl.load(s_row + k_next // GROUP)
+            s_hi_next = tl.load(s_row + (half + k_next) // GROUP)
+        else:
+            s_lo = tl.load(s_row + k0 // GROUP)  # one scale per row of the step, in the scales' dtype
+            s_hi = tl.load(s_row + (half + k0) // GROUP)
+        if DOT and POST_SCALE:  # the MMA of the unscaled integers (exact in x's dtype), then a scale per output
+            lo, hi = _dequant(b, DEQ, dt)
+            if SWAP:
+                xt_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+                xt_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+                acc += (tl.dot(lo, xt_lo) * s_lo.to(tl.float32)[:, None]
+                        + tl.dot(hi, xt_hi) * s_hi.to(tl.float32)[:, None])
+            else:
+                x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
+                x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
+                acc += (tl.dot(x_lo, tl.trans(lo)) * s_lo.to(tl.float32)[None, :]
+                        + tl.dot(x_hi, tl.trans(hi)) * s_hi.to(tl.float32)[None, :])
+        elif DOT:  # dequantize and scale in x's dtype (one rounding, as dequantize), then the MMA accumulates
             lo, hi = _dequant(b, DEQ, dt)
             lo = lo * s_lo.to(dt)[:, None]
             hi = hi * s_hi.to(dt)[:, None]
@@ -207,6 +240,12 @@ def int4_mm_kernel(
                 x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
                 acc = tl.dot(x_lo, tl.trans(lo), acc)
                 acc = tl.dot(x_hi, tl.trans(hi), acc)
+        elif GEMV:  # one row: each thread adds its own products across the steps, with no reduction until the end
+            lo, hi = _dequant(b, DEQ, tl.float32)  # DEQ 2 and 3 give bf16 (exact for -8 .. 7), widened here
+            x_lo = tl.load(x_row + k0 + offs_k, mask=m_ok, other=0.0).to(tl.float32)
+            x_hi = tl.load(x_row + half + k0 + offs_k, mask=m_ok, other=0.0).to(tl.float32)
+            acc2 += (lo.to(tl.float32) * x_lo[None, :]) * s_lo.to(tl.float32)[:, None]
+            acc2 += (hi.to(tl.float32) * x_hi[None, :]) * s_hi.to(tl.float32)[:, None]
         else:  # a few rows: products in fp32, summed over the step, scaled once per row and group
             lo, hi = _dequant(b, DEQ, tl.float32)
             x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
@@ -214,6 +253,8 @@ def int4_mm_kernel(
             p_lo = tl.sum(lo[None, :, :] * x_lo[:, None, :], axis=2)  # (BLOCK_M, BLOCK_N)
             p_hi = tl.sum(hi[None, :, :] * x_hi[:, None, :], axis=2)
             acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
+    if GEMV:
+        acc = tl.reshape(tl.sum(acc2, axis=1), (BLOCK_M, BLOCK_N))
     if SWAP:
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
         y_mask = m_ok[None, :] & (offs_n < N)[:, None]
@@ -237,25 +278,50 @@ def int4_mm_kernel(
             tl.atomic_xchg(count_ptr + tile, 0)
 
 
-def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=False):
+def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=False, early_scales=False,
+           post_scale=False):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, DOT=dot, DEQ=deq, PREFETCH=prefetch,
+                EARLY_SCALES=early_scales, POST_SCALE=post_scale,
                 num_warps=warps, num_stages=stages)
 
 
-#: Configs by the largest M each serves (``plan``): for every M up to 16 the same tile, the fastest in total
-#: over the four weight shapes of ``benchmarks/int4_matmul.py`` in bf16 on the H200, of 96 candidates;
-#: above, the fastest of 22 (``research/int4/sweep.py``, its log in ``research/int4/logs/``).
+#: Configs by the largest M each serves (``plan``), the H200's choices of ``research/int4/sweep.py`` (its
+#: sixth run, log ``research/int4/logs/sweep_sixth.*``), each the best on average over the four weight
+#: shapes of ``benchmarks/int4_matmul.py`` in bf16: up to 8 rows, the weight as the MMA's left operand with
+#: 8 columns of x, scaled after the MMA; at 16 rows, x on the left; above, 128-row tiles that fill the SMs.
+#: ``SPLIT_K`` 0 splits K by the work (``auto_split``).
 CONFIGS = {
-    1: config(16, 64, 128, 2, False, 4, 4),
-    4: config(16, 64, 128, 2, False, 4, 4),
-    16: config(16, 64, 128, 2, False, 4, 4),
-    1 << 62: config(128, 128, 64, 2, False, 8, 3),
+    1: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
+    4: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
+    16: config(16, 128, 128, 0, False, 4, 3, deq=3, post_scale=True),
+    1 << 62: config(128, 128, 64, 0, False, 8, 4, deq=3),
 }
 
 
-def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None) -> dict:
+#: ``SPLIT_K`` 0 in a config: split K by the work (``plan``). Tiles of a few rows: about this many K steps a
+#: program (on the H200 the fastest split at each weight shape gave every program 7 or 8 steps, from 2 to 8
+#: splits: ``research/int4/logs/sweep_fifth.jsonl``); taller tiles: as many splits as fill the SMs once.
+STEPS_A_PROGRAM = 8
+MAX_SPLIT = 16
+
+
+def auto_split(M: int, N: int, K: int, cfg: dict, sms: int) -> int:
+    """The split of K for ``SPLIT_K`` 0: a power of two, at least 1, at most ``MAX_SPLIT``."""
+    steps = max(1, (K // 2) // cfg["BLOCK_K"])
+    if cfg["BLOCK_M"] <= 16:  # decode: short programs, many of them in flight on each SM
+        split = 1 << max(0, round(math.log2(max(1.0, steps / STEPS_A_PROGRAM))))
+    else:  # prefill: each program a whole tile's worth of MMAs; split only to fill the SMs
+        tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+        split = 1
+        while tiles * split * 2 <= sms:
+            split *= 2
+    return min(split, MAX_SPLIT)
+
+
+def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None, sms: int = 132) -> dict:
     """The config for an (M, K) x (K, N) product: ``CONFIGS``' by M (or ``config``), with ``BLOCK_K``
-    shrunk until it divides the group and K/2, ``BLOCK_M`` to what M needs, ``SPLIT_K`` to the K steps."""
+    shrunk until it divides the group and K/2, ``BLOCK_M`` to what M needs, ``SPLIT_K`` to the K steps
+    (``SPLIT_K`` 0: chosen by ``auto_split`` from the work and ``sms``, the device's SM count)."""
     cfg = dict(config or CONFIGS[min(b for b in CONFIGS if M <= b)])
     bk = math.gcd(cfg["BLOCK_K"], group_size, K // 2)
     if bk < 16:
@@ -263,9 +329,13 @@ def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None) ->
                          f"divide both group_size and K/2 (use a group_size that is a multiple of 32)")
     cfg["BLOCK_K"] = bk
     need = triton.next_power_of_2(max(M, 1))
-    cfg["BLOCK_M"] = max(16, min(cfg["BLOCK_M"], need)) if cfg["DOT"] else min(cfg["BLOCK_M"], need)
+    # an MMA's columns may be as few as 8 (x's rows when SWAP puts them there), its rows no fewer than 16
+    least = 8 if cfg["SWAP"] else 16
+    cfg["BLOCK_M"] = max(least, min(cfg["BLOCK_M"], need)) if cfg["DOT"] else min(cfg["BLOCK_M"], need)
     if INTERPRET and cfg["DEQ"] >= 2:  # the interpreter runs no PTX: the same trick in Triton
         cfg["DEQ"] = 1
+    if cfg["SPLIT_K"] == 0:
+        cfg["SPLIT_K"] = auto_split(M, N, K, cfg, sms)
     cfg["SPLIT_K"] = max(1, min(cfg["SPLIT_K"], (K // 2) // bk))
     return cfg
 
@@ -301,7 +371,7 @@ def run(x, packed, scales, group_size=128, config=None):
         x2 = x2.contiguous()
     y = torch.empty((x2.shape[0], N), dtype=x.dtype, device=x.device)
     if x2.shape[0] and N:
-        cfg = plan(x2.shape[0], N, K, group_size, config)
+        cfg = plan(x2.shape[0], N, K, group_size, config, sm_count(x.device))
         grid, args, static, meta = _launch_args(x2, packed.contiguous().view(torch.int8), scales.contiguous(), y, N, K,
                                                 group_size, cfg)
         int4_mm_kernel[grid](*args, *static, **meta)
@@ -361,7 +431,7 @@ def _first(key, x, packed, scales, group_size):
     if not (x2.stride(-1) == 1 and packed.is_contiguous() and scales.is_contiguous()) or M == 0 or N == 0:
         return run(x, packed, scales, group_size)  # unusual layouts: the ordinary launch, every call
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
-    cfg = plan(M, N, K, group_size)
+    cfg = plan(M, N, K, group_size, sms=sm_count(x.device))
     if FP32_SCALES:
         scales = scales32(scales)
     grid, args, static, meta = _launch_args(x2, packed.view(torch.int8), scales, y, N, K, group_size, cfg)

@@ -36,10 +36,11 @@ MATMUL_TMA = DIRECT
 #: Read when a key's entry is made (``forget()`` after changing it).
 MATMUL_PDL = True
 #: Products of at most ``matmul_small.DECODE_MAX_M`` rows take 16-row split-K tiles planned from the SM
-#: count (``matmul_small.decode_config``) instead of the TMA kernel's 64-row tiles. Off until an H200
-#: run of ``research/llm/matmul_decode_probe.py`` shows the tile that wins (the recorded rows were
-#: measured without it). Read when a key's entry is made (``forget()`` after changing it).
-MATMUL_DECODE = False
+#: count (``matmul_small.decode_config``) instead of the TMA kernel's 64-row tiles: on the H200, at
+#: Llama-3-8B's projections, 0.95-1.02x cuBLAS at one row where the TMA plan ran 0.57-0.78x
+#: (``research/llm/logs/matmul_decode_second.log``). Read when a key's entry is made (``forget()`` after
+#: changing it).
+MATMUL_DECODE = True
 
 
 def matmul(a, b, config=None):

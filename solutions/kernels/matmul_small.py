@@ -196,9 +196,11 @@ FIXED_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, SPLIT_K=1, nu
 #: Decode-sized products (up to ``DECODE_MAX_M`` rows, as a model's decode step makes them): tiles 16
 #: rows tall, the least an MMA takes, where the configs above waste most of a 64- or 128-row tile on a
 #: one-row A, and split-K planned so that the programs fill the SMs twice over (``decode_config``). Used
-#: when ``matmul.MATMUL_DECODE`` is on (``research/llm/matmul_decode_probe.py`` measures the tile).
+#: when ``matmul.MATMUL_DECODE`` is on; the tile is the best of 12 on average over the 8B model's
+#: projections at 1 and 8 rows on the H200 (``research/llm/matmul_decode_probe.py``, log
+#: ``research/llm/logs/matmul_decode_second.log``).
 DECODE_MAX_M = 16
-DECODE_CONFIG = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
+DECODE_CONFIG = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=3)
 DECODE_MAX_SPLIT = 16
 
 
