@@ -81,7 +81,7 @@ from .kernels import swiglu as k_swiglu
 from .llm_weights import FORMAT, SHIPPED, Config, Layer, Weights, decode, encode, load, random_weights, save
 
 __all__ = ["Config", "Weights", "Layer", "random_weights", "encode", "decode", "save", "load", "SHIPPED", "swap",
-           "swapped", "PIECES", "step_bytes", "step_profile", "piece_of", "OTHER", "prepare",
+           "swapped", "PIECES", "step_bytes", "step_profile", "step_kernels", "piece_of", "OTHER", "prepare",
            "logits", "forward", "generate", "new_cache", "prefill", "decode_step", "KERNELS", "FORMAT", "PAGE_SIZE",
            "GROUP_SIZE"]
 
@@ -296,20 +296,22 @@ def new_cache(P: _Prepared, batch: int, length: int) -> _Cache:
                   [torch.zeros(shape, device=dev, dtype=dt) for _ in range(c.n_layers)], pages * PAGE_SIZE, table)
 
 
-def _write(P, cache, i, k, v, positions):
-    """Keys and values ``(B, T, Hkv, D)`` into layer ``i``'s cache at ``positions`` ``(B, T)``."""
-    if P.kernels == "torch":  # index_put_ at (b, head, position): no host sync, so a graph can hold it
-        B, T, Hkv, _ = k.shape
-        b = torch.arange(B, device=k.device)[:, None, None]
-        h = torch.arange(Hkv, device=k.device)[None, None, :]
-        index = (b, h, positions[:, :, None])  # each (B, T, Hkv) after broadcasting, as k's first three dims
-        cache.k[i].index_put_(index, k)
-        cache.v[i].index_put_(index, v)
-    else:
-        page = torch.gather(cache.block_table, 1, positions // PAGE_SIZE).long()
-        slot = positions % PAGE_SIZE
-        cache.k[i].index_put_((page, slot), k)
-        cache.v[i].index_put_((page, slot), v)
+def _slots(P, cache, positions, Hkv):
+    """Where ``positions`` ``(B, T)`` go in every layer's cache: index tensors for ``index_put_``, made
+    once a forward (a few small kernels each, which 32 layers would otherwise repeat)."""
+    if P.kernels == "torch":  # (b, head, position): no host sync, so a graph can hold it
+        B = positions.shape[0]
+        b = torch.arange(B, device=positions.device)[:, None, None]
+        h = torch.arange(Hkv, device=positions.device)[None, None, :]
+        return (b, h, positions[:, :, None])  # each (B, T, Hkv) after broadcasting, as k's first three dims
+    page = torch.gather(cache.block_table, 1, positions // PAGE_SIZE).long()
+    return (page, positions % PAGE_SIZE)  # (page, slot in the page), each (B, T)
+
+
+def _write(cache, i, k, v, slots):
+    """Keys and values ``(B, T, Hkv, D)`` into layer ``i``'s cache at ``slots`` (``_slots``)."""
+    cache.k[i].index_put_(slots, k)
+    cache.v[i].index_put_(slots, v)
 
 
 def _decode_attention(P, cache, i, q, positions, seq_lens):
@@ -338,13 +340,14 @@ def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_on
     B, T = tokens.shape
     Hq, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
     x, residual = P.embed[tokens], None  # (B, T, d_model)
+    slots = _slots(P, cache, positions, Hkv) if cache is not None else None
     for i, L in enumerate(P.layers):
         y, residual = ops.rmsnorm(x, L["attn_norm"], c.norm_eps, residual)  # residual += x; y = norm(residual)
         qkv = ops.linear(y, L["wqkv"]).view(B, T, Hq + 2 * Hkv, D)
         q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:]
         q, k = ops.rope(q, k, P.cos, P.sin, positions)
         if cache is not None:
-            _write(P, cache, i, k, v, positions)
+            _write(cache, i, k, v, slots)
         if cache is not None and T == 1:
             o = _decode_attention(P, cache, i, q, positions, seq_lens)
         elif attention is not None:
@@ -495,6 +498,7 @@ def step_bytes(config: Config, batch: int = 1, context: float = 256, int4: bool 
 #: Which piece of the step a GPU kernel belongs to, by a part of its name (first match): the course's
 #: kernels by their names in ``solutions/kernels/``, torch's matmuls by cuBLAS's.
 _KERNEL_PIECES = (("int4", "int4 matmul"), ("matmul", "matmul"), ("gemm", "matmul"), ("gemv", "matmul"),
+                  ("nvjet", "matmul"), ("cutlass", "matmul"), ("xmma", "matmul"),  # cuBLAS's kernels on Hopper
                   ("rmsnorm", "rmsnorm"), ("rope", "rope"), ("swiglu", "swiglu"), ("decode", "decode attention"),
                   ("attn", "attention"))
 OTHER = "other (cache write, argmax, copies)"
@@ -506,13 +510,14 @@ def piece_of(kernel_name: str) -> str:
     return next((piece for key, piece in _KERNEL_PIECES if key in name), OTHER)
 
 
-def step_profile(weights: Weights, batch: int = 1, context: int = 256, kernels: str = "course",
+def step_kernels(weights: Weights, batch: int = 1, context: int = 256, kernels: str = "course",
                  int4: bool = False, seed: int = 0) -> dict:
-    """GPU time in microseconds of one eager decode step, by piece (``piece_of``), measured with
-    ``torch.profiler`` after a prefill of ``context`` random tokens a sequence: ``{piece: us}``.
-    GPU only (on a CPU the interpreter's time says nothing of a GPU's)."""
+    """GPU time in microseconds of one eager decode step, by kernel name: ``{kernel: us}``, measured with
+    ``torch.profiler`` after a prefill of ``context`` random tokens a sequence. Only the kernels count
+    (the profiler also gives torch's operators a device time: their kernels' again). GPU only."""
     if weights.device.type != "cuda":
         raise ValueError("step_profile times GPU kernels: give it weights on a CUDA device")
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     P = prepare(weights, kernels, int4)
@@ -530,9 +535,18 @@ def step_profile(weights: Weights, batch: int = 1, context: int = 256, kernels: 
             decode_step(P, cache, tok, pos, lens)
             torch.cuda.synchronize()
     times: dict = {}
-    for e in prof.key_averages():
-        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
-        if us:  # kernels (the runtime calls the profiler also lists take no device time)
-            piece = piece_of(e.key)
-            times[piece] = times.get(piece, 0.0) + us
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:  # a kernel, a copy or a fill on the GPU
+            times[e.name] = times.get(e.name, 0.0) + e.time_range.elapsed_us()
+    return times
+
+
+def step_profile(weights: Weights, batch: int = 1, context: int = 256, kernels: str = "course",
+                 int4: bool = False, seed: int = 0) -> dict:
+    """GPU time in microseconds of one eager decode step, by piece (``piece_of``): ``step_kernels``
+    summed by piece, ``{piece: us}``. GPU only (on a CPU the interpreter's time says nothing of a GPU's)."""
+    times: dict = {}
+    for name, us in step_kernels(weights, batch, context, kernels, int4, seed).items():
+        piece = piece_of(name)
+        times[piece] = times.get(piece, 0.0) + us
     return times

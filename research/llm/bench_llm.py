@@ -255,6 +255,14 @@ def main(argv=None):
                     name: llm.step_profile(weights, 1, ctx, kernels=k, int4=q)
                     for name, k, q in (("course", "course", False), ("course int4", "course", True),
                                        ("torch", "torch", False))})
+                kern = llm.step_kernels(weights, 1, ctx, kernels="course")  # what "other" is, kernel by kernel
+                other = sorted(((us, k) for k, us in kern.items() if llm.piece_of(k) == llm.OTHER), reverse=True)
+                NOTES["profile_other_kernels"] = [[k[:120], round(us, 1)] for us, k in other[:15]]
+                for k, us in NOTES["profile_other_kernels"]:
+                    print(f"    other: {us:8.1f} us  {k}", flush=True)
+                for name in ("course", "course int4", "torch"):
+                    print(f"    profile {name}: " + ", ".join(f"{p} {us:.0f}" for p, us in NOTES["profile"][name].items()),
+                          flush=True)
             part("profile of one decode step (B1)", 30, args.budget, profiles)
 
     NOTES.pop("_compiled_step", None)
