@@ -11,9 +11,10 @@ One home per kernel, each behind its lesson's public API (same function names an
   ``decode_attention.decode_attention`` (09; its split plan in ``decode_plan``), ``int4_matmul.matmul``
   (10).
 
-Two kernels of a decode step have no lesson and live here alone, each with its torch reference:
-``rope.rope`` (rotary position embedding on q and k in one launch, with ``rope.rope_tables``) and
-``swiglu.swiglu`` (the MLP's ``silu(gate) * up``, of one fused projection output or two tensors).
+Three kernels of a decode step have no lesson and live here alone, each with its torch reference:
+``rope.rope`` (rotary position embedding on q and k in one launch, with ``rope.rope_tables``),
+``swiglu.swiglu`` (the MLP's ``silu(gate) * up``, of one fused projection output or two tensors) and
+``kv_cache.write`` (a step's keys and values into lesson 09's paged cache, in one launch).
 
 The lessons' files (``solutions/softmax.py``, ...) stay the short kernels a learner writes and
 compares with; this package sits above them all and imports only what they export.
@@ -35,11 +36,11 @@ driver query (``cuPointerGetAttribute``) per pointer to check that it is on the 
 checked the device already.
 """
 
-from . import (attention, decode_attention, int4_matmul, matmul, online_softmax, rmsnorm, rope, softmax, swiglu,
-               vector_add)
+from . import (attention, decode_attention, int4_matmul, kv_cache, matmul, online_softmax, rmsnorm, rope, softmax,
+               swiglu, vector_add)
 
 _MODULES = (vector_add, softmax, online_softmax, matmul, attention, rmsnorm, decode_attention, int4_matmul, rope,
-            swiglu)
+            swiglu, kv_cache)
 
 #: Every lean launcher's table by name, for tests and lesson 08 (entries, compiles).
 LEANS = {name: lean for m in _MODULES for name, lean in m.LEANS.items()}
