@@ -36,8 +36,19 @@ driver query (``cuPointerGetAttribute``) per pointer to check that it is on the 
 checked the device already.
 """
 
-from . import (attention, decode_attention, int4_matmul, kv_cache, matmul, online_softmax, rmsnorm, rope, softmax,
-               swiglu, vector_add)
+from . import (
+    attention,
+    decode_attention,
+    int4_matmul,
+    kv_cache,
+    matmul,
+    online_softmax,
+    rmsnorm,
+    rope,
+    softmax,
+    swiglu,
+    vector_add,
+)
 
 _MODULES = (vector_add, softmax, online_softmax, matmul, attention, rmsnorm, decode_attention, int4_matmul, rope,
             swiglu, kv_cache)
