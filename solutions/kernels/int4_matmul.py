@@ -214,32 +214,29 @@ def int4_mm_kernel(
         else:
             s_lo = tl.load(s_row + k0 // GROUP)  # one scale per row of the step, in the scales' dtype
             s_hi = tl.load(s_row + (half + k0) // GROUP)
-        if DOT and POST_SCALE:  # the MMA of the unscaled integers (exact in x's dtype), then a scale per output
+        if DOT:
             lo, hi = _dequant(b, DEQ, dt)
-            if SWAP:
-                xt_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
-                xt_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
-                acc += (tl.dot(lo, xt_lo) * s_lo.to(tl.float32)[:, None]
-                        + tl.dot(hi, xt_hi) * s_hi.to(tl.float32)[:, None])
+            if not POST_SCALE:  # scale in x's dtype first (one rounding, as dequantize); the MMA accumulates
+                lo = lo * s_lo.to(dt)[:, None]
+                hi = hi * s_hi.to(dt)[:, None]
+            if SWAP:  # y.T = W @ x.T: the weight tile on the left, x's rows as the columns
+                x_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+                x_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+                if POST_SCALE:  # the MMA of the unscaled integers (exact in x's dtype), then a scale an output
+                    acc += (tl.dot(lo, x_lo) * s_lo.to(tl.float32)[:, None]
+                            + tl.dot(hi, x_hi) * s_hi.to(tl.float32)[:, None])
+                else:
+                    acc = tl.dot(lo, x_lo, acc)
+                    acc = tl.dot(hi, x_hi, acc)
             else:
                 x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
                 x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
-                acc += (tl.dot(x_lo, tl.trans(lo)) * s_lo.to(tl.float32)[None, :]
-                        + tl.dot(x_hi, tl.trans(hi)) * s_hi.to(tl.float32)[None, :])
-        elif DOT:  # dequantize and scale in x's dtype (one rounding, as dequantize), then the MMA accumulates
-            lo, hi = _dequant(b, DEQ, dt)
-            lo = lo * s_lo.to(dt)[:, None]
-            hi = hi * s_hi.to(dt)[:, None]
-            if SWAP:
-                xt_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
-                xt_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
-                acc = tl.dot(lo, xt_lo, acc)
-                acc = tl.dot(hi, xt_hi, acc)
-            else:
-                x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
-                x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
-                acc = tl.dot(x_lo, tl.trans(lo), acc)
-                acc = tl.dot(x_hi, tl.trans(hi), acc)
+                if POST_SCALE:
+                    acc += (tl.dot(x_lo, tl.trans(lo)) * s_lo.to(tl.float32)[None, :]
+                            + tl.dot(x_hi, tl.trans(hi)) * s_hi.to(tl.float32)[None, :])
+                else:
+                    acc = tl.dot(x_lo, tl.trans(lo), acc)
+                    acc = tl.dot(x_hi, tl.trans(hi), acc)
         elif GEMV:  # one row: each thread adds its own products across the steps, with no reduction until the end
             lo, hi = _dequant(b, DEQ, tl.float32)  # DEQ 2 and 3 give bf16 (exact for -8 .. 7), widened here
             x_lo = tl.load(x_row + k0 + offs_k, mask=m_ok, other=0.0).to(tl.float32)
