@@ -517,8 +517,8 @@ def piece_of(kernel_name: str) -> str:
 def step_kernels(weights: Weights, batch: int = 1, context: int = 256, kernels: str = "course",
                  int4: bool = False, seed: int = 0) -> dict:
     """GPU time in microseconds of one eager decode step, by kernel name: ``{kernel: us}``, measured with
-    ``torch.profiler`` after a prefill of ``context`` random tokens a sequence. Only the kernels count
-    (the profiler also gives torch's operators a device time: their kernels' again). GPU only."""
+    ``torch.profiler`` after a prefill of ``context`` random tokens a sequence: every event on the GPU
+    (kernels, copies, fills). GPU only."""
     if weights.device.type != "cuda":
         raise ValueError("step_profile times GPU kernels: give it weights on a CUDA device")
     from torch.autograd import DeviceType
