@@ -39,7 +39,7 @@ cfg = fast.config
 # step ahead (EARLY_SCALES), DEQ 3; about 5 instructions a byte. They won at M 1 to 16 (logs ``*_fifth*``).
 # Sixth (this one): around the fifth's winners, with K split by the work (``SPLIT_K`` 0, ``fast.auto_split``:
 # the fifth's fastest split at each shape gave every small program 8 steps).
-TINY = []
+TINY = []  # the fifth run's one-row GEMV (a 2-D fp32 accumulator, DOT False) lost at every shape: removed
 SWAP8 = ([cfg(8, bn, 128, 0, True, w, st, deq=3, post_scale=True, early_scales=es) for bn in (32, 64, 128)
           for w in (2, 4) for st in (2, 3, 4) for es in (False, True)]
          + [cfg(8, 64, 64, 0, True, w, st, deq=3, post_scale=True) for w in (2, 4) for st in (3, 4)]

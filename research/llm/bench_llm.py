@@ -210,7 +210,8 @@ def main(argv=None):
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16  # the interpreter has no bf16
     config = getattr(llm.Config, args.config)()
     n = args.new
-    NOTES.update(matmul_decode_plan=k_matmul.MATMUL_DECODE, config=str(config), device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+    NOTES.update(matmul_decode_plan=k_matmul.MATMUL_DECODE, config=str(config),
+                 device=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                  torch=torch.__version__, dtype=str(dtype), prompt=args.prompt, new=n)
     print(f"{NOTES['device']}, torch {torch.__version__}; {config}", flush=True)
 

@@ -181,13 +181,10 @@ def int4_mm_kernel(
     first = split * per_split
     last = tl.minimum(first + per_split, steps)
     dt = x_ptr.dtype.element_ty
-    GEMV: tl.constexpr = (not DOT) and BLOCK_M == 1  # one row: products kept per weight, summed once at the end
     if SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if GEMV:
-        acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
     s_row = s_ptr + rows_n * stride_sn
     x_row = x_ptr + offs_m.to(tl.int64) * stride_xm
@@ -237,12 +234,6 @@ def int4_mm_kernel(
                 else:
                     acc = tl.dot(x_lo, tl.trans(lo), acc)
                     acc = tl.dot(x_hi, tl.trans(hi), acc)
-        elif GEMV:  # one row: each thread adds its own products across the steps, with no reduction until the end
-            lo, hi = _dequant(b, DEQ, tl.float32)  # DEQ 2 and 3 give bf16 (exact for -8 .. 7), widened here
-            x_lo = tl.load(x_row + k0 + offs_k, mask=m_ok, other=0.0).to(tl.float32)
-            x_hi = tl.load(x_row + half + k0 + offs_k, mask=m_ok, other=0.0).to(tl.float32)
-            acc2 += (lo.to(tl.float32) * x_lo[None, :]) * s_lo.to(tl.float32)[:, None]
-            acc2 += (hi.to(tl.float32) * x_hi[None, :]) * s_hi.to(tl.float32)[:, None]
         else:  # a few rows: products in fp32, summed over the step, scaled once per row and group
             lo, hi = _dequant(b, DEQ, tl.float32)
             x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
@@ -250,8 +241,6 @@ def int4_mm_kernel(
             p_lo = tl.sum(lo[None, :, :] * x_lo[:, None, :], axis=2)  # (BLOCK_M, BLOCK_N)
             p_hi = tl.sum(hi[None, :, :] * x_hi[:, None, :], axis=2)
             acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
-    if GEMV:
-        acc = tl.reshape(tl.sum(acc2, axis=1), (BLOCK_M, BLOCK_N))
     if SWAP:
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
         y_mask = m_ok[None, :] & (offs_n < N)[:, None]
