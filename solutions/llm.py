@@ -16,7 +16,9 @@ piece                  torch                                        course (less
 RMSNorm + residual     ``x + r``, fp32 statistics                   ``rmsnorm.rmsnorm`` (09)
 projections            ``F.linear``                                 ``matmul.matmul`` (03) or
                                                                     ``int4_matmul.matmul`` (10)
-RoPE                   rotate-half (Su et al. 2021, RoFormer)       ``rope.rope``, in place
+RoPE                   rotate-half (Su et al. 2021, RoFormer)       ``rope.rope``, in place; with a
+                                                                    cache, ``kv_cache.rope_write``
+                                                                    (RoPE and the cache's write)
 attention, prefill     SDPA with ``enable_gqa``, causal             ``attention.attention_forward``
                                                                     (06; GQA, Ainslie et al. 2023)
 attention, decode      two matmuls over a contiguous cache, masked  ``decode_attention`` (09; paged
@@ -310,12 +312,10 @@ def _slots(P, cache, positions, Hkv):
 
 
 def _write(P, cache, i, k, v, slots):
-    """Keys and values ``(B, T, Hkv, D)`` into layer ``i``'s cache at ``slots`` (``_slots``)."""
-    if P.kernels == "torch":
-        cache.k[i].index_put_(slots, k)
-        cache.v[i].index_put_(slots, v)
-    else:  # both in one launch (two index_put_ kernels took 3.5 us each on the H200 at batch 1)
-        k_kv_cache.write(k, v, cache.k[i], cache.v[i], *slots)
+    """Keys and values ``(B, T, Hkv, D)`` into layer ``i``'s cache at ``slots`` (``_slots``), torch's way
+    (the course's path writes them with RoPE's launch: ``kv_cache.rope_write``)."""
+    cache.k[i].index_put_(slots, k)
+    cache.v[i].index_put_(slots, v)
 
 
 def _decode_attention(P, cache, i, q, positions, seq_lens):
@@ -349,9 +349,12 @@ def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_on
         y, residual = ops.rmsnorm(x, L["attn_norm"], c.norm_eps, residual)  # residual += x; y = norm(residual)
         qkv = ops.linear(y, L["wqkv"]).view(B, T, Hq + 2 * Hkv, D)
         q, k, v = qkv[:, :, :Hq], qkv[:, :, Hq:Hq + Hkv], qkv[:, :, Hq + Hkv:]
-        q, k = ops.rope(q, k, P.cos, P.sin, positions)
-        if cache is not None:
-            _write(P, cache, i, k, v, slots)
+        if cache is not None and P.kernels == "course":  # RoPE in place and the cache's write, one launch
+            k_kv_cache.rope_write(q, k, v, P.cos, P.sin, positions, cache.k[i], cache.v[i], *slots)
+        else:
+            q, k = ops.rope(q, k, P.cos, P.sin, positions)
+            if cache is not None:
+                _write(P, cache, i, k, v, slots)
         if cache is not None and T == 1:
             o = _decode_attention(P, cache, i, q, positions, seq_lens)
         elif attention is not None:
@@ -501,11 +504,12 @@ def step_bytes(config: Config, batch: int = 1, context: float = 256, int4: bool 
 
 #: Which piece of the step a GPU kernel belongs to, by a part of its name (first match): the course's
 #: kernels by their names in ``solutions/kernels/``, torch's matmuls by cuBLAS's.
-_KERNEL_PIECES = (("int4", "int4 matmul"), ("matmul", "matmul"), ("gemm", "matmul"), ("gemv", "matmul"),
+_KERNEL_PIECES = (("rope_write", "rope + cache write"), ("int4", "int4 matmul"), ("matmul", "matmul"),
+                  ("gemm", "matmul"), ("gemv", "matmul"),
                   ("nvjet", "matmul"), ("cutlass", "matmul"), ("xmma", "matmul"),  # cuBLAS's kernels on Hopper
                   ("rmsnorm", "rmsnorm"), ("rope", "rope"), ("swiglu", "swiglu"), ("decode", "decode attention"),
                   ("attn", "attention"))
-OTHER = "other (cache write, argmax, copies)"
+OTHER = "other (argmax, copies, indices)"
 
 
 def piece_of(kernel_name: str) -> str:

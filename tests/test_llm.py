@@ -264,7 +264,8 @@ def test_kernels_are_sorted_into_pieces_by_name():
     names = {"int4_mm_kernel": "int4 matmul", "matmul_split_k_kernel": "matmul", "matmul_tma_kernel": "matmul",
              "sm90_xmma_gemm_bf16bf16_bf16f32": "matmul", "rmsnorm_kernel": "rmsnorm", "rope_kernel": "rope",
              "swiglu_kernel": "swiglu", "decode_split_kv": "decode attention", "decode_merge": "decode attention",
-             "attn_fwd_gqa": "attention", "void at::native::index_put_kernel": llm.OTHER}
+             "attn_fwd_gqa": "attention", "rope_write_kernel": "rope + cache write",
+             "rmsnorm_pdl_kernel": "rmsnorm", "void at::native::index_put_kernel": llm.OTHER}
     assert {n: llm.piece_of(n) for n in names} == names
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA device"):

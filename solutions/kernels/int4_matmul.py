@@ -47,12 +47,13 @@ import weakref
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from tkcourse.mode import INTERPRET
 
 from .. import int4_matmul as lesson
 from .decode_plan import sm_count
-from .lean import Lean
+from .lean import Lean, pdl_meta
 from .lean import tensor_key as _t
 
 __all__ = ["matmul", "int4_mm_kernel", "plan", "auto_split", "run", "config", "scales32", "CONFIGS", "FP32_SCALES", "LEANS", "forget"]
@@ -163,7 +164,10 @@ def int4_mm_kernel(
     PREFETCH: tl.constexpr = False,  # load the next step's bytes before working on this one's
     EARLY_SCALES: tl.constexpr = False,  # load the next step's scales during this step
     POST_SCALE: tl.constexpr = False,  # scale the MMA's product (fp32, a value an output) instead of the weight
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
+    if PDL:
+        gdc_wait()  # x may be the previous kernel's output, and y's memory what it still reads
     pid = tl.program_id(0)
     tile = pid // SPLIT_K
     split = pid % SPLIT_K
@@ -241,6 +245,8 @@ def int4_mm_kernel(
             p_lo = tl.sum(lo[None, :, :] * x_lo[:, None, :], axis=2)  # (BLOCK_M, BLOCK_N)
             p_hi = tl.sum(hi[None, :, :] * x_hi[:, None, :], axis=2)
             acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
+    if PDL:
+        gdc_launch_dependents()  # the loop is done: the next kernel may get onto the SMs
     if SWAP:
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
         y_mask = m_ok[None, :] & (offs_n < N)[:, None]
@@ -327,6 +333,10 @@ def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None, sm
 
 
 _WORKSPACE: dict = {}  # (device, stream) -> (fp32 partials, int32 counters), grown as needed
+#: Launch with programmatic dependent launch (``lean.pdl_meta``) where the GPU has it: in a model's decode
+#: step the next kernel gets onto the SMs while this one's last programs finish. Read when a key's entry
+#: is made (``forget()`` after changing it).
+INT4_PDL = True
 
 
 def _workspace(cells: int, tiles: int, device, stream=0):
@@ -345,7 +355,7 @@ def _launch_args(x2, w, scales, y, N, K, group_size, cfg):
     ws, counts = _workspace(tiles * cfg["SPLIT_K"] * cfg["BLOCK_M"] * cfg["BLOCK_N"] if cfg["SPLIT_K"] > 1 else 0,
                             tiles, x2.device)
     grid = (tiles * cfg["SPLIT_K"],)
-    meta = dict(cfg, GROUP=group_size)
+    meta = dict(cfg, GROUP=group_size, **pdl_meta(x2.device, INT4_PDL))
     return grid, (x2, w, scales, y, ws, counts), (M, N, K, x2.stride(0), w.stride(0), scales.stride(0), y.stride(0)), meta
 
 

@@ -12,6 +12,10 @@ a kernel of its own, next to the cache it fills.
 The copy never writes outside the cache: a page outside ``0 .. pages - 1`` or a slot outside
 ``0 .. page_size - 1`` leaves that token unwritten (the decode kernel flags such a sequence when it
 reads it).
+
+``rope_write`` does a step's RoPE and this write in one launch (what a model calls, as vLLM's fused
+kernels do): q and k rotated in place (``rope.rope(..., inplace=True)``: a prefill's attention reads
+them), the rotated k and v written into the cache. A decode step then has one kernel fewer a layer.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from .lean import Lean
+from . import rope as k_rope
+from .lean import Lean, pdl_meta
 from .lean import tensor_key as _t
 
-__all__ = ["write", "write_reference", "kv_write_kernel", "LEANS", "forget"]
+__all__ = ["write", "write_reference", "kv_write_kernel", "rope_write", "rope_write_reference", "rope_write_kernel",
+           "KV_PDL", "LEANS", "forget"]
 
 
 @triton.jit
@@ -36,7 +43,11 @@ def kv_write_kernel(
     PAGE: tl.constexpr,  # tokens a page
     HD: tl.constexpr,  # Hkv * D: the elements of a token's key (and of its value)
     BLOCK: tl.constexpr,  # HD rounded up to a power of two
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
+    if PDL:
+        gdc_wait()  # the inputs may be the previous kernel's output
+        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
     tok = tl.program_id(0)
     b = (tok // T).to(tl.int64)
     t = (tok % T).to(tl.int64)
@@ -50,6 +61,50 @@ def kv_write_kernel(
     value = tl.load(v_ptr + b * v_stride_b + t * v_stride_t + offs, mask=mask)
     tl.store(kc_ptr + dst + offs, key, mask=mask)
     tl.store(vc_ptr + dst + offs, value, mask=mask)
+
+
+@triton.jit
+def rope_write_kernel(
+    q_ptr, k_ptr, v_ptr,  # (B, T, Hq, D), (B, T, Hkv, D), (B, T, Hkv, D): D contiguous; q and k rotated in place
+    kc_ptr, vc_ptr,  # the caches, (pages, PAGE, Hkv, D), contiguous
+    cos_ptr, sin_ptr, pos_ptr,  # RoPE's tables (max_pos, D/2) and the positions (B, T)
+    page_ptr, slot_ptr,  # (B, T) int64: each token's page and slot
+    q_sb, q_st, q_sh, k_sb, k_st, k_sh, v_sb, v_st, v_sh,  # strides over B, T and heads, in elements
+    pos_sb, pos_st, cos_stride,
+    T, HQ, HKV, HALF, max_pos, n_pages,
+    PAGE: tl.constexpr,  # tokens a page
+    Q_BLOCKS: tl.constexpr,  # programs [0, Q_BLOCKS) of axis 1 rotate q's heads, the rest k's (and copy v's)
+    BLOCK_H: tl.constexpr,  # heads a program takes
+    BLOCK_HALF: tl.constexpr,  # next_power_of_2(HALF)
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
+):
+    if PDL:
+        gdc_wait()  # the inputs may be the previous kernel's output
+        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
+    token = tl.program_id(0).to(tl.int64)  # b * T + t
+    hb = tl.program_id(1)
+    b = token // T
+    t = token % T
+    pos = tl.load(pos_ptr + b * pos_sb + t * pos_st).to(tl.int64)
+    c, s, j, jmask = k_rope.table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF)
+    if hb < Q_BLOCKS:
+        q = q_ptr + b * q_sb + t * q_st
+        k_rope.rotate_heads(q, q, q_sh, q_sh, hb * BLOCK_H, HQ, c, s, j, jmask, HALF, BLOCK_H)
+    else:
+        h0 = (hb - Q_BLOCKS) * BLOCK_H
+        page = tl.load(page_ptr + token)
+        slot = tl.load(slot_ptr + token)
+        k = k_ptr + b * k_sb + t * k_st
+        if (page >= 0) & (page < n_pages) & (slot >= 0) & (slot < PAGE):  # else the cache is not written
+            row = (page * PAGE + slot) * HKV * (2 * HALF)  # the token's (Hkv, D) block of the cache
+            k_rope.rotate_heads(k, kc_ptr + row, k_sh, 2 * HALF, h0, HKV, c, s, j, jmask, HALF, BLOCK_H)
+            h = h0 + tl.arange(0, BLOCK_H)[:, None]
+            m = (h < HKV) & jmask[None, :]
+            src = v_ptr + b * v_sb + t * v_st + h.to(tl.int64) * v_sh + j[None, :]
+            dst = vc_ptr + row + h * (2 * HALF) + j[None, :]
+            tl.store(dst, tl.load(src, mask=m), mask=m)  # v's first halves
+            tl.store(dst + HALF, tl.load(src + HALF, mask=m), mask=m)  # and second halves
+        k_rope.rotate_heads(k, k, k_sh, k_sh, h0, HKV, c, s, j, jmask, HALF, BLOCK_H)  # after the cache's copy
 
 
 def write_reference(k, v, k_cache, v_cache, page, slot):
@@ -80,6 +135,9 @@ def _check(k, v, k_cache, v_cache, page, slot):
         raise ValueError("k, v, the caches, page and slot must be on one device")
 
 
+#: Launch with programmatic dependent launch where the GPU has it (``lean.pdl_meta``). Read when a key's
+#: entry is made (``forget()`` after changing it).
+KV_PDL = True
 _KV = Lean(kv_write_kernel)
 
 
@@ -109,15 +167,73 @@ def _first(key, k, v, k_cache, v_cache, page, slot):
     if B * T == 0:
         return None
     static = (T, k_cache.shape[0], k.stride(0), k.stride(1), v.stride(0), v.stride(1))
-    meta = dict(PAGE=k_cache.shape[1], HD=H * D, BLOCK=triton.next_power_of_2(H * D), num_warps=4)
+    meta = dict(PAGE=k_cache.shape[1], HD=H * D, BLOCK=triton.next_power_of_2(H * D), num_warps=4,
+                **pdl_meta(k.device, KV_PDL))
     _KV.first(key, (k, v, k_cache, v_cache, page, slot), static, (B * T,), meta)
     return None
 
 
-#: This module's lean launcher, for tests and lesson 08 (entries, compiles).
-LEANS = dict(kv_write=_KV)
+def rope_write_reference(q, k, v, cos, sin, positions, k_cache, v_cache, page, slot):
+    """What ``rope_write`` does, in torch: ``rope.rope_reference`` written back into q and k, then
+    ``write_reference`` of the rotated k and v (tokens whose page or slot is outside the cache skipped)."""
+    qr, kr = k_rope.rope_reference(q, k, cos, sin, positions)
+    q.copy_(qr)
+    k.copy_(kr)
+    ok = (page >= 0) & (page < k_cache.shape[0]) & (slot >= 0) & (slot < k_cache.shape[1])
+    write_reference(k[ok], v[ok], k_cache, v_cache, page[ok], slot[ok])
+
+
+_ROPE_KV = Lean(rope_write_kernel)
+
+
+def rope_write(q, k, v, cos, sin, positions, k_cache, v_cache, page, slot):
+    """RoPE on q and k in place (``rope.rope(q, k, cos, sin, positions, inplace=True)``), then the rotated
+    k and v into the cache at (page, slot) (``write``), in one launch. q ``(B, T, Hq, D)``, k and v
+    ``(B, T, Hkv, D)``, each with contiguous heads (``(Hkv, D)`` contiguous for k and v, D for q), often
+    views of the fused QKV projection's output; the other arguments as ``rope.rope`` and ``write`` take them."""
+    try:
+        key = (_t(q), _t(k), _t(v), _t(cos), _t(sin), _t(positions), _t(k_cache), _t(v_cache), _t(page), _t(slot))
+        e = _ROPE_KV.get(key)
+    except (AttributeError, TypeError):
+        _check(k, v, k_cache, v_cache, page, slot)
+        raise
+    if e is None:
+        return _rope_write_first(key, q, k, v, cos, sin, positions, k_cache, v_cache, page, slot)
+    if e.lean:
+        e(q.data_ptr(), k.data_ptr(), v.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), cos.data_ptr(),
+          sin.data_ptr(), positions.data_ptr(), page.data_ptr(), slot.data_ptr())
+    else:
+        e(q, k, v, k_cache, v_cache, cos, sin, positions, page, slot)
+
+
+def _rope_write_first(key, q, k, v, cos, sin, positions, k_cache, v_cache, page, slot):
+    _check(k, v, k_cache, v_cache, page, slot)
+    k_rope.check(q, k, cos, sin, positions, True)
+    B, T, HQ, D = q.shape
+    HKV = k.shape[2]
+    if q.shape[:2] != k.shape[:2] or k.stride(2) != D or v.stride(3) != 1 or v.stride(2) != D \
+            or page.stride(1) != 1 or slot.stride(1) != 1 or page.stride(0) != T or slot.stride(0) != T:
+        return rope_write_reference(q, k, v, cos, sin, positions, k_cache, v_cache, page, slot)  # unusual layouts
+    if B * T == 0:
+        return None
+    HALF = D // 2
+    BLOCK_HALF = triton.next_power_of_2(HALF)
+    BLOCK_H = min(triton.next_power_of_2(max(HQ, HKV)), max(1, k_rope.ELEMENTS_PER_PROGRAM // BLOCK_HALF))
+    q_blocks = triton.cdiv(HQ, BLOCK_H)
+    grid = (B * T, q_blocks + triton.cdiv(HKV, BLOCK_H))
+    static = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *positions.stride(), cos.stride(0),
+              T, HQ, HKV, HALF, cos.shape[0], k_cache.shape[0])
+    meta = dict(PAGE=k_cache.shape[1], Q_BLOCKS=q_blocks, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF, num_warps=4,
+                **pdl_meta(q.device, KV_PDL))
+    _ROPE_KV.first(key, (q, k, v, k_cache, v_cache, cos, sin, positions, page, slot), static, grid, meta)
+    return None
+
+
+#: This module's lean launchers, for tests and lesson 08 (entries, compiles).
+LEANS = dict(kv_write=_KV, rope_write=_ROPE_KV)
 
 
 def forget():
     """Drop every kept entry: the next call of each key is a first call again."""
     _KV.entries.clear()
+    _ROPE_KV.entries.clear()

@@ -45,7 +45,7 @@ from __future__ import annotations
 from tkcourse import triton_internals as ti
 from tkcourse.mode import INTERPRET
 
-__all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key", "pdl_ok", "hooks_on", "stream_of"]
+__all__ = ["Lean", "MAX_ENTRIES", "DIRECT", "tensor_key", "pdl_ok", "pdl_meta", "hooks_on", "stream_of"]
 
 #: Entries a ``Lean`` keeps before it forgets them all (a new shape per call would otherwise grow
 #: the table without bound; a forgotten key costs one ordinary launch, never a new compile).
@@ -66,6 +66,21 @@ def pdl_ok(device) -> bool:
     import torch
 
     return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def pdl_meta(device, on: bool = True) -> dict:
+    """The constexpr and the launch option of programmatic dependent launch, ``dict(PDL=True,
+    launch_pdl=True)``, where ``on`` and ``device`` has it (``pdl_ok``); else none (a kernel's ``PDL``
+    defaults to False).
+
+    A kernel launched so may get onto the SMs while the kernel before it on the stream is still
+    running; each of its programs waits (``gdc_wait``) for that kernel to finish and its writes to be
+    visible before it touches memory the two may share. ``gdc_launch_dependents`` lets the kernel after
+    it do the same, once every program has called it (or ended): a short kernel calls it at once, a
+    matmul after its loop, so that the next kernel's waiting programs do not sit on the SMs through its
+    whole last wave. A decode step of a model is a chain of a few hundred short kernels, and each link
+    saves part of the time a launch takes to reach the SMs."""
+    return dict(PDL=True, launch_pdl=True) if on and pdl_ok(device) else {}
 
 
 def _jit_of(kernel):

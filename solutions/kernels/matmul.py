@@ -15,7 +15,7 @@ from .. import matmul as mm
 from .._checks import validate
 from . import matmul_small as small
 from .decode_plan import sm_count
-from .lean import DIRECT, Lean, hooks_on, pdl_ok, stream_of
+from .lean import DIRECT, Lean, hooks_on, pdl_meta, pdl_ok, stream_of
 from .lean import tensor_key as _t
 
 __all__ = ["matmul", "LEANS", "matmul_entries", "forget"]
@@ -29,8 +29,8 @@ _MM_TMA = Lean(small.matmul_tma_kernel)  # small products on triton 3.6: TMA loa
 #: Small products take the TMA kernel where host-made descriptors are cheap (``lean.DIRECT``):
 #: its loads need no address arithmetic, which at these sizes is a share of the kernel's time.
 MATMUL_TMA = DIRECT
-#: The TMA kernel launched with programmatic dependent launch (``launch_pdl``, on GPUs that have it:
-#: ``lean.pdl_ok``; the kernel's ``PDL`` says what overlaps). On the H200, eight matmuls in
+#: The TMA kernel and the decode-sized split-K plan launched with programmatic dependent launch
+#: (``lean.pdl_meta``, on GPUs that have it; the kernel's ``PDL`` says what overlaps). On the H200, eight matmuls in
 #: one CUDA graph took 5.7 us each with it, 6.3 without (1024^3; 3.3 against 3.7 at 512^3); one call
 #: alone, eager or replayed, the same (``research/launch/pdl_probe.py``, logs ``pdl_probe_*``).
 #: Read when a key's entry is made (``forget()`` after changing it).
@@ -114,7 +114,7 @@ def _matmul_first(key, a, b, config):
     ints = (M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     mnk = M * N * K
     if cfg is None and MATMUL_DECODE and M <= small.DECODE_MAX_M:  # a decode step's one to a few rows
-        meta = small.decode_config(M, N, K, sm_count(a.device))
+        meta = dict(small.decode_config(M, N, K, sm_count(a.device)), **pdl_meta(a.device, MATMUL_PDL))
         ws = small.workspace(M, N, a.device, stream_of(a.get_device()))
         _MM_FIXED.first(key, (a, b, c, *ws), ints, small.grid, meta, info="decode")
         return c

@@ -56,7 +56,10 @@ def matmul_split_k_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # tile of C, K step
     GROUP_M: tl.constexpr,  # tile rows per group in the grouped order (lesson 03)
     SPLIT_K: tl.constexpr,  # programs per tile of C, each over 1/SPLIT_K of the K steps
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
+    if PDL:
+        gdc_wait()  # A may be the previous kernel's output, and C's memory what it still reads
     pid = tl.program_id(axis=0)
     tile = pid // SPLIT_K
     split = pid % SPLIT_K
@@ -79,6 +82,8 @@ def matmul_split_k_kernel(
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    if PDL:
+        gdc_launch_dependents()  # the loop is done: the next kernel may get onto the SMs
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if SPLIT_K == 1:

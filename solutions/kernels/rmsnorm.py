@@ -8,19 +8,40 @@ time on the host than the kernel runs on the GPU: here a key seen before costs a
 allocations and the launch. What the first call worked out from shapes and strides (whether an input
 needs a copy to be read as rows of one stride; the row strides themselves) is the key's, so a later
 call takes the inputs' addresses as they are: a view as rows starts where its tensor does.
+
+``rmsnorm_pdl_kernel`` is the lesson's kernel with programmatic dependent launch around it
+(``lean.pdl_meta``): it waits for the kernel before it on the stream, then lets the next one start.
 """
 
 from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .. import rmsnorm as rn
-from .lean import Lean, hooks_on
+from .lean import Lean, hooks_on, pdl_meta
 
-__all__ = ["rmsnorm", "LEANS", "forget"]
+__all__ = ["rmsnorm", "rmsnorm_pdl_kernel", "RMSNORM_PDL", "LEANS", "forget"]
 
-_RMSNORM = Lean(rn.rmsnorm_kernel)
+
+@triton.jit
+def rmsnorm_pdl_kernel(x_ptr, res_ptr, w_ptr, y_ptr, sum_ptr, x_row_stride, res_row_stride, out_row_stride, n_cols,
+                       eps, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    """The lesson's ``rmsnorm_kernel`` (same arguments); with ``PDL``, launched with programmatic
+    dependent launch: x and the residual may be the previous kernel's output."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
+    rn.rmsnorm_kernel(x_ptr, res_ptr, w_ptr, y_ptr, sum_ptr, x_row_stride, res_row_stride, out_row_stride, n_cols,
+                      eps, HAS_RESIDUAL, BLOCK)
+
+
+#: Launch with programmatic dependent launch where the GPU has it (``lean.pdl_meta``). Read when a key's
+#: entry is made (``forget()`` after changing it).
+RMSNORM_PDL = True
+_RMSNORM = Lean(rmsnorm_pdl_kernel)
 _ENTRIES = _RMSNORM.entries  # the table itself: Lean only ever clears it
 
 
@@ -68,7 +89,8 @@ def _first(key, x, weight, eps, residual):
     BLOCK = triton.next_power_of_2(H)
     template = torch.empty((), dtype=x.dtype, device=x.device).expand(x.shape)
     _RMSNORM.first(key, (x2, r2, w, y, h), (x2.stride(0), r2.stride(0), H, H, float(eps)), (x2.shape[0],),
-                   dict(HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, num_warps=rn.num_warps(BLOCK)),
+                   dict(HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, num_warps=rn.num_warps(BLOCK),
+                        **pdl_meta(x.device, RMSNORM_PDL)),
                    info=(template, copies))
     return y if residual is None else (y, h)
 

@@ -37,15 +37,17 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .._checks import validate
-from .lean import Lean, hooks_on
+from .lean import Lean, hooks_on, pdl_meta
 
-__all__ = ["rope", "rope_tables", "rope_reference", "rope_kernel", "hf_rope", "LEANS", "forget"]
+__all__ = ["rope", "rope_tables", "rope_reference", "rope_kernel", "rotate_heads", "table_row", "check", "hf_rope", "ROPE_PDL",
+           "LEANS", "forget"]
 
 
 @triton.jit
-def _rotate(x_ptr, o_ptr, x_sh, o_sh, h0, H, c, s, j, jmask, HALF, BLOCK_H: tl.constexpr):
+def rotate_heads(x_ptr, o_ptr, x_sh, o_sh, h0, H, c, s, j, jmask, HALF, BLOCK_H: tl.constexpr):
     """Rotate heads ``h0 .. h0 + BLOCK_H`` (of ``H``) of one token: ``x_ptr``/``o_ptr`` point at head 0."""
     h = h0 + tl.arange(0, BLOCK_H)[:, None]  # (BLOCK_H, 1)
     m = (h < H) & jmask[None, :]  # (BLOCK_H, BLOCK_HALF): real heads, real pairs
@@ -55,6 +57,18 @@ def _rotate(x_ptr, o_ptr, x_sh, o_sh, h0, H, c, s, j, jmask, HALF, BLOCK_H: tl.c
     o_row = o_ptr + h.to(tl.int64) * o_sh + j[None, :]
     tl.store(o_row, (x1 * c - x2 * s).to(o_ptr.dtype.element_ty), mask=m)  # x * cos - x2 * sin: write D/2
     tl.store(o_row + HALF, (x2 * c + x1 * s).to(o_ptr.dtype.element_ty), mask=m)  # x2 * cos + x1 * sin
+
+
+@triton.jit
+def table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF: tl.constexpr):
+    """``(c, s, j, jmask)``: row ``pos`` of the tables as ``(1, BLOCK_HALF)`` fp32 (1 and 0 for a position
+    outside ``[0, max_pos)``: the token is left unrotated), the pair indices and which are real."""
+    ok = (pos >= 0) & (pos < max_pos)
+    j = tl.arange(0, BLOCK_HALF)
+    jmask = j < HALF
+    c = tl.load(cos_ptr + pos * cos_stride + j, mask=jmask & ok, other=1.0).to(tl.float32)  # read D/2
+    s = tl.load(sin_ptr + pos * cos_stride + j, mask=jmask & ok, other=0.0).to(tl.float32)  # read D/2
+    return c[None, :], s[None, :], j, jmask
 
 
 @triton.jit
@@ -80,23 +94,22 @@ def rope_kernel(
     Q_BLOCKS: tl.constexpr,  # cdiv(HQ, BLOCK_H): programs [0, Q_BLOCKS) of axis 1 take q, the rest k
     BLOCK_H: tl.constexpr,  # heads a program rotates
     BLOCK_HALF: tl.constexpr,  # next_power_of_2(HALF)
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
+    if PDL:
+        gdc_wait()  # the inputs may be the previous kernel's output
+        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
     token = tl.program_id(0).to(tl.int64)  # b * T + t; 64-bit: offsets can pass 2**31 in a long prefill
     hb = tl.program_id(1)  # the block of heads
     b = token // T
     t = token % T
     pos = tl.load(pos_ptr + b * pos_sb + t * pos_st).to(tl.int64)  # read 1 position
-    ok = (pos >= 0) & (pos < max_pos)
-    j = tl.arange(0, BLOCK_HALF)
-    jmask = j < HALF
-    c = tl.load(cos_ptr + pos * cos_stride + j, mask=jmask & ok, other=1.0).to(tl.float32)  # read D/2
-    s = tl.load(sin_ptr + pos * cos_stride + j, mask=jmask & ok, other=0.0).to(tl.float32)  # read D/2
-    c, s = c[None, :], s[None, :]
+    c, s, j, jmask = table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF)
     if hb < Q_BLOCKS:
-        _rotate(q_ptr + b * q_sb + t * q_st, qo_ptr + b * qo_sb + t * qo_st, q_sh, qo_sh, hb * BLOCK_H, HQ,
+        rotate_heads(q_ptr + b * q_sb + t * q_st, qo_ptr + b * qo_sb + t * qo_st, q_sh, qo_sh, hb * BLOCK_H, HQ,
                 c, s, j, jmask, HALF, BLOCK_H)
     else:
-        _rotate(k_ptr + b * k_sb + t * k_st, ko_ptr + b * ko_sb + t * ko_st, k_sh, ko_sh, (hb - Q_BLOCKS) * BLOCK_H,
+        rotate_heads(k_ptr + b * k_sb + t * k_st, ko_ptr + b * ko_sb + t * ko_st, k_sh, ko_sh, (hb - Q_BLOCKS) * BLOCK_H,
                 HKV, c, s, j, jmask, HALF, BLOCK_H)
 
 
@@ -148,6 +161,9 @@ def hf_rope(q, k, cos, sin):
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 
+#: Launch with programmatic dependent launch where the GPU has it (``lean.pdl_meta``). Read when a key's
+#: entry is made (``forget()`` after changing it).
+ROPE_PDL = True
 _ROPE = Lean(rope_kernel)
 _ENTRIES = _ROPE.entries  # the table itself: Lean only ever clears it
 
@@ -166,7 +182,7 @@ def rope(q, k, cos, sin, positions, inplace=False):
                positions.get_device(), inplace)
         e = _ENTRIES.get(key)  # hashes the key: TypeError for an unhashable inplace
     except (AttributeError, TypeError):  # not tensors, or an inplace of another kind: the checks say which
-        _check(q, k, cos, sin, positions, inplace)
+        check(q, k, cos, sin, positions, inplace)
         raise
     if e is None or hooks_on():  # a launch hook (a profiler) sees launches through kernel[grid]
         return _first(key, q, k, cos, sin, positions, inplace)
@@ -185,7 +201,7 @@ def rope(q, k, cos, sin, positions, inplace=False):
     return qo, ko
 
 
-def _check(q, k, cos, sin, positions, inplace):
+def check(q, k, cos, sin, positions, inplace):
     """The checks of a key's first call: ValueError naming the argument."""
     validate(q, k, names=["q", "k"], ndim=4)
     B, T, HQ, D = q.shape
@@ -216,7 +232,7 @@ def _check(q, k, cos, sin, positions, inplace):
 
 
 def _first(key, q, k, cos, sin, positions, inplace):
-    _check(q, k, cos, sin, positions, inplace)
+    check(q, k, cos, sin, positions, inplace)
     B, T, HQ, D = q.shape
     HKV = k.shape[2]
     if inplace:
@@ -237,7 +253,7 @@ def _first(key, q, k, cos, sin, positions, inplace):
     static = (*q.stride()[:3], *k.stride()[:3], *qo.stride()[:3], *ko.stride()[:3], *positions.stride(),
               cos.stride(0), T, HQ, HKV, HALF, cos.shape[0])
     _ROPE.first(key, (q, k, qo, ko, cos, sin, positions), static, grid,
-                dict(Q_BLOCKS=q_blocks, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF, num_warps=4), info=info)
+                dict(Q_BLOCKS=q_blocks, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF, num_warps=4, **pdl_meta(q.device, ROPE_PDL)), info=info)
     return qo, ko
 
 

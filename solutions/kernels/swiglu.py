@@ -23,11 +23,12 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from .._checks import validate
-from .lean import Lean, hooks_on
+from .lean import Lean, hooks_on, pdl_meta
 
-__all__ = ["swiglu", "swiglu_reference", "swiglu_kernel", "eager_swiglu", "LEANS", "forget"]
+__all__ = ["swiglu", "swiglu_reference", "swiglu_kernel", "eager_swiglu", "SWIGLU_PDL", "LEANS", "forget"]
 
 
 @triton.jit
@@ -40,7 +41,11 @@ def swiglu_kernel(
     out_row_stride,  # elements between two rows of out
     n_cols,  # F
     BLOCK: tl.constexpr,  # columns a program takes
+    PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
+    if PDL:
+        gdc_wait()  # the inputs may be the previous kernel's output
+        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
     row = tl.program_id(0).to(tl.int64)  # row * stride can pass 2**31 in a long prefill
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -72,6 +77,9 @@ def eager_swiglu(gate, up=None):
     return F.silu(gate) * up
 
 
+#: Launch with programmatic dependent launch where the GPU has it (``lean.pdl_meta``). Read when a key's
+#: entry is made (``forget()`` after changing it).
+SWIGLU_PDL = True
 _SWIGLU = Lean(swiglu_kernel)
 _ENTRIES = _SWIGLU.entries  # the table itself: Lean only ever clears it
 
@@ -152,7 +160,7 @@ def _first(key, gate, up):
     out = torch.empty_like(like)
     up_offset = n * gate.element_size()  # bytes from gate_up[0, 0] to its up half, up[0, 0]
     _SWIGLU.first(key, (g, u, out), (g.stride(0), u.stride(0), n, n), (rows, triton.cdiv(n, BLOCK)),
-                  dict(BLOCK=BLOCK, num_warps=NUM_WARPS), info=(copy, like, up_offset))
+                  dict(BLOCK=BLOCK, num_warps=NUM_WARPS, **pdl_meta(gate.device, SWIGLU_PDL)), info=(copy, like, up_offset))
     return out
 
 
