@@ -24,7 +24,9 @@ attention, prefill     SDPA with ``enable_gqa``, causal             ``attention.
 attention, decode      two matmuls over a contiguous cache, masked  ``decode_attention`` (09; paged
                                                                     KV, Kwon et al. 2023; split-KV,
                                                                     Flash-Decoding)
-SwiGLU                 ``silu(gate) * up`` (Shazeer 2020)           ``swiglu.swiglu``
+SwiGLU                 ``silu(gate) * up`` (Shazeer 2020)           ``swiglu.swiglu``; with int4, in the
+                                                                    down projection's loads
+                                                                    (``int4_matmul.swiglu_matmul``)
 =====================  ===========================================  ===============================
 
 **Weights** (``Weights``) are stored as ``nn.Linear`` stores them, (out, in), two of them fused: ``wqkv``
@@ -101,6 +103,9 @@ MATMUL_CONFIG = dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=256, GROUP_M=1, num_warps=
 #: the fewest programs and steps for a small model's short caches. On a GPU, None: the library's plan
 #: from the SM count.
 DECODE_CONFIG = dict(BLOCK_N=64, splits=1, num_warps=4, num_stages=1, combine_warps=1) if INTERPRET else None
+#: With int4 weights, SwiGLU is formed inside the down projection's loads (``int4_matmul.swiglu_matmul``),
+#: one launch a layer fewer; False: a kernel of its own, as with 16-bit weights (for probes).
+FUSED_SWIGLU = True
 
 
 # ---- the two sets of ops: torch (the reference) and the course's kernels ----
@@ -182,6 +187,10 @@ class _TorchOps:
         return F.silu(gate) * up
 
     @staticmethod
+    def swiglu_linear(gate_up, w):
+        return F.linear(_TorchOps.swiglu(gate_up), w)
+
+    @staticmethod
     def attention(q, k, v):  # (B, T, H, D) each, causal; out (B, T, Hq, D)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                            is_causal=True, enable_gqa=True)
@@ -258,6 +267,14 @@ class _CourseOps:
     @staticmethod
     def swiglu(gate_up):
         return k_swiglu.swiglu(gate_up)
+
+    @staticmethod
+    def swiglu_linear(gate_up, w):
+        if isinstance(w, tuple) and FUSED_SWIGLU and "int4_matmul" not in _SWAPPED:  # formed as the matmul loads x
+            x2 = gate_up.reshape(-1, gate_up.shape[-1])
+            y = k_int4.swiglu_matmul(x2, w[0], w[1], GROUP_SIZE)
+            return y.view(*gate_up.shape[:-1], y.shape[-1])
+        return _CourseOps.linear(_CourseOps.swiglu(gate_up), w)
 
     @staticmethod
     def attention(q, k, v):
@@ -363,7 +380,7 @@ def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_on
             o = ops.attention(q, k, v)
         x = ops.linear(o.reshape(B, T, Hq * D), L["wo"])
         y, residual = ops.rmsnorm(x, L["mlp_norm"], c.norm_eps, residual)
-        x = ops.linear(ops.swiglu(ops.linear(y, L["w_gate_up"])), L["w_down"])
+        x = ops.swiglu_linear(ops.linear(y, L["w_gate_up"]), L["w_down"])  # down(swiglu(gate_up(y)))
     y, _ = ops.rmsnorm(x, P.norm, c.norm_eps, residual)
     if last_only:
         y = y[:, -1:]
@@ -428,7 +445,8 @@ def generate(weights: Weights, prompt, max_new_tokens: int, kernels: str = "cour
     """Greedy continuation of ``prompt`` (a text, token ids, or (B, T) ids of equal-length prompts):
     the new tokens (B, max_new_tokens) int64, and with ``return_logits`` the logits (B, max_new_tokens,
     vocab) fp32 each of them was chosen from. ``graph``: replay the decode step from a CUDA graph
-    (GPU only; ignored on a CPU)."""
+    (GPU only; ignored on a CPU, and while pieces are swapped: a lesson's function checks its inputs
+    on the host, which a graph cannot hold)."""
     P = prepare(weights, kernels, int4)
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
@@ -462,7 +480,7 @@ def generate(weights: Weights, prompt, max_new_tokens: int, kernels: str = "cour
             positions.add_(1), seq_lens.add_(1), index.add_(1)
 
         n = max_new_tokens - 1
-        if graph and dev.type == "cuda" and n > 1:
+        if graph and dev.type == "cuda" and n > 1 and not _SWAPPED:
             stream = torch.cuda.Stream(dev)
             stream.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(stream):
