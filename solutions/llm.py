@@ -24,9 +24,7 @@ attention, prefill     SDPA with ``enable_gqa``, causal             ``attention.
 attention, decode      two matmuls over a contiguous cache, masked  ``decode_attention`` (09; paged
                                                                     KV, Kwon et al. 2023; split-KV,
                                                                     Flash-Decoding)
-SwiGLU                 ``silu(gate) * up`` (Shazeer 2020)           ``swiglu.swiglu``; with int4, in the
-                                                                    down projection's loads
-                                                                    (``int4_matmul.swiglu_matmul``)
+SwiGLU                 ``silu(gate) * up`` (Shazeer 2020)           ``swiglu.swiglu``
 =====================  ===========================================  ===============================
 
 **Weights** (``Weights``) are stored as ``nn.Linear`` stores them, (out, in), two of them fused: ``wqkv``
@@ -83,6 +81,7 @@ from .kernels import matmul as k_matmul
 from .kernels import rmsnorm as k_rmsnorm
 from .kernels import rope as k_rope
 from .kernels import swiglu as k_swiglu
+from .kernels import without_pdl
 from .llm_weights import FORMAT, SHIPPED, Config, Layer, Weights, decode, encode, load, random_weights, save
 
 __all__ = ["Config", "Weights", "Layer", "random_weights", "encode", "decode", "save", "load", "SHIPPED", "swap",
@@ -103,9 +102,6 @@ MATMUL_CONFIG = dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=256, GROUP_M=1, num_warps=
 #: the fewest programs and steps for a small model's short caches. On a GPU, None: the library's plan
 #: from the SM count.
 DECODE_CONFIG = dict(BLOCK_N=64, splits=1, num_warps=4, num_stages=1, combine_warps=1) if INTERPRET else None
-#: With int4 weights, SwiGLU is formed inside the down projection's loads (``int4_matmul.swiglu_matmul``),
-#: one launch a layer fewer; False: a kernel of its own, as with 16-bit weights (for probes).
-FUSED_SWIGLU = True
 
 
 # ---- the two sets of ops: torch (the reference) and the course's kernels ----
@@ -187,10 +183,6 @@ class _TorchOps:
         return F.silu(gate) * up
 
     @staticmethod
-    def swiglu_linear(gate_up, w):
-        return F.linear(_TorchOps.swiglu(gate_up), w)
-
-    @staticmethod
     def attention(q, k, v):  # (B, T, H, D) each, causal; out (B, T, Hq, D)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                            is_causal=True, enable_gqa=True)
@@ -267,14 +259,6 @@ class _CourseOps:
     @staticmethod
     def swiglu(gate_up):
         return k_swiglu.swiglu(gate_up)
-
-    @staticmethod
-    def swiglu_linear(gate_up, w):
-        if isinstance(w, tuple) and FUSED_SWIGLU and "int4_matmul" not in _SWAPPED:  # formed as the matmul loads x
-            x2 = gate_up.reshape(-1, gate_up.shape[-1])
-            y = k_int4.swiglu_matmul(x2, w[0], w[1], GROUP_SIZE)
-            return y.view(*gate_up.shape[:-1], y.shape[-1])
-        return _CourseOps.linear(_CourseOps.swiglu(gate_up), w)
 
     @staticmethod
     def attention(q, k, v):
@@ -380,7 +364,7 @@ def _forward(P: _Prepared, tokens, positions, cache=None, seq_lens=None, last_on
             o = ops.attention(q, k, v)
         x = ops.linear(o.reshape(B, T, Hq * D), L["wo"])
         y, residual = ops.rmsnorm(x, L["mlp_norm"], c.norm_eps, residual)
-        x = ops.swiglu_linear(ops.linear(y, L["w_gate_up"]), L["w_down"])  # down(swiglu(gate_up(y)))
+        x = ops.linear(ops.swiglu(ops.linear(y, L["w_gate_up"])), L["w_down"])
     y, _ = ops.rmsnorm(x, P.norm, c.norm_eps, residual)
     if last_only:
         y = y[:, -1:]
@@ -540,7 +524,8 @@ def step_kernels(weights: Weights, batch: int = 1, context: int = 256, kernels: 
                  int4: bool = False, seed: int = 0) -> dict:
     """GPU time in microseconds of one eager decode step, by kernel name: ``{kernel: us}``, measured with
     ``torch.profiler`` after a prefill of ``context`` random tokens a sequence: every event on the GPU
-    (kernels, copies, fills). GPU only."""
+    (kernels, copies, fills), each kernel launched without programmatic dependent launch
+    (``kernels.without_pdl``), so that its time is its own. GPU only."""
     if weights.device.type != "cuda":
         raise ValueError("step_profile times GPU kernels: give it weights on a CUDA device")
     from torch.autograd import DeviceType
@@ -555,11 +540,12 @@ def step_kernels(weights: Weights, batch: int = 1, context: int = 256, kernels: 
         tok = prompt[:, -1:].clone()
         pos = torch.full((batch, 1), context, dtype=torch.long, device=weights.device)
         lens = torch.full((batch,), context + 1, dtype=torch.int32, device=weights.device)
-        decode_step(P, cache, tok, pos, lens)  # every kernel compiled and its entry kept before the profile
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            decode_step(P, cache, tok, pos, lens)
+        with without_pdl():  # each kernel's own time, not its wait for the one before
+            decode_step(P, cache, tok, pos, lens)  # every kernel compiled and its entry kept before the profile
             torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                decode_step(P, cache, tok, pos, lens)
+                torch.cuda.synchronize()
     times: dict = {}
     for e in prof.events():
         if e.device_type == DeviceType.CUDA:  # a kernel, a copy or a fill on the GPU

@@ -7,7 +7,6 @@ import torch
 
 from solutions import int4_matmul as lesson
 from solutions.kernels import int4_matmul as fast
-from solutions.kernels import swiglu
 from tkcourse import mode
 
 DEV = mode.DEVICE
@@ -94,33 +93,6 @@ def test_split_zero_gives_a_small_weight_two_programs_an_sm(N, K, want):
 def test_up_to_eight_rows_take_the_swapped_tile():
     assert all(fast.plan(M, 4096, 4096, 128)["SWAP"] for M in (1, 4, 5, 8))
     assert not fast.plan(9, 4096, 4096, 128)["SWAP"]
-
-
-@pytest.mark.parametrize("M", [1, 3, 20])
-def test_swiglu_matmul_is_the_matmul_of_swiglu(M):
-    """``swiglu_matmul(gate_up, ...)`` multiplies ``silu(gate) * up``, rounded to x's dtype, by the weight:
-    as ``matmul(swiglu(gate_up), ...)``, in one launch, a lean entry of its own."""
-    fast.forget()
-    gu, packed, scales = _problem(M, 40, 2 * 256, 64)
-    packed, scales = _problem(M, 40, 256, 64)[1:]
-    x = swiglu.swiglu_reference(gu)
-    for _ in range(2):  # the first call, then the kept lean entry
-        y = fast.swiglu_matmul(gu, packed, scales, 64)
-        assert y.shape == (M, 40) and _err(y, x, packed, scales, 64) < 2e-3
-    plain = fast.matmul(x, packed, scales, 64)
-    assert _err(y, x, packed, scales, 64) < 2 * _err(plain, x, packed, scales, 64) + 1e-3
-    assert len(fast.LEANS["int4_matmul"].entries) == 2  # gate_up and x: two keys
-    wrong = fast.swiglu_matmul(torch.cat([gu[:, 256:], gu[:, :256]], 1), packed, scales, 64)  # up, then gate
-    assert _err(wrong, x, packed, scales, 64) > 0.05  # the check above can fail
-
-
-def test_swiglu_matmul_bad_arguments_name_them():
-    gu, packed, scales = _problem(2, 16, 2 * 128, 64)
-    packed, scales = _problem(2, 16, 128, 64)[1:]
-    with pytest.raises(ValueError, match="gate_up"):
-        fast.swiglu_matmul(gu[:, :-1], packed, scales, 64)
-    with pytest.raises(ValueError, match="x"):
-        fast.swiglu_matmul(gu[:, :128], packed, scales, 64)  # 2K = 128: K = 64 where the weight has 128
 
 
 @pytest.mark.parametrize("N,K,want", [(8192, 8192, 2), (4096, 14336, 4), (14336, 4096, 1), (28672, 8192, 1)])

@@ -16,7 +16,6 @@ Variants (``VARIANTS``):
 
 - ``nopdl``: no kernel launched with programmatic dependent launch (``lean.pdl_meta``); ``pdl``: all.
 - ``nofill``: the int4 split by K steps alone (``int4_matmul.FILL_PER_SM`` 0).
-- ``nofuse``: with int4 weights, SwiGLU as a kernel of its own (``llm.FUSED_SWIGLU`` False).
 - ``m8old``: the int4 plan's 5 to 8 rows on the 16-row tile with x on the left, as before its key 8.
 - ``code``: every switch as the code has it.
 """
@@ -37,17 +36,14 @@ import torch  # noqa: E402
 
 import bench_llm  # noqa: E402
 from solutions import kernels, llm  # noqa: E402
-from solutions.kernels import decode_attention, int4_matmul, kv_cache, matmul, rmsnorm, rope, swiglu  # noqa: E402
+from solutions.kernels import int4_matmul  # noqa: E402
 
-#: Every module switch of programmatic dependent launch a decode step meets.
-PDL = ((matmul, "MATMUL_PDL"), (int4_matmul, "INT4_PDL"), (rmsnorm, "RMSNORM_PDL"), (rope, "ROPE_PDL"),
-       (swiglu, "SWIGLU_PDL"), (kv_cache, "KV_PDL"), (decode_attention, "DECODE_PDL"))
+PDL = kernels.PDL_SWITCHES  # every module switch of programmatic dependent launch a decode step meets
 VARIANTS = {
     "code": {},
     "nopdl": {s: False for s in PDL},
     "pdl": {s: True for s in PDL},
     "nofill": {(int4_matmul, "FILL_PER_SM"): 0},
-    "nofuse": {(llm, "FUSED_SWIGLU"): False},
     "m8old": {(int4_matmul, "CONFIGS"): {b: c for b, c in int4_matmul.CONFIGS.items() if b != 8}},
 }
 

@@ -36,6 +36,8 @@ driver query (``cuPointerGetAttribute``) per pointer to check that it is on the 
 checked the device already.
 """
 
+import contextlib
+
 from . import (
     attention,
     decode_attention,
@@ -62,3 +64,25 @@ def forget():
     again (for tests and probes that compare launch paths; compiled kernels stay in Triton's cache)."""
     for m in _MODULES:
         m.forget()
+
+
+#: Each module's switch of programmatic dependent launch (``lean.pdl_meta``), read when an entry is made.
+PDL_SWITCHES = ((matmul, "MATMUL_PDL"), (int4_matmul, "INT4_PDL"), (rmsnorm, "RMSNORM_PDL"), (rope, "ROPE_PDL"),
+                (swiglu, "SWIGLU_PDL"), (kv_cache, "KV_PDL"), (decode_attention, "DECODE_PDL"))
+
+
+@contextlib.contextmanager
+def without_pdl():
+    """Inside the block, every kernel launches without programmatic dependent launch (entries are made
+    anew on the way in and out). A profiler then times each kernel alone: launched with it, a kernel's
+    programs wait on the SMs for the kernel before, and that wait counts as its time."""
+    saved = [getattr(m, name) for m, name in PDL_SWITCHES]
+    for m, name in PDL_SWITCHES:
+        setattr(m, name, False)
+    forget()
+    try:
+        yield
+    finally:
+        for (m, name), v in zip(PDL_SWITCHES, saved):
+            setattr(m, name, v)
+        forget()

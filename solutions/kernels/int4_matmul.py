@@ -33,11 +33,14 @@ below removes instructions a weight byte (``research/int4/compile_check.py`` cou
   programs of about 8 steps each, and the last to finish adds the fp32 partials (serial split-K, as
   ``matmul_small`` does it).
 
-``swiglu_matmul(gate_up, packed, scales)`` is ``matmul(swiglu(gate_up), ...)`` in one launch (``GLU``): a
-model's down projection forms ``silu(gate) * up`` as it loads x.
-
 The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, x on the left at 16, 128-row
-tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``). ``DOT=False``
+tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``, which times
+M 1, 4, 16 and 128; at 8 rows, a model's batch of 8, the swapped tile took a decode step of the 8B model
+from 1972 to 2368 tokens/s against the 16-row tile: ``research/llm/logs/step_probe_second.log``).
+
+Forming SwiGLU inside the down projection's loads (``silu(gate) * up`` as x is loaded) lost a quarter
+of the int4 step's speed on the H200 (the same log): each program recomputes the activation of its whole
+x tile, padded to 8 columns at one row, in a loop that is bound by its instructions already. ``DOT=False``
 (fp32 multiply-adds, no tensor cores), ``PREFETCH`` (the next step's bytes loaded by hand) and
 ``EARLY_SCALES`` (the next step's scales loaded during this one) are candidates the sweep measures.
 """
@@ -55,13 +58,12 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from tkcourse.mode import INTERPRET
 
 from .. import int4_matmul as lesson
-from . import swiglu as k_swiglu
 from .decode_plan import sm_count
 from .lean import Lean, pdl_meta
 from .lean import tensor_key as _t
 
-__all__ = ["matmul", "swiglu_matmul", "int4_mm_kernel", "plan", "auto_split", "run", "config", "scales32", "CONFIGS",
-           "FP32_SCALES", "INT4_PDL", "FILL_PER_SM", "LEANS", "forget"]
+__all__ = ["matmul", "int4_mm_kernel", "plan", "auto_split", "run", "config", "scales32", "CONFIGS", "FP32_SCALES",
+           "INT4_PDL", "FILL_PER_SM", "LEANS", "forget"]
 
 
 #: The magic words of ``DEQ`` 3, two halves each: 1024 + 8 in fp16, 128 + 8 in bf16.
@@ -155,18 +157,6 @@ def _dequant(b, DEQ: tl.constexpr, dtype: tl.constexpr):
     return lo, hi
 
 
-@triton.jit
-def _x_tile(ptrs, mask, K, GLU: tl.constexpr, dt: tl.constexpr):
-    """A tile of x at ``ptrs``; with ``GLU``, of ``silu(gate) * up`` where gate is at ``ptrs`` and up K
-    further along the row (a fused gate_up output), in fp32 and rounded once to ``dt``, as
-    ``swiglu.swiglu`` would have stored it."""
-    if GLU:
-        g = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-        u = tl.load(ptrs + K, mask=mask, other=0.0).to(tl.float32)
-        return (g * tl.sigmoid(g) * u).to(dt)
-    return tl.load(ptrs, mask=mask, other=0.0)
-
-
 @triton.jit(do_not_specialize=["M"])  # one compile serves every M: M only masks
 def int4_mm_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr,  # x (M, K), packed (N, K/2) as int8, scales (N, K/GROUP), y (M, N)
@@ -182,7 +172,6 @@ def int4_mm_kernel(
     EARLY_SCALES: tl.constexpr = False,  # load the next step's scales during this step
     POST_SCALE: tl.constexpr = False,  # scale the MMA's product (fp32, a value an output) instead of the weight
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
-    GLU: tl.constexpr = False,  # x_ptr is a fused (M, 2K) gate_up output: the product's x is silu(gate) * up
 ):
     if PDL:
         gdc_wait()  # x may be the previous kernel's output, and y's memory what it still reads
@@ -239,8 +228,8 @@ def int4_mm_kernel(
                 lo = lo * s_lo.to(dt)[:, None]
                 hi = hi * s_hi.to(dt)[:, None]
             if SWAP:  # y.T = W @ x.T: the weight tile on the left, x's rows as the columns
-                x_lo = _x_tile(x_row[None, :] + (k0 + offs_k)[:, None], m_ok[None, :], K, GLU, dt)
-                x_hi = _x_tile(x_row[None, :] + (half + k0 + offs_k)[:, None], m_ok[None, :], K, GLU, dt)
+                x_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+                x_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
                 if POST_SCALE:  # the MMA of the unscaled integers (exact in x's dtype), then a scale an output
                     acc += (tl.dot(lo, x_lo) * s_lo.to(tl.float32)[:, None]
                             + tl.dot(hi, x_hi) * s_hi.to(tl.float32)[:, None])
@@ -248,8 +237,8 @@ def int4_mm_kernel(
                     acc = tl.dot(lo, x_lo, acc)
                     acc = tl.dot(hi, x_hi, acc)
             else:
-                x_lo = _x_tile(x_row[:, None] + (k0 + offs_k)[None, :], m_ok[:, None], K, GLU, dt)
-                x_hi = _x_tile(x_row[:, None] + (half + k0 + offs_k)[None, :], m_ok[:, None], K, GLU, dt)
+                x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
+                x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
                 if POST_SCALE:
                     acc += (tl.dot(x_lo, tl.trans(lo)) * s_lo.to(tl.float32)[None, :]
                             + tl.dot(x_hi, tl.trans(hi)) * s_hi.to(tl.float32)[None, :])
@@ -258,8 +247,8 @@ def int4_mm_kernel(
                     acc = tl.dot(x_hi, tl.trans(hi), acc)
         else:  # a few rows: products in fp32, summed over the step, scaled once per row and group
             lo, hi = _dequant(b, DEQ, tl.float32)
-            x_lo = _x_tile(x_row[:, None] + (k0 + offs_k)[None, :], m_ok[:, None], K, GLU, dt).to(tl.float32)
-            x_hi = _x_tile(x_row[:, None] + (half + k0 + offs_k)[None, :], m_ok[:, None], K, GLU, dt).to(tl.float32)
+            x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
+            x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
             p_lo = tl.sum(lo[None, :, :] * x_lo[:, None, :], axis=2)  # (BLOCK_M, BLOCK_N)
             p_hi = tl.sum(hi[None, :, :] * x_hi[:, None, :], axis=2)
             acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
@@ -303,7 +292,7 @@ def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=Fal
 CONFIGS = {
     1: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
     4: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
-    8: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),  # not swept: the MMA's 8 columns hold 8 rows
+    8: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),  # not swept at 8 rows (module docstring)
     16: config(16, 128, 128, 0, False, 4, 3, deq=3, post_scale=True),
     1 << 62: config(128, 128, 64, 0, False, 8, 4, deq=3),
 }
@@ -435,26 +424,6 @@ def matmul(x, packed, scales, group_size=128):
         return lesson.matmul(x, packed, scales, group_size)  # not tensors: the lesson's checks and errors
     if e is None:
         return _first(key, x, packed, scales, group_size)
-    return _launch(e, x, packed, scales)
-
-
-def swiglu_matmul(gate_up, packed, scales, group_size=128):
-    """``matmul(swiglu.swiglu(gate_up), packed, scales, group_size)`` in one launch: ``gate_up`` ``(..., 2K)``
-    holds gate, then up (a fused projection's output), and the kernel forms each tile of
-    ``silu(gate) * up`` as it loads x (``GLU``), rounded as ``swiglu`` rounds it. A model's MLP then needs
-    no launch between its two matmuls."""
-    try:
-        key = (_t(gate_up), _t(packed), _t(scales), group_size, FP32_SCALES, "glu")
-        e = _INT4.get(key)
-    except (AttributeError, TypeError):
-        return matmul(k_swiglu.swiglu(gate_up), packed, scales, group_size)  # each one's checks and errors
-    if e is None:
-        return _first(key, gate_up, packed, scales, group_size, glu=True)
-    return _launch(e, gate_up, packed, scales)
-
-
-def _launch(e, x, packed, scales):
-    """A kept entry's launch: x (or gate_up) as rows, a new output."""
     if FP32_SCALES:
         scales = scales32(scales)
     x2 = x.reshape(-1, x.shape[-1])
@@ -467,23 +436,17 @@ def _launch(e, x, packed, scales):
     return y.view(out_shape)
 
 
-def _first(key, x, packed, scales, group_size, glu=False):
-    if glu and (x.dim() < 1 or x.shape[-1] % 2):  # not a (..., 2K) gate_up: swiglu's error
-        return matmul(k_swiglu.swiglu(x), packed, scales, group_size)
-    N, K, group_size = lesson.check_args(x[..., :x.shape[-1] // 2] if glu else x, packed, scales, group_size)
-    x2 = x.reshape(-1, x.shape[-1])
+def _first(key, x, packed, scales, group_size):
+    N, K, group_size = lesson.check_args(x, packed, scales, group_size)
+    x2 = x.reshape(-1, K)
     M = x2.shape[0]
     if not (x2.stride(-1) == 1 and packed.is_contiguous() and scales.is_contiguous()) or M == 0 or N == 0:
-        if glu:
-            return matmul(k_swiglu.swiglu(x), packed, scales, group_size)
         return run(x, packed, scales, group_size)  # unusual layouts: the ordinary launch, every call
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     cfg = plan(M, N, K, group_size, sms=sm_count(x.device))
     if FP32_SCALES:
         scales = scales32(scales)
     grid, args, static, meta = _launch_args(x2, packed.view(torch.int8), scales, y, N, K, group_size, cfg)
-    if glu:
-        meta["GLU"] = True
     out_shape = (*x.shape[:-1], N)
     template = torch.empty((), dtype=x.dtype, device=x.device).expand(M, N)  # empty_like: a new (M, N) tensor
     _INT4.first(key, args, static, grid, meta, info=(template, args[4], args[5], out_shape))  # and its workspace
