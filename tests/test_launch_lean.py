@@ -228,7 +228,8 @@ def test_gpu_decode_step_kernels_in_a_graph_at_new_inputs(dtype):
     cos, sin = lean_rope.rope_tables(4096, 128, device="cuda")
     pos = torch.arange(8, device="cuda")[:, None] + 100
     gu = torch.randn(8, 2 * 14336, device="cuda", dtype=dtype)
-    x, r, w = (torch.randn(8, 4096, device="cuda", dtype=dtype) for _ in range(3))
+    x, r = (torch.randn(8, 4096, device="cuda", dtype=dtype) for _ in range(2))
+    w = torch.randn(4096, device="cuda", dtype=dtype)  # RMSNorm's weight: one value a column
 
     def step():
         return (*lean_rope.rope(q, k, cos, sin, pos), *lean_rope.rope(qi, ki, cos, sin, pos, inplace=True),

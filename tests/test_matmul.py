@@ -227,8 +227,9 @@ def test_decode_plan_matches_torch(monkeypatch, M):
     fast.forget()
     try:
         want = a.double() @ b.double()
+        tol = 2e-3 if mode.INTERPRET else 6e-2  # on a GPU tl.dot multiplies fp32 as tf32 (10-bit mantissas)
         for _ in range(2):
-            torch.testing.assert_close(fast.matmul(a, b).double(), want, atol=2e-3, rtol=2e-3)
+            torch.testing.assert_close(fast.matmul(a, b).double(), want, atol=tol, rtol=2e-3)
         decode = [e for e in fast._MM_FIXED.entries.values() if e.info == "decode"]
         assert len(decode) == (1 if M <= 16 else 0)
         if decode:
