@@ -382,3 +382,16 @@ def test_out_of_bounds_hints_name_the_lessons_mask_not_vector_adds():
     assert "offsets < n" not in plain.hint + plain.detail and core.EDGE_MASK in plain.hint, plain
     named = core.oob_case("c", traffic.OutOfBoundsError(trace), mask="(offs_m[:, None] < M) & (offs_n[None, :] < N)")
     assert "Mask the store with (offs_m[:, None] < M) & (offs_n[None, :] < N)" in named.hint, named
+
+
+def test_a_loop_that_changes_a_values_type_gets_a_hint_that_names_it():
+    """Triton's compiler on a GPU refuses a loop whose carried value changes type (an fp16 accumulator
+    that tl.dot turns into fp32), where the interpreter runs it: the hint says so, not just "it raised"."""
+    from tkcourse.check.core.reports import error_case
+
+    exc = RuntimeError("at 14:4:\n    for k in range(0, steps):\n    ^\nAssertionError('Loop-carried variable acc has "
+                       "initial type <[64, 64], fp16> but is re-assigned to <[64, 64], fp32> in loop!')")
+    case = error_case("M=67 N=45 K=29 float32", exc)
+    assert case.status == "error" and "accumulate in fp32" in case.hint and "changes its type" in case.hint
+    other = error_case("M=1", RuntimeError("index out of range"))
+    assert "accumulate" not in other.hint  # only that error gets that hint

@@ -86,4 +86,8 @@ def error_case(label: str, exc: BaseException) -> Case:
     hint = "your code raised; the message above says where" + (f": {where}" if where else "")
     if isinstance(exc, (TypeError, NameError)) and "NoneType" in str(exc):
         hint = "something is still None: the stub's placeholder was not replaced"
+    elif "Loop-carried variable" in str(exc):  # Triton's compiler (on a GPU; the interpreter runs such a loop)
+        hint = ("a value your loop carries changes its type inside the loop, such as an accumulator started in "
+                "fp16 while tl.dot returns fp32: accumulate in fp32 (tl.zeros(..., dtype=tl.float32)), or give "
+                "the value the loop's type before the loop" + (f": {where}" if where else ""))
     return Case(label, "error", text, hint)
