@@ -109,6 +109,8 @@ def test_rope_write_bad_input_names_the_argument():
         kv_cache.rope_write(q, k, v, cos, sin, pos[:, :0], kc, vc, page, slot)
     with pytest.raises(ValueError, match="k and v"):
         kv_cache.rope_write(q, k, v[:, :, :1], cos, sin, pos, kc, vc, page, slot)
+    with pytest.raises(ValueError, match="q"):
+        kv_cache.rope_write(q.tolist(), k, v, cos, sin, pos, kc, vc, page, slot)
 
 
 def test_pdl_is_asked_for_only_where_the_gpu_has_it():

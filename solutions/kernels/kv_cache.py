@@ -194,8 +194,9 @@ def rope_write(q, k, v, cos, sin, positions, k_cache, v_cache, page, slot):
     try:
         key = (_t(q), _t(k), _t(v), _t(cos), _t(sin), _t(positions), _t(k_cache), _t(v_cache), _t(page), _t(slot))
         e = _ROPE_KV.get(key)
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError):  # not tensors: the checks say which
         _check(k, v, k_cache, v_cache, page, slot)
+        k_rope.check(q, k, cos, sin, positions, True)
         raise
     if e is None:
         return _rope_write_first(key, q, k, v, cos, sin, positions, k_cache, v_cache, page, slot)
