@@ -95,9 +95,10 @@ PAGE_SIZE = 16
 #: Input features that share one int4 scale (the course's int4 kernel plans for 128).
 GROUP_SIZE = 128
 #: The matmul's tiles in Triton's interpreter, where a program costs Python time rather than GPU time:
-#: the largest tiles of a small model's projections, a few programs a call. On a GPU, None: the
+#: the largest tiles the lesson's config takes, one to three programs a projection of the shipped model
+#: (each program costs its Python overhead, whatever its size). On a GPU, None: the
 #: library's own plan (split-K at decode sizes, autotuned at prefill sizes).
-MATMUL_CONFIG = dict(BLOCK_M=64, BLOCK_N=256, BLOCK_K=256, GROUP_M=1, num_warps=4, num_stages=1) if INTERPRET else None
+MATMUL_CONFIG = dict(BLOCK_M=64, BLOCK_N=512, BLOCK_K=512, GROUP_M=1, num_warps=4, num_stages=1) if INTERPRET else None
 #: Decode attention's plan in the interpreter: one program a (sequence, KV head) reading 64 tokens a step,
 #: the fewest programs and steps for a small model's short caches. On a GPU, None: the library's plan
 #: from the SM count.
