@@ -100,7 +100,7 @@ def tma_variant(a, b, cfg, pdl):
         K_matmul.matmul(a, b)
         ((e, template, ws),) = K_matmul.matmul_entries()
         assert ws == "tma" and e.tensor_descriptors, "not the TMA kernel's direct entry"
-        assert e.meta.get("PDL") == pdl and e.pdl == pdl, "PDL not as asked"
+        assert bool(e.meta.get("PDL")) == pdl and e.pdl == pdl, "PDL not as asked"
         assert e.meta["BLOCK_M"] == cfg["BLOCK_M"] and e.meta["num_stages"] == cfg["num_stages"]
     finally:
         small.TMA_CONFIGS.clear()

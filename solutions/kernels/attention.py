@@ -21,7 +21,7 @@ from .._occupancy import sm_count
 from ..flash_attention_autograd import trainable
 from . import attention_backward as fabt
 from . import attention_forward as fat
-from .lean import DIRECT, Lean, pdl_ok
+from .lean import DIRECT, Lean, pdl_meta
 from .lean import tensor_key as _t
 
 __all__ = ["attention_forward", "attention", "attention_backward", "LEANS"]
@@ -140,8 +140,7 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptor
         lean, meta = _FWD_FIXED, dict(ONE_WAVE_FWD_CONFIG, WARP_SPECIALIZE=False)
     else:
         lean, meta = (_FWD_SMALL, {}) if N <= SMALL_N_MAX else (_FWD_LARGE, {})
-    if FWD_PDL and pdl_ok(q.device):
-        meta.update(PDL=True, launch_pdl=True)
+    meta.update(pdl_meta(q.device, FWD_PDL))
     multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
     host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
     args = fat.descriptors(q, k, v, o, *multiple, host=host)
@@ -171,8 +170,7 @@ def _gqa_first(key, q, k, v, causal, sm_scale, host_descriptors=None):
         lean, meta = _FWD_GQA_FIXED, dict(fat.SMALL_N_CONFIG, WARP_SPECIALIZE=False)
     else:
         lean, meta = _FWD_GQA, {}
-    if FWD_PDL and pdl_ok(q.device):
-        meta.update(PDL=True, launch_pdl=True)
+    meta.update(pdl_meta(q.device, FWD_PDL))
     multiple = meta.get("BLOCK_M", _FWD_MULTIPLE), meta.get("BLOCK_N", _FWD_MULTIPLE)
     host = HOST_DESCRIPTORS if host_descriptors is None else host_descriptors
     args = fat.gqa_descriptors(q, k, v, o, *multiple, host=host)

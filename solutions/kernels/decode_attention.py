@@ -46,7 +46,7 @@ from .. import decode_attention as da
 from .._checks import ConfigSpec, integer, power_of_two
 from ..decode_attention import reference  # noqa: F401 (same API)
 from . import decode_plan
-from .lean import Lean, pdl_ok
+from .lean import Lean, pdl_meta
 from .lean import tensor_key as _t
 
 __all__ = ["decode_attention", "tuned_decode_attention", "check_inputs", "reference", "HEAD_DIMS", "LEANS",
@@ -54,7 +54,7 @@ __all__ = ["decode_attention", "tuned_decode_attention", "check_inputs", "refere
 
 HEAD_DIMS = (64, 128, 256)
 LOG2E = da.LOG2E
-#: Both kernels launched with programmatic dependent launch where the GPU has it (``lean.pdl_ok``).
+#: Both kernels launched with programmatic dependent launch where the GPU has it (``lean.pdl_meta``).
 #: Read when a key's entry is made.
 DECODE_PDL = True
 
@@ -204,12 +204,12 @@ def _plan(q, k_cache, block_table, max_seq_len, config=None) -> decode_plan.Plan
     return decode_plan.Plan(cfg["BLOCK_N"], splits, cfg["num_warps"], cfg["num_stages"], cfg["combine_warps"], block_s)
 
 
-def _metas(q, k_cache, plan, pdl):
+def _metas(q, k_cache, plan):
     """The two kernels' constexprs and launch options."""
     B, Hq, D = q.shape
     _, page_size, Hkv, _ = k_cache.shape
     group = Hq // Hkv
-    extra = dict(PDL=True, launch_pdl=True) if pdl else {}
+    extra = pdl_meta(q.device, DECODE_PDL)
     split = dict(HKV=Hkv, GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=D,
                  PAGE_SIZE=page_size, BLOCK_N=plan.block_n, ONE_SPLIT=plan.one_split,
                  num_warps=plan.num_warps, num_stages=plan.num_stages, **extra)
@@ -238,8 +238,7 @@ def tuned_decode_attention(q, k_cache, v_cache, seq_lens, block_table, sm_scale=
     hint = None if max_seq_len is None else _bucket(max_seq_len)
     plan = _plan(q, k_cache, block_table, hint, config)
     q, k_cache, v_cache, seq_lens, block_table = (t.contiguous() for t in (q, k_cache, v_cache, seq_lens, block_table))
-    pdl = DECODE_PDL and pdl_ok(q.device)
-    split_meta, merge_meta = _metas(q, k_cache, plan, pdl)
+    split_meta, merge_meta = _metas(q, k_cache, plan)
     out, m, l, acc = _workspace(q, plan)
     B, Hq, D = q.shape
     Hkv = k_cache.shape[2]
@@ -302,8 +301,7 @@ def _first(key, q, k_cache, v_cache, seq_lens, block_table, sm_scale, hint):
     prepared = all(t.is_contiguous() for t in tensors)
     q, k_cache, v_cache, seq_lens, block_table = (t.contiguous() for t in tensors)
     plan = _plan(q, k_cache, block_table, hint)
-    pdl = DECODE_PDL and pdl_ok(q.device)
-    split_meta, merge_meta = _metas(q, k_cache, plan, pdl)
+    split_meta, merge_meta = _metas(q, k_cache, plan)
     out, m, l, acc = _workspace(q, plan)
     B, Hq, D = q.shape
     Hkv = k_cache.shape[2]

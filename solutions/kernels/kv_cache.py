@@ -78,15 +78,9 @@ def rope_write_kernel(
     BLOCK_HALF: tl.constexpr,  # next_power_of_2(HALF)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
-    if PDL:
-        gdc_wait()  # the inputs may be the previous kernel's output
-        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
-    token = tl.program_id(0).to(tl.int64)  # b * T + t
-    hb = tl.program_id(1)
-    b = token // T
-    t = token % T
-    pos = tl.load(pos_ptr + b * pos_sb + t * pos_st).to(tl.int64)
-    c, s, j, jmask = k_rope.table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF)
+    token, b, t, c, s, j, jmask = k_rope.token_start(pos_ptr, pos_sb, pos_st, cos_ptr, sin_ptr, cos_stride, T, HALF,
+                                                     max_pos, BLOCK_HALF, PDL)
+    hb = tl.program_id(1)  # q's blocks of heads, then k's
     if hb < Q_BLOCKS:
         q = q_ptr + b * q_sb + t * q_st
         k_rope.rotate_heads(q, q, q_sh, q_sh, hb * BLOCK_H, HQ, c, s, j, jmask, HALF, BLOCK_H)

@@ -15,7 +15,7 @@ from .. import matmul as mm
 from .._checks import validate
 from . import matmul_small as small
 from .decode_plan import sm_count
-from .lean import DIRECT, Lean, hooks_on, pdl_meta, pdl_ok, stream_of
+from .lean import DIRECT, Lean, hooks_on, pdl_meta, stream_of
 from .lean import tensor_key as _t
 
 __all__ = ["matmul", "LEANS", "matmul_entries", "forget"]
@@ -119,8 +119,7 @@ def _matmul_first(key, a, b, config):
         _MM_FIXED.first(key, (a, b, c, *ws), ints, small.grid, meta, info="decode")
         return c
     if cfg is None and not INTERPRET and MATMUL_TMA and mnk <= small.TMA_MAX_MNK and small.tma_ok(a, b):
-        pdl = MATMUL_PDL and pdl_ok(a.device)
-        meta = dict(small.tma_config(mnk), PDL=pdl, launch_pdl=pdl)
+        meta = dict(small.tma_config(mnk), **pdl_meta(a.device, MATMUL_PDL))
         grid = (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
         _MM_TMA.first(key, tuple(small.tma_descriptors(a, b, c, meta)), (M, N, K), grid, meta, info="tma",
                       templates=lambda m: dict(enumerate(small.tma_descriptors(a, b, c, m))))

@@ -42,8 +42,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from .._checks import validate
 from .lean import Lean, hooks_on, pdl_meta
 
-__all__ = ["rope", "rope_tables", "rope_reference", "rope_kernel", "rotate_heads", "table_row", "check", "hf_rope", "ROPE_PDL",
-           "LEANS", "forget"]
+__all__ = ["rope", "rope_tables", "rope_reference", "rope_kernel", "rotate_heads", "table_row", "token_start", "check",
+           "hf_rope", "ROPE_PDL", "LEANS", "forget"]
 
 
 @triton.jit
@@ -72,6 +72,23 @@ def table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF: tl.c
 
 
 @triton.jit
+def token_start(pos_ptr, pos_sb, pos_st, cos_ptr, sin_ptr, cos_stride, T, HALF, max_pos, BLOCK_HALF: tl.constexpr,
+                PDL: tl.constexpr):
+    """The start of a program of one token (axis 0 of the grid, ``b * T + t``): with ``PDL``, wait for the
+    kernel before and let the next one start; then ``(token, b, t)`` in 64 bits (offsets can pass 2**31
+    in a long prefill) and the token's row of the tables (``table_row``)."""
+    if PDL:
+        gdc_wait()  # the inputs may be the previous kernel's output
+        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
+    token = tl.program_id(0).to(tl.int64)
+    b = token // T
+    t = token % T
+    pos = tl.load(pos_ptr + b * pos_sb + t * pos_st).to(tl.int64)  # read 1 position
+    c, s, j, jmask = table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF)
+    return token, b, t, c, s, j, jmask
+
+
+@triton.jit
 def rope_kernel(
     q_ptr,  # pointer to q[0, 0, 0, 0], (B, T, Hq, D), last dim contiguous
     k_ptr,  # pointer to k[0, 0, 0, 0], (B, T, Hkv, D), last dim contiguous
@@ -96,15 +113,9 @@ def rope_kernel(
     BLOCK_HALF: tl.constexpr,  # next_power_of_2(HALF)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
-    if PDL:
-        gdc_wait()  # the inputs may be the previous kernel's output
-        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
-    token = tl.program_id(0).to(tl.int64)  # b * T + t; 64-bit: offsets can pass 2**31 in a long prefill
+    token, b, t, c, s, j, jmask = token_start(pos_ptr, pos_sb, pos_st, cos_ptr, sin_ptr, cos_stride, T, HALF, max_pos,
+                                              BLOCK_HALF, PDL)
     hb = tl.program_id(1)  # the block of heads
-    b = token // T
-    t = token % T
-    pos = tl.load(pos_ptr + b * pos_sb + t * pos_st).to(tl.int64)  # read 1 position
-    c, s, j, jmask = table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF)
     if hb < Q_BLOCKS:
         rotate_heads(q_ptr + b * q_sb + t * q_st, qo_ptr + b * qo_sb + t * qo_st, q_sh, qo_sh, hb * BLOCK_H, HQ,
                 c, s, j, jmask, HALF, BLOCK_H)
