@@ -11,6 +11,9 @@ figure belongs to, every provider measured the same way in the same run:
 - ``graph, flushed``: ``tkcourse.bench.graph_ms`` (a CUDA graph, the L2 flushed before each replay:
   the table's ``graph_ms``);
 - ``eager, flushed``: ``triton.testing.do_bench`` (the table's ``ms``: the lean launch from the host);
+- ``graph, read flush``: as the first, the L2 flushed by reading the 256 MB buffer instead of zeroing it,
+  which leaves no modified line in the L2 for the timed kernel's reads to write back first (a model's
+  decode step finds the L2 so: the previous kernels read far more than they wrote);
 - ``graph, back to back``: ``triton.testing.do_bench_cudagraph`` (``plan_probe.py``'s method).
 
 Providers: the course's decode attention (lean path), a copy of the K cache (read and write: as many
@@ -36,6 +39,7 @@ from tkcourse.bench import graph_ms  # noqa: E402
 
 METHODS = {
     "graph, flushed": lambda fn: graph_ms(fn, rep=50),
+    "graph, read flush": lambda fn: graph_ms(fn, rep=50, flush="read"),
     "eager, flushed": lambda fn: triton.testing.do_bench(fn, warmup=10, rep=50),
     "graph, back to back": lambda fn: triton.testing.do_bench_cudagraph(fn, rep=50),
 }

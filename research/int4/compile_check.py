@@ -37,6 +37,12 @@ CONFIGS = {
     "gemv": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv32": fast.config(1, 32, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv_deq1": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=1),
+    "deq4": dict(fast.CONFIGS[1], DEQ=4),
+    "deq9": dict(fast.CONFIGS[1], DEQ=9),
+    "tma": dict(fast.CONFIGS[1], TMA=True),
+    "deq4tma": dict(fast.CONFIGS[1], DEQ=4, TMA=True),
+    "m16": fast.CONFIGS[16],
+    "m16deq4": dict(fast.CONFIGS[16], DEQ=4),
 }
 
 
@@ -47,6 +53,8 @@ def compile_one(cfg: dict, dtype: str, fp32_scales: bool):
     sig = {"x_ptr": f"*{dtype}", "w_ptr": "*i8", "s_ptr": "*fp32" if fp32_scales else f"*{dtype}", "y_ptr": f"*{dtype}",
            "ws_ptr": "*fp32", "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
            "stride_wn": "i32", "stride_sn": "i32", "stride_ym": "i32"}
+    if c.get("TMA"):  # the weight as a host-side tensor descriptor, blocks (BLOCK_N, BLOCK_K)
+        sig["w_ptr"] = f"tensordesc<i8[{c['BLOCK_N']}, {c['BLOCK_K']}]>"
     consts = dict(GROUP=128, **c)
     # what a launch at the bench shapes specializes: every pointer, N, K and stride a multiple of 16 (the
     # scales' row stride K/128 too), but M, which the kernel asks Triton not to specialize

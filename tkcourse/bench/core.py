@@ -208,12 +208,17 @@ def capture(fn: Callable[[], object], on_warmup_stream: bool = False):
     return graph, out
 
 
-def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
+def graph_ms(fn: Callable[[], object], rep: int = 100, flush: str = "zero") -> float:
     """Median milliseconds of ``fn`` replayed from a CUDA graph: the GPU's work without the launch path.
 
     ``fn`` is run twice on a side stream (compiling, autotuning), then captured once; the L2 cache is
-    flushed before each timed replay, as ``do_bench`` does. A launcher that cannot be captured raises.
+    flushed before each timed replay: ``flush="zero"`` zeroes a buffer larger than the L2, as ``do_bench``
+    does, which leaves the L2 full of modified lines that the timed kernel's own reads must first write
+    back; ``"read"`` reads that buffer instead, which leaves nothing to write back, as a model's kernel finds
+    the L2 after the previous layer's weights were read. A launcher that cannot be captured raises.
     """
+    if flush not in ("zero", "read"):
+        raise ValueError(f"flush = {flush!r}: 'zero' or 'read'")
     refuse_in_interpreter()
     import torch
     from triton import runtime
@@ -224,8 +229,12 @@ def graph_ms(fn: Callable[[], object], rep: int = 100) -> float:
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     for _ in range(10):
         graph.replay()
+    sink = torch.empty(1, dtype=cache.dtype, device=cache.device)
     for start, end in zip(starts, ends):
-        runtime.driver.active.clear_cache(cache)
+        if flush == "zero":
+            runtime.driver.active.clear_cache(cache)
+        else:
+            torch.amax(cache.view(-1), dim=0, keepdim=True, out=sink)
         start.record()
         graph.replay()
         end.record()
