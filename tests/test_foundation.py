@@ -185,6 +185,11 @@ def test_launch_timers_refuse_in_interpreter(timer):
         timer(lambda: None)
 
 
+def test_graph_ms_names_its_flushes():
+    with pytest.raises(ValueError, match="'zero' or 'read'"):
+        bench.graph_ms(lambda: None, flush="clean")
+
+
 def test_softmax_shape_cases_measure_the_given_kernel_and_its_peers():
     from benchmarks.softmax import shape_cases
     from solutions.softmax import softmax
@@ -221,6 +226,7 @@ def test_launch_timers_and_peak_memory_on_a_gpu():
 
     x = torch.randn(1 << 20, device="cuda")
     assert bench.host_us(lambda: x.mul(2)) > 0 and bench.graph_ms(lambda: x.mul(2)) > 0
+    assert bench.graph_ms(lambda: x.mul(2), rep=5, flush="read") > 0
     t = bench.host_and_gpu_time(lambda: x.mul(2), n=5)
     assert all(t[k] > 0 for k in ("host_us", "wall_once_us", "event_us", "sync_us", "eager_us", "graph_us"))
     (row,) = bench.run([bench.Case("mul", "torch", "1048576", "float32", lambda: x.mul(2), bytes=8 << 20)],

@@ -6,7 +6,7 @@ ships ``ptxas`` and ``cuobjdump``.
     python research/int4/compile_check.py [CONFIG ...] [--dtype bf16|fp16] [--fp32-scales] [--out DIR]
 
 CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``, ``gemv``, ``gemv32``,
-``gemv_deq1``; default all. To check against the
+``gemv_deq1``, ``m16``; default all. To check against the
 Triton the GPU machine runs (3.6), install that wheel apart and put it first on the path:
 ``pip download triton==3.6.0 --no-deps -d W && pip install --no-deps --target T W/triton-*.whl`` then
 ``PYTHONPATH=T python research/int4/compile_check.py``.
@@ -37,12 +37,7 @@ CONFIGS = {
     "gemv": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv32": fast.config(1, 32, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv_deq1": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=1),
-    "deq4": dict(fast.CONFIGS[1], DEQ=4),
-    "deq9": dict(fast.CONFIGS[1], DEQ=9),
-    "tma": dict(fast.CONFIGS[1], TMA=True),
-    "deq4tma": dict(fast.CONFIGS[1], DEQ=4, TMA=True),
     "m16": fast.CONFIGS[16],
-    "m16deq4": dict(fast.CONFIGS[16], DEQ=4),
 }
 
 
@@ -53,8 +48,6 @@ def compile_one(cfg: dict, dtype: str, fp32_scales: bool):
     sig = {"x_ptr": f"*{dtype}", "w_ptr": "*i8", "s_ptr": "*fp32" if fp32_scales else f"*{dtype}", "y_ptr": f"*{dtype}",
            "ws_ptr": "*fp32", "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
            "stride_wn": "i32", "stride_sn": "i32", "stride_ym": "i32"}
-    if c.get("TMA"):  # the weight as a host-side tensor descriptor, blocks (BLOCK_N, BLOCK_K)
-        sig["w_ptr"] = f"tensordesc<i8[{c['BLOCK_N']}, {c['BLOCK_K']}]>"
     consts = dict(GROUP=128, **c)
     # what a launch at the bench shapes specializes: every pointer, N, K and stride a multiple of 16 (the
     # scales' row stride K/128 too), but M, which the kernel asks Triton not to specialize

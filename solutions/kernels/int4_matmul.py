@@ -4,9 +4,12 @@
 checks on a key's first call): ``x @ dequantize(packed, scales).T``.
 
 One kernel, ``int4_mm_kernel``, and the ideas the lesson's kernel leaves out. At a decode step's few
-rows the kernel is not waiting on memory but on its own instructions: an SM issues four warp-instructions
-a clock, and to read the weights at the copy's speed it may spend only a few on each byte. Each idea
-below removes instructions a weight byte (``research/int4/compile_check.py`` counts them in the SASS).
+rows the lesson's kernel is not waiting on memory but on its own instructions: an SM issues four
+warp-instructions a clock, and to read the weights at the copy's speed it may spend only a few on each
+byte. Each idea below removes instructions a weight byte (``research/int4/compile_check.py`` counts them
+in the SASS). With all of them the instructions no longer decide: on the H200, the kernel with its
+dequantization taken out altogether ran hardly faster, and the kernel reads the weight at about four
+fifths of the rate of a Triton kernel that only reads the same bytes (``research/int4/limit_probe.py``).
 
 - **Dequantizing with bit tricks instead of conversions.** Turning an integer into a float is a
   conversion instruction, which an H100/H200 SM runs at a quarter of its integer rate. Instead, four
@@ -39,10 +42,13 @@ M 1, 4, 16 and 128; at 8 rows, a model's batch of 8, the swapped tile took a dec
 from 1972 to 2368 tokens/s against the 16-row tile: ``research/llm/logs/step_probe_second.log``).
 
 Forming SwiGLU inside the down projection's loads (``silu(gate) * up`` as x is loaded) lost a quarter
-of the int4 step's speed on the H200 (the same log): each program recomputes the activation of its whole
-x tile, padded to 8 columns at one row, in a loop that is bound by its instructions already. ``DOT=False``
-(fp32 multiply-adds, no tensor cores), ``PREFETCH`` (the next step's bytes loaded by hand) and
-``EARLY_SCALES`` (the next step's scales loaded during this one) are candidates the sweep measures.
+of the int4 step's speed on the H200 (the same log): each program recomputes the activation of its
+whole x tile, padded to 8 columns at one row, in every step, far more instructions than the
+dequantization's. Taking the bit trick's bias off after the MMA (one ``lop3`` a pair of values, the bias
+times the sum of x subtracted from the fp32 product) lost there, and loading the weight's tiles by the
+TMA tied (``research/int4/logs/limit_probe_first_*.log``). ``DOT=False`` (fp32 multiply-adds, no tensor
+cores), ``PREFETCH`` (the next step's bytes loaded by hand) and ``EARLY_SCALES`` (the next step's scales
+loaded during this one) are candidates the sweep measures.
 """
 
 from __future__ import annotations
@@ -78,56 +84,8 @@ def _dequant(b, DEQ: tl.constexpr, dtype: tl.constexpr):
     ``DEQ`` 0: shifts and an int-to-float conversion (the lesson's way); 1: the bit trick on 16- or
     32-bit integers (``dtype``'s width), in Triton; 2: the bit trick in PTX on whole 32-bit words,
     two values an instruction (16-bit ``dtype`` only); 3: the same in fewer instructions (a candidate).
-    In the interpreter, 2 and 3 run as 1.
-
-    ``DEQ`` 4: the values left biased (``BIASED``), for the kernel to take the bias off after the MMA: in fp16
-    ``1032 + v`` (low nibbles) and ``1152 + 16 v`` (high nibbles, used where they lie), in bf16 ``136 + v``;
-    one ``lop3`` a pair, in PTX; ``DEQ`` 5 is the same in Triton (the interpreter's)."""
-    if DEQ == 4:
-        if dtype == tl.float16:
-            lo, hi = tl.inline_asm_elementwise(
-                asm="""{
-                .reg .b32 t, s;
-                prmt.b32 t, $4, 0, 0x3120;
-                shr.u32 s, t, 8;
-                lop3.b32 $0, t, 0x000f000f, 0x64086408, 0x6a;
-                lop3.b32 $1, s, 0x000f000f, 0x64086408, 0x6a;
-                lop3.b32 $2, t, 0x00f000f0, 0x64806480, 0x6a;
-                lop3.b32 $3, s, 0x00f000f0, 0x64806480, 0x6a;
-                }""",
-                constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
-        else:
-            lo, hi = tl.inline_asm_elementwise(
-                asm="""{
-                .reg .b32 t, s;
-                prmt.b32 t, $4, 0, 0x3120;
-                lop3.b32 $0, t, 0x000f000f, 0x43084308, 0x6a;
-                shr.u32 s, t, 4;
-                lop3.b32 $2, s, 0x000f000f, 0x43084308, 0x6a;
-                shr.u32 s, t, 8;
-                lop3.b32 $1, s, 0x000f000f, 0x43084308, 0x6a;
-                shr.u32 s, t, 12;
-                lop3.b32 $3, s, 0x000f000f, 0x43084308, 0x6a;
-                }""",
-                constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-    elif DEQ == 5:
-        t = b.to(tl.int16)
-        if dtype == tl.float16:
-            lo = ((t & 0xF) ^ 0x6408).to(tl.float16, bitcast=True)
-            hi = ((t & 0xF0) ^ 0x6480).to(tl.float16, bitcast=True)
-        else:
-            lo = ((t & 0xF) ^ 0x4308).to(tl.bfloat16, bitcast=True)
-            hi = (((t >> 4) & 0xF) ^ 0x4308).to(tl.bfloat16, bitcast=True)
-    elif DEQ == 9:  # ABLATION (research only): the raw words as values, no dequantization at all
-        if dtype == tl.float16:
-            lo, hi = tl.inline_asm_elementwise(
-                asm="mov.b32 $0, $4; mov.b32 $1, $4; mov.b32 $2, $4; mov.b32 $3, $4;",
-                constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
-        else:
-            lo, hi = tl.inline_asm_elementwise(
-                asm="mov.b32 $0, $4; mov.b32 $1, $4; mov.b32 $2, $4; mov.b32 $3, $4;",
-                constraints="=r,=r,=r,=r,r", args=[b], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-    elif DEQ == 3:  # DEQ 2 with fewer instructions: masks and magic in one lop3, constants passed in once
+    In the interpreter, 2 and 3 run as 1."""
+    if DEQ == 3:  # DEQ 2 with fewer instructions: masks and magic in one lop3, constants passed in once
         m = tl.full(b.shape, MAGIC16 if dtype == tl.float16 else MAGIC_BF16, tl.int32)
         if dtype == tl.float16:
             # the high nibbles stay in bits 4-7: 1024 + 16 (v + 8), then (x / 16) - 72 in one fma
@@ -220,7 +178,6 @@ def int4_mm_kernel(
     EARLY_SCALES: tl.constexpr = False,  # load the next step's scales during this step
     POST_SCALE: tl.constexpr = False,  # scale the MMA's product (fp32, a value an output) instead of the weight
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
-    TMA: tl.constexpr = False,  # w_ptr is a tensor descriptor of the packed weight, blocks (BLOCK_N, BLOCK_K)
 ):
     if PDL:
         gdc_wait()  # x may be the previous kernel's output, and y's memory what it still reads
@@ -245,18 +202,7 @@ def int4_mm_kernel(
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if not TMA:
-        w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
-    # DEQ 4 and 5 leave each value biased by a constant (``_dequant``): the MMA takes them so, and the bias
-    # times the step's sum of x comes off its fp32 product, before the scale
-    if dt == tl.float16:
-        bias_lo = 1032.0
-        bias_hi = 1152.0
-        hi_unit = 0.0625  # fp16's high nibbles are 16 v
-    else:
-        bias_lo = 136.0
-        bias_hi = 136.0
-        hi_unit = 1.0
+    w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
     s_row = s_ptr + rows_n * stride_sn
     x_row = x_ptr + offs_m.to(tl.int64) * stride_xm
     if PREFETCH:
@@ -270,8 +216,6 @@ def int4_mm_kernel(
         if PREFETCH:  # the load of step + 1 is in flight while step's bytes are unpacked and multiplied
             b = b_next
             b_next = tl.load(w_row + (tl.minimum(step + 1, steps - 1) * BLOCK_K + offs_k)[None, :])
-        elif TMA:
-            b = w_ptr.load([pid_n * BLOCK_N, k0])
         else:
             b = tl.load(w_row + (k0 + offs_k)[None, :])  # (BLOCK_N, BLOCK_K) bytes
         if EARLY_SCALES:  # a scale is 2 bytes, too few for Triton's pipeliner (cp.async moves 4 or more): loaded
@@ -293,13 +237,8 @@ def int4_mm_kernel(
                 x_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
                 x_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
                 if POST_SCALE:  # the MMA of the unscaled integers (exact in x's dtype), then a scale an output
-                    p_lo = tl.dot(lo, x_lo)
-                    p_hi = tl.dot(hi, x_hi)
-                    if DEQ == 4 or DEQ == 5:
-                        p_lo -= bias_lo * tl.sum(x_lo.to(tl.float32), axis=0)[None, :]
-                        p_hi -= bias_hi * tl.sum(x_hi.to(tl.float32), axis=0)[None, :]
-                        s_hi = s_hi.to(tl.float32) * hi_unit
-                    acc += p_lo * s_lo.to(tl.float32)[:, None] + p_hi * s_hi.to(tl.float32)[:, None]
+                    acc += (tl.dot(lo, x_lo) * s_lo.to(tl.float32)[:, None]
+                            + tl.dot(hi, x_hi) * s_hi.to(tl.float32)[:, None])
                 else:
                     acc = tl.dot(lo, x_lo, acc)
                     acc = tl.dot(hi, x_hi, acc)
@@ -307,13 +246,8 @@ def int4_mm_kernel(
                 x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
                 x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
                 if POST_SCALE:
-                    p_lo = tl.dot(x_lo, tl.trans(lo))
-                    p_hi = tl.dot(x_hi, tl.trans(hi))
-                    if DEQ == 4 or DEQ == 5:
-                        p_lo -= bias_lo * tl.sum(x_lo.to(tl.float32), axis=1)[:, None]
-                        p_hi -= bias_hi * tl.sum(x_hi.to(tl.float32), axis=1)[:, None]
-                        s_hi = s_hi.to(tl.float32) * hi_unit
-                    acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
+                    acc += (tl.dot(x_lo, tl.trans(lo)) * s_lo.to(tl.float32)[None, :]
+                            + tl.dot(x_hi, tl.trans(hi)) * s_hi.to(tl.float32)[None, :])
                 else:
                     acc = tl.dot(x_lo, tl.trans(lo), acc)
                     acc = tl.dot(x_hi, tl.trans(hi), acc)
@@ -412,10 +346,8 @@ def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None, sm
     # an MMA's columns may be as few as 8 (x's rows when SWAP puts them there), its rows no fewer than 16
     least = 8 if cfg["SWAP"] else 16
     cfg["BLOCK_M"] = max(least, min(cfg["BLOCK_M"], need)) if cfg["DOT"] else min(cfg["BLOCK_M"], need)
-    if cfg["DEQ"] == 4 and not (cfg["POST_SCALE"] and cfg["DOT"]):  # the bias comes off the MMA's product
-        cfg["DEQ"] = 3
-    if INTERPRET and cfg["DEQ"] in (2, 3, 4):  # the interpreter runs no PTX: the same trick in Triton
-        cfg["DEQ"] = 5 if cfg["DEQ"] == 4 else 1
+    if INTERPRET and cfg["DEQ"] >= 2:  # the interpreter runs no PTX: the same trick in Triton
+        cfg["DEQ"] = 1
     if cfg["SPLIT_K"] == 0:
         cfg["SPLIT_K"] = auto_split(M, N, K, cfg, sms)
     cfg["SPLIT_K"] = max(1, min(cfg["SPLIT_K"], (K // 2) // bk))
