@@ -30,12 +30,15 @@ lessons:  ## copy into my-notebooks/ each lesson you have no copy of (make lab d
 lab: setup lessons  ## open JupyterLab on your copies of the lessons (my-notebooks/)
 	$(BIN)/python -m tkcourse lab --notebook-dir $(MINE)
 
+# The suite on WORKERS processes (pytest-xdist): the notebooks on one (tests/conftest.py), the rest beside
+# them. WORKERS=0 runs it in this one process; more than 2 help only on machines with more cores.
+WORKERS ?= 2
 test: setup  ## the layers (import-linter), then the whole suite: unit tests, graders, notebooks, the browser test
 	$(BIN)/lint-imports
-	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q --durations=15 tests
+	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q --durations=15 -n $(WORKERS) --dist loadgroup tests
 
 unit: setup  ## unit tests only
-	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q tests -m "not browser"
+	TKCOURSE_SOLUTIONS=1 $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup tests -m "not browser"
 
 notebooks: setup  ## run every notebook as a learner does (untouched exercises, TKCOURSE_SOLUTIONS unset)
 	$(BIN)/python -m pytest -q tests/test_learner_path.py
