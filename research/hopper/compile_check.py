@@ -1,5 +1,7 @@
 """Compile the Gluon kernels of ``research/hopper/`` for an H100/H200 (sm_90a) on a machine with no GPU:
-that they build, their shared memory, and how many wgmma and waits their PTX holds.
+that they build, their shared memory, how many wgmma and waits their PTX holds, and whether ptxas
+serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
+be in flight, and every wgmma of the kernel then waits for the one before).
 
     python research/hopper/compile_check.py
 
@@ -41,10 +43,25 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     descs = ga.descriptors(q, q, q, q, cfg)
     sig = {name: mangle_type(d) for name, d in zip(("q_desc", "k_desc", "v_desc", "o_desc"), descs)}
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
-    src = GluonASTSource(kernel or ga.attention_fwd_kernel, sig,
-                         constexprs=dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"]),
+    consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
+    if "GROUP" in (kernel or ga.attention_fwd_kernel).arg_names:  # grouped-query heads: one K/V head for 4 here
+        sig["GROUP"], consts["GROUP"] = "constexpr", 4
+    src = GluonASTSource(kernel or ga.attention_fwd_kernel, sig, constexprs=consts,
                          attrs={(4,): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
+
+
+def serialized(ptx: str) -> bool:
+    """Whether ptxas (the wheel's, for sm_90a) warns that it serializes the PTX's wgmma (C7514)."""
+    import subprocess
+    import tempfile
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "k.ptx").write_text(ptx)
+        info = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"],
+                              capture_output=True, text=True).stderr
+    return "C7514" in info
 
 
 def main():
@@ -57,13 +74,15 @@ def main():
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}, "
               f"TMA loads {len(re.findall(r'cp.async.bulk.tensor', ptx))}, mbarrier waits "
               f"{len(re.findall(r'mbarrier.try_wait', ptx))}")
-    attention = (("attention", ga.attention_fwd_kernel), ("attention, warp-specialized", ga.attention_ws_kernel))
+    attention = (("attention", ga.attention_fwd_kernel), ("attention, warp-specialized", ga.attention_ws_kernel),
+                 ("attention, overlapped", ga.attention_overlap_kernel))
     for (name, kernel), dtype, D, causal in itertools.product(attention, (torch.float16, torch.bfloat16), (64, 128),
                                                               (False, True)):
         k = compile_attention(dtype, D=D, causal=causal, kernel=kernel)
         ptx = k.asm["ptx"]
         print(f"{name} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
-              f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}")
+              f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}"
+              f"{', SERIALIZED by ptxas (C7514)' if serialized(ptx) else ''}")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """FlashAttention's forward on Hopper in Gluon, the attention rung of the Hopper lesson's ladder: Q once
 by TMA, K and V by TMA into a ring of stages guarded by mbarriers, S = Q K^T and O += P V on
 asynchronous warpgroup MMAs, the online softmax of lesson 05 in registers between them (Dao 2023;
-Shah et al. 2024 for the Hopper schedule). Causal or not; not yet warp-specialized nor ping-ponged:
-the next rungs. N must be a multiple of BLOCK_M and BLOCK_N (TMA reads a head's rows from one 2-D view
+Shah et al. 2024 for the Hopper schedule). Causal or not. Rungs: pipelined; warp-specialized (a
+producer warp); overlapped (the softmax of a block beside the next block's S, FlashAttention-3's
+intra-warpgroup pipelining; it also takes grouped-query heads). Not yet ping-ponged between warpgroups:
+the next rung. N must be a multiple of BLOCK_M and BLOCK_N (TMA reads a head's rows from one 2-D view
 of all heads, so a ragged tail would read and write the next head's rows).
 
     python research/hopper/gluon_attention.py check   # on an H100/H200: against SDPA, then timed
+    python research/hopper/gluon_attention.py check gqa  # the overlapped rung with grouped-query heads
     python research/hopper/compile_check.py           # on any machine: builds it for sm_90a
 """
 from __future__ import annotations
@@ -219,6 +222,120 @@ def attention_ws_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.
         mbarrier.invalidate(empty.index(s))
 
 
+# ---- the next rung: the softmax of block i overlapped with the S of block i + 1 (FlashAttention-3's
+# intra-warpgroup pipelining, Shah et al. 2024, section 3.2) ----
+@gluon.jit
+def _attn_load_kv_partition(q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, k_empty, v_ready,
+                            v_empty, N, CAUSAL: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
+    """One warp: Q once, then K and V each into its own ring: a K slot comes back as soon as its S is done,
+    a V slot once its P V is, so the next S never waits on the P V still reading the V beside it. ``GROUP``
+    query heads share a K/V head (grouped-query attention: program (b, h) reads K/V head h // GROUP)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    start_m = gl.program_id(0) * BLOCK_M
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [gl.program_id(1) * N + start_m, 0], q_bar, q_smem)
+    row0 = gl.program_id(1) // GROUP * N  # (b * Hq + h) // GROUP is b * Hkv + h // GROUP
+    steps = _kv_steps(N, start_m, BLOCK_M, BLOCK_N, CAUSAL)
+    # K runs a block ahead of V: S(i + 1) is issued before P V(i)
+    mbarrier.expect(k_ready.index(0), k_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [row0, 0], k_ready.index(0), k_ring.index(0))
+    for i in range(steps):
+        if i + 1 < steps:
+            st = (i + 1) % STAGES
+            mbarrier.wait(k_empty.index(st), (((i + 1) // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+            mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row0 + (i + 1) * BLOCK_N, 0], k_ready.index(st), k_ring.index(st))
+        st = i % STAGES
+        mbarrier.wait(v_empty.index(st), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [row0 + i * BLOCK_N, 0], v_ready.index(st), v_ring.index(st))
+
+
+@gluon.jit
+def _attn_mma_overlap_partition(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                                N, sm_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """S of block i + 1 goes to the tensor cores before the softmax of block i, which runs meanwhile; one
+    ``warpgroup_mma_wait(1)`` after P V(i) is issued means S(i + 1) is done (wgmma groups complete in the
+    order they were committed). P V(i - 1) is waited for before S(i + 1) is issued, not after: with O's
+    rescale reading its accumulator while S(i + 1) was in flight, ptxas serialized every wgmma of the
+    kernel (its warning C7514)."""
+    BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
+    D: gl.constexpr = o_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
+    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
+    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
+    start_m = gl.program_id(0) * BLOCK_M
+    row0 = gl.program_id(1) * N
+    steps = _kv_steps(N, start_m, BLOCK_M, BLOCK_N, CAUSAL)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = warpgroup_mma_init(gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout))
+    s_zero = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=s_layout)
+    qk_scale = sm_scale * 1.4426950408889634
+    mbarrier.wait(q_bar, phase=0)
+    mbarrier.wait(k_ready.index(0), phase=0)
+    s_acc = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    s_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    for i in range(steps - 1):  # every block but the last, whose S has no next one to overlap
+        cur = i % STAGES
+        nxt = (i + 1) % STAGES
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))  # P V(i - 1) done: O may be rescaled
+        mbarrier.wait(k_ready.index(nxt), phase=((i + 1) // STAGES) & 1)
+        s_next = warpgroup_mma(q_smem, k_ring.index(nxt).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        mbarrier.arrive(v_empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+        mbarrier.wait(v_ready.index(cur), phase=(i // STAGES) & 1)
+        acc, m_i, l_i = _softmax_pv(s_acc, acc, m_i, l_i, v_ring.index(cur), i, start_m, qk_scale, CAUSAL, BLOCK_M,
+                                    BLOCK_N, D, num_warps)
+        s_acc = warpgroup_mma_wait(num_outstanding=1, deps=(s_next,))  # S(i + 1) done, P V(i) in flight
+        mbarrier.arrive(k_empty.index(nxt), count=1)
+    last = steps - 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
+    acc, m_i, l_i = _softmax_pv(s_acc, acc, m_i, l_i, v_ring.index(last % STAGES), last, start_m, qk_scale, CAUSAL,
+                                BLOCK_M, BLOCK_N, D, num_warps)
+    _store_o(acc, l_i, o_desc, o_smem, row0 + start_m, BLOCK_M, D, num_warps)
+
+
+@gluon.jit
+def attention_overlap_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.constexpr,
+                             STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1):
+    """``attention_ws_kernel`` with the softmax of each block overlapped with the next block's S, and K and
+    V in rings of their own (``_attn_mma_overlap_partition``)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    o_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(k_empty.index(s), count=1)
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(v_empty.index(s), count=1)
+    gl.warp_specialize([
+        (_attn_mma_overlap_partition, (o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_empty, v_ready,
+                                       v_empty, N, sm_scale, CAUSAL, STAGES, num_warps)),
+        (_attn_load_kv_partition, (q_desc, k_desc, v_desc, q_smem, k_ring, v_ring, q_bar, k_ready, k_empty, v_ready,
+                                   v_empty, N, CAUSAL, STAGES, GROUP)),
+    ], [1], [24])
+    mbarrier.invalidate(q_bar)
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(k_ready.index(s))
+        mbarrier.invalidate(k_empty.index(s))
+        mbarrier.invalidate(v_ready.index(s))
+        mbarrier.invalidate(v_empty.index(s))
+
+
 CONFIG = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=8)
 
 
@@ -246,6 +363,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, cfg=CONFIG, kernel=N
     o = torch.empty_like(q)
     sm_scale = D ** -0.5 if sm_scale is None else sm_scale
     meta = {k_: v_ for k_, v_ in cfg.items() if not k_.startswith("BLOCK")}
+    if k.shape[1] != H:  # grouped-query heads: the overlapped rung takes them
+        meta["GROUP"] = H // k.shape[1]
     kernel = attention_fwd_kernel if kernel is None else kernel
     kernel[(N // cfg["BLOCK_M"], B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal, **meta)
     return o
@@ -265,7 +384,8 @@ def check():
             if N >= 4096:
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     tc = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-            for rung, kernel in (("pipelined", attention_fwd_kernel), ("warp-specialized", attention_ws_kernel)):
+            for rung, kernel in (("pipelined", attention_fwd_kernel), ("warp-specialized", attention_ws_kernel),
+                                 ("overlapped", attention_overlap_kernel)):
                 try:
                     o = attention_forward(q, k, v, causal, kernel=kernel)
                     err = (o.float() - ref).abs().max().item()
@@ -279,5 +399,42 @@ def check():
                 print(line, flush=True)
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["check"]:
-    check()
+def check_gqa():
+    """Grouped-query heads (Hq 32, Hkv 8, D 128) on the overlapped rung, against SDPA's fastest backend
+    with ``enable_gqa`` in the same run."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for dtype, causal, (B, N) in itertools.product((torch.float16, torch.bfloat16), (False, True),
+                                                   ((1, 4096), (4, 4096), (1, 16384))):
+        q = torch.randn(B, 32, N, 128, device="cuda", dtype=dtype)
+        k, v = (torch.randn(B, 8, N, 128, device="cuda", dtype=dtype) for _ in range(2))
+        name = f"{str(dtype)[6:]:9s} B{B} Hq32 Hkv8 N{N} D128{' causal' if causal else ''}"
+        try:
+            o = attention_forward(q, k, v, causal, kernel=attention_overlap_kernel)
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=True)
+            err = (o.float() - ref).abs().max().item()
+            t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal, kernel=attention_overlap_kernel))
+            peers = {}
+            for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+                try:
+                    with sdpa_kernel(backend):
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                        peers[backend.name] = triton.testing.do_bench(
+                            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
+                except RuntimeError:
+                    pass
+            best = min(peers, key=peers.get)
+            flops = 4 * B * 32 * N * N * 128 // (2 if causal else 1)
+            print(f"overlapped GQA {name}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}; "
+                  f"{flops / t / 1e9:.0f} TFLOP/s, SDPA {best} {flops / peers[best] / 1e9:.0f}: {peers[best] / t:.2f}x",
+                  flush=True)
+        except Exception as e:  # say what failed, and go on
+            print(f"overlapped GQA {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["check"]:
+    if sys.argv[2:] != ["gqa"]:
+        check()
+    check_gqa()

@@ -38,6 +38,9 @@ CONFIGS = {
     "gemv32": fast.config(1, 32, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv_deq1": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=1),
     "m16": fast.CONFIGS[16],
+    "large_swap": fast.config(128, 128, 64, 0, True, 8, 3, deq=3),
+    "large_swap_ps": fast.config(128, 128, 64, 0, True, 8, 3, deq=3, post_scale=True),
+    "large_swap4": fast.config(128, 64, 64, 0, True, 4, 3, deq=3),
 }
 
 

@@ -114,12 +114,56 @@ def structure(args, dtype):
             print(f"  {name:28s} {t:7.1f} us  {cub / t:5.2f}x cuBLAS", flush=True)
 
 
+def prefill(args, dtype):
+    """``--prefill``: configs for M 128 beside the recorded one (the weight as the MMA's left operand, which
+    ``wgmma`` takes from registers; 64-row tiles; splits), zero flush, against cuBLAS."""
+    cfg = fast.config
+    variants = {"recorded": dict(fast.CONFIGS[1 << 62])}
+    for st in (3, 4):
+        variants[f"swap 128x128 w8 s{st}"] = cfg(128, 128, 64, 0, True, 8, st, deq=3)
+        variants[f"swap 128x64 w4 s{st}"] = cfg(128, 64, 64, 0, True, 4, st, deq=3)
+        variants[f"x-left 128x64 w4 s{st}"] = cfg(128, 64, 64, 0, False, 4, st, deq=3)
+        variants[f"swap 64x128 w8 s{st}"] = cfg(64, 128, 64, 0, True, 8, st, deq=3)
+    variants["swap 128x128 w8 s3 k128"] = cfg(128, 128, 128, 0, True, 8, 3, deq=3)
+    variants["swap 128x256 w8 s3"] = cfg(128, 256, 64, 0, True, 8, 3, deq=3)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for shape in args.shapes:
+        N, K = map(int, shape.split("x"))
+        g = torch.Generator(device="cpu").manual_seed(0)
+        w = (torch.randn(N, K, generator=g) * 0.02).to(dtype).cuda()
+        packed, scales = lesson.quantize(w, GROUP)
+        x = torch.randn(128, K, generator=g).to(dtype).cuda()
+        ref = lesson.reference(x, packed, scales, GROUP).float()
+        rows = {"cublas": lambda: x @ w.T}
+        for name, c in variants.items():
+            split = fast.plan(128, N, K, GROUP, c, sms)["SPLIT_K"]
+            for sp in sorted({split, max(1, split // 2), split * 2}):
+                cc = dict(c, SPLIT_K=sp)
+                rows[f"{name} split {sp}"] = (lambda cc: lambda: fast.run(x, packed, scales, GROUP, cc))(cc)
+        print(f"prefill M128 N{N} K{K} {args.dtype}", flush=True)
+        out = []
+        for name, fn in rows.items():
+            try:
+                if name != "cublas":
+                    err = ((fn().float() - ref).abs().max() / ref.abs().max()).item()
+                    if err > 1e-2:
+                        print(f"  {name}: WRONG rel err {err:.1e}", flush=True)
+                        continue
+                out.append((timed(fn, "zero flush"), name))
+            except Exception as e:  # noqa: BLE001
+                print(f"  {name}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+        cub = dict((n, t) for t, n in out)["cublas"]
+        for t, name in sorted(out)[:14] + [o for o in out if o[1].startswith("recorded")]:
+            print(f"  {name:32s} {t:7.1f} us  {cub / t:5.2f}x cuBLAS", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--shapes", nargs="+", default=["8192x8192", "14336x4096", "4096x14336", "28672x8192"])
     ap.add_argument("--m", type=int, nargs="+", default=[1])
     ap.add_argument("--structure", action="store_true", help="vary the loop's plumbing at M 1 (``structure``)")
+    ap.add_argument("--prefill", action="store_true", help="configs at M 128 (``prefill``)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("needs a GPU: the interpreter's times say nothing of one")
@@ -129,6 +173,8 @@ def main(argv=None):
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, args.dtype, flush=True)
     if args.structure:
         return structure(args, dtype)
+    if args.prefill:
+        return prefill(args, dtype)
     for shape in args.shapes:
         N, K = map(int, shape.split("x"))
         g = torch.Generator(device="cpu").manual_seed(0)
