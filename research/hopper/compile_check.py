@@ -74,11 +74,13 @@ def main():
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}, "
               f"TMA loads {len(re.findall(r'cp.async.bulk.tensor', ptx))}, mbarrier waits "
               f"{len(re.findall(r'mbarrier.try_wait', ptx))}")
-    attention = (("attention", ga.attention_fwd_kernel), ("attention, warp-specialized", ga.attention_ws_kernel),
-                 ("attention, overlapped", ga.attention_overlap_kernel))
-    for (name, kernel), dtype, D, causal in itertools.product(attention, (torch.float16, torch.bfloat16), (64, 128),
-                                                              (False, True)):
-        k = compile_attention(dtype, D=D, causal=causal, kernel=kernel)
+    attention = (("attention", ga.attention_fwd_kernel, ga.CONFIG),
+                 ("attention, warp-specialized", ga.attention_ws_kernel, ga.CONFIG),
+                 ("attention, overlapped", ga.attention_overlap_kernel, ga.CONFIG),
+                 ("attention, ping-pong", ga.attention_pingpong_kernel, ga.PP_CONFIG))
+    for (name, kernel, cfg), dtype, D, causal in itertools.product(attention, (torch.float16, torch.bfloat16),
+                                                                   (64, 128), (False, True)):
+        k = compile_attention(dtype, cfg, D=D, causal=causal, kernel=kernel)
         ptx = k.asm["ptx"]
         print(f"{name} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}"

@@ -8,7 +8,7 @@ the next rung. N must be a multiple of BLOCK_M and BLOCK_N (TMA reads a head's r
 of all heads, so a ragged tail would read and write the next head's rows).
 
     python research/hopper/gluon_attention.py check   # on an H100/H200: against SDPA, then timed
-    python research/hopper/gluon_attention.py check gqa  # the overlapped rung with grouped-query heads
+    python research/hopper/gluon_attention.py check gqa  # the rungs that take grouped-query heads
     python research/hopper/compile_check.py           # on any machine: builds it for sm_90a
 """
 from __future__ import annotations
@@ -336,6 +336,156 @@ def attention_overlap_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL
         mbarrier.invalidate(v_empty.index(s))
 
 
+# ---- the next rung: two consumer warpgroups in ping-pong (FlashAttention-3, section 3.1): each its own 64
+# query rows; one issues its two GEMMs while the other runs its softmax, in turns passed by mbarriers ----
+@gluon.jit
+def _pp_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
+                BLOCK_N: gl.constexpr, D: gl.constexpr, dtype: gl.constexpr, num_warps: gl.constexpr):
+    """The online softmax of one key block: P as the next P V's register operand, the new max and sum, and
+    alpha (what O must be rescaled by) in O's row layout."""
+    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
+    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
+    if CAUSAL:
+        rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+        cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
+    p = gl.exp2(s_acc * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    p_op = gl.convert_layout(p.to(dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    return p_op, m_new, l_i, gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+
+
+@gluon.jit
+def _pp_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_empty, v_ready, v_empty, turn_mine,
+                 turn_other, N, sm_scale, WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                 num_warps: gl.constexpr):
+    """One warpgroup, rows ``WG * BLOCK_M`` on of the program's two query tiles. Turn t: wait for it, issue
+    S(t) and P V(t - 1), pass it on, wait for both, then the softmax of block t while the other warpgroup's
+    GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them)."""
+    BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
+    D: gl.constexpr = o_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
+    dtype: gl.constexpr = o_desc.dtype
+    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
+    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
+    tile_m = gl.program_id(0) * (2 * BLOCK_M)
+    start_m = tile_m + WG * BLOCK_M
+    steps = _kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)  # both warpgroups walk the same key blocks
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+    acc = gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout)
+    s_zero = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=s_layout)
+    qk_scale = sm_scale * 1.4426950408889634
+    mbarrier.wait(q_bar, phase=0)
+    mbarrier.wait(k_ready.index(0), phase=0)
+    if WG == 1:  # warpgroup 0 takes turn 0 without waiting; turn t of warpgroup 1 follows warpgroup 0's
+        mbarrier.wait(turn_mine, phase=0)
+    s_acc = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    mbarrier.arrive(turn_other, count=1)
+    s_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    p_op, m_i, l_i, alpha = _pp_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, D, dtype,
+                                        num_warps)
+    for i in range(1, steps):
+        cur = i % STAGES
+        prev = (i - 1) % STAGES
+        mbarrier.wait(k_ready.index(cur), phase=(i // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), phase=((i - 1) // STAGES) & 1)
+        mbarrier.wait(turn_mine, phase=(i - 1 + WG) & 1)
+        s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
+        mbarrier.arrive(turn_other, count=1)
+        s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
+        mbarrier.arrive(k_empty.index(cur), count=1)
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        p_op, m_i, l_i, alpha = _pp_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, D,
+                                            dtype, num_warps)
+        acc = acc * alpha[:, None]
+    last = steps - 1
+    mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
+    mbarrier.wait(turn_mine, phase=(steps - 1 + WG) & 1)
+    acc = warpgroup_mma(p_op, v_ring.index(last % STAGES), acc, is_async=True)
+    mbarrier.arrive(turn_other, count=1)
+    _store_o(acc, l_i, o_desc, o_smem, gl.program_id(1) * N + start_m, BLOCK_M, D, num_warps)
+
+
+@gluon.jit
+def _pp_load_partition(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty, v_ready,
+                       v_empty, N, CAUSAL: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
+    """One warp: both query tiles, then K and V, each slot refilled once both warpgroups have freed it."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    tile_m = gl.program_id(0) * (2 * BLOCK_M)
+    q_row = gl.program_id(1) * N + tile_m
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem0)
+    tma.async_copy_global_to_shared(q_desc, [q_row + BLOCK_M, 0], q_bar, q_smem1)
+    row0 = gl.program_id(1) // GROUP * N
+    for i in range(_kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)):
+        st = i % STAGES
+        parity = ((i // STAGES) & 1) ^ 1  # a fresh barrier passes parity 1
+        mbarrier.wait(k_empty.index(st), parity)
+        mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [row0 + i * BLOCK_N, 0], k_ready.index(st), k_ring.index(st))
+        mbarrier.wait(v_empty.index(st), parity)
+        mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [row0 + i * BLOCK_N, 0], v_ready.index(st), v_ring.index(st))
+
+
+@gluon.jit
+def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.constexpr,
+                              STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1):
+    """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
+    worker of 4), and a producer warp (``_pp_consumer``, ``_pp_load_partition``)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem0 = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    q_smem1 = gl.allocate_shared_memory(dtype, [BLOCK_M, D], q_desc.layout)
+    k_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], k_desc.layout)
+    v_ring = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, D], v_desc.layout)
+    o_smem0 = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
+    o_smem1 = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(turns.index(0), count=1)
+    mbarrier.init(turns.index(1), count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(k_empty.index(s), count=2)  # both warpgroups read each K and V block
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(v_empty.index(s), count=2)
+    gl.warp_specialize([
+        (_pp_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, k_ready, k_empty, v_ready, v_empty,
+                        turns.index(0), turns.index(1), N, sm_scale, 0, CAUSAL, STAGES, num_warps)),
+        (_pp_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, k_ready, k_empty, v_ready, v_empty,
+                        turns.index(1), turns.index(0), N, sm_scale, 1, CAUSAL, STAGES, num_warps)),
+        (_pp_load_partition, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty,
+                              v_ready, v_empty, N, CAUSAL, STAGES, GROUP)),
+    ], [4, 1], [232, 24])
+    mbarrier.invalidate(q_bar)
+    mbarrier.invalidate(turns.index(0))
+    mbarrier.invalidate(turns.index(1))
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(k_ready.index(s))
+        mbarrier.invalidate(k_empty.index(s))
+        mbarrier.invalidate(v_ready.index(s))
+        mbarrier.invalidate(v_empty.index(s))
+
+
+#: The ping-pong rung's tile: 64 query rows a warpgroup, two a program (``attention_forward`` launches
+#: N / 128 programs a head for it).
+PP_CONFIG = dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4)
+
+
 CONFIG = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=8)
 
 
@@ -357,17 +507,23 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, cfg=CONFIG, kernel=N
     import torch
 
     B, H, N, D = q.shape
-    if N % cfg["BLOCK_M"] or N % cfg["BLOCK_N"]:
-        raise ValueError(f"N = {N}: this rung takes N a multiple of BLOCK_M and BLOCK_N")
+    kernel = attention_fwd_kernel if kernel is None else kernel
+    rows = cfg["BLOCK_M"] * (2 if kernel is attention_pingpong_kernel else 1)  # query rows a program
+    if N % rows or N % cfg["BLOCK_N"]:
+        raise ValueError(f"N = {N}: this rung takes N a multiple of {rows} and BLOCK_N")
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
     sm_scale = D ** -0.5 if sm_scale is None else sm_scale
     meta = {k_: v_ for k_, v_ in cfg.items() if not k_.startswith("BLOCK")}
-    if k.shape[1] != H:  # grouped-query heads: the overlapped rung takes them
+    if k.shape[1] != H:  # grouped-query heads: the overlapped and ping-pong rungs take them
         meta["GROUP"] = H // k.shape[1]
-    kernel = attention_fwd_kernel if kernel is None else kernel
-    kernel[(N // cfg["BLOCK_M"], B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal, **meta)
+    kernel[(N // rows, B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal, **meta)
     return o
+
+
+#: (name, kernel, config) of each rung, as ``check`` runs them.
+RUNGS = (("pipelined", attention_fwd_kernel, CONFIG), ("warp-specialized", attention_ws_kernel, CONFIG),
+         ("overlapped", attention_overlap_kernel, CONFIG), ("ping-pong", attention_pingpong_kernel, PP_CONFIG))
 
 
 def check():
@@ -384,14 +540,13 @@ def check():
             if N >= 4096:
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     tc = triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-            for rung, kernel in (("pipelined", attention_fwd_kernel), ("warp-specialized", attention_ws_kernel),
-                                 ("overlapped", attention_overlap_kernel)):
+            for rung, kernel, cfg in RUNGS:
                 try:
-                    o = attention_forward(q, k, v, causal, kernel=kernel)
+                    o = attention_forward(q, k, v, causal, cfg=cfg, kernel=kernel)
                     err = (o.float() - ref).abs().max().item()
                     line = f"{rung:17s} {name}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}"
                     if tc is not None:
-                        t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal, kernel=kernel))
+                        t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal, cfg=cfg, kernel=kernel))
                         flops = 4 * B * H * N * N * D // (2 if causal else 1)
                         line += f"; {flops / t / 1e9:.0f} TFLOP/s, cuDNN {flops / tc / 1e9:.0f}: {tc / t:.2f}x"
                 except Exception as e:  # say what failed, and go on
@@ -400,7 +555,7 @@ def check():
 
 
 def check_gqa():
-    """Grouped-query heads (Hq 32, Hkv 8, D 128) on the overlapped rung, against SDPA's fastest backend
+    """Grouped-query heads (Hq 32, Hkv 8, D 128) on the rungs that take them, against SDPA's fastest backend
     with ``enable_gqa`` in the same run."""
     import torch
     import torch.nn.functional as F
@@ -411,27 +566,28 @@ def check_gqa():
         q = torch.randn(B, 32, N, 128, device="cuda", dtype=dtype)
         k, v = (torch.randn(B, 8, N, 128, device="cuda", dtype=dtype) for _ in range(2))
         name = f"{str(dtype)[6:]:9s} B{B} Hq32 Hkv8 N{N} D128{' causal' if causal else ''}"
-        try:
-            o = attention_forward(q, k, v, causal, kernel=attention_overlap_kernel)
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=True)
-            err = (o.float() - ref).abs().max().item()
-            t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal, kernel=attention_overlap_kernel))
-            peers = {}
-            for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
-                try:
-                    with sdpa_kernel(backend):
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-                        peers[backend.name] = triton.testing.do_bench(
-                            lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
-                except RuntimeError:
-                    pass
-            best = min(peers, key=peers.get)
-            flops = 4 * B * 32 * N * N * 128 // (2 if causal else 1)
-            print(f"overlapped GQA {name}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}; "
-                  f"{flops / t / 1e9:.0f} TFLOP/s, SDPA {best} {flops / peers[best] / 1e9:.0f}: {peers[best] / t:.2f}x",
-                  flush=True)
-        except Exception as e:  # say what failed, and go on
-            print(f"overlapped GQA {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=True)
+        peers = {}
+        for backend in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+            try:
+                with sdpa_kernel(backend):
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                    peers[backend.name] = triton.testing.do_bench(
+                        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True))
+            except RuntimeError:
+                pass
+        best = min(peers, key=peers.get)
+        flops = 4 * B * 32 * N * N * 128 // (2 if causal else 1)
+        for rung, kernel, cfg in RUNGS[2:]:
+            try:
+                o = attention_forward(q, k, v, causal, cfg=cfg, kernel=kernel)
+                err = (o.float() - ref).abs().max().item()
+                t = triton.testing.do_bench(lambda: attention_forward(q, k, v, causal, cfg=cfg, kernel=kernel))
+                print(f"{rung} GQA {name}: max |err| {err:.1e} {'OK' if err < 2e-2 else 'WRONG'}; "
+                      f"{flops / t / 1e9:.0f} TFLOP/s, SDPA {best} {flops / peers[best] / 1e9:.0f}: "
+                      f"{peers[best] / t:.2f}x", flush=True)
+            except Exception as e:  # say what failed, and go on
+                print(f"{rung} GQA {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["check"]:
