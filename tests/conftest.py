@@ -1,6 +1,9 @@
 import os
 
 os.environ.setdefault("TKCOURSE_SOLUTIONS", "1")  # the suite grades the reference solutions
+if "PYTEST_XDIST_WORKER" in os.environ:  # one thread each (torch's, numpy's; inherited by the notebooks' kernels):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # two workers on two cores
+        os.environ.setdefault(var, "1")  # otherwise each spreads over both and they slow each other
 
 import pytest  # noqa: E402
 
