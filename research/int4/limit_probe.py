@@ -70,6 +70,25 @@ def timed(fn, flush: str, rep: int = 40) -> float:
     return graph_ms(fn, rep=rep, flush=flush.split()[0]) * 1e3
 
 
+def time_rows(rows: dict, ref, show: int):
+    """Checks each kernel's output against ``ref`` (not cuBLAS's nor a read's), times the right ones with the
+    zeroing flush, and prints the fastest ``show`` and the recorded config's rows against cuBLAS."""
+    out = []
+    for name, fn in rows.items():
+        try:
+            if name != "cublas" and not name.startswith("read"):
+                err = ((fn().float() - ref).abs().max() / ref.abs().max()).item()
+                if err > 1e-2:
+                    print(f"  {name}: WRONG rel err {err:.1e}", flush=True)
+                    continue
+            out.append((timed(fn, "zero flush"), name))
+        except Exception as e:  # noqa: BLE001 (say what failed, and go on)
+            print(f"  {name}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+    cub = dict((n, t) for t, n in out)["cublas"]
+    for t, name in sorted(out)[:show] + [o for o in out if o[1].startswith("recorded")]:
+        print(f"  {name:32s} {t:7.1f} us  {cub / t:5.2f}x cuBLAS", flush=True)
+
+
 def structure(args, dtype):
     """``--structure``: the recorded M 1 tile with the loop's plumbing varied, zero flush (the table's method):
     stages (1: plain loads, no ``cp.async``; with ``PREFETCH`` the next step's bytes in registers), warps,
@@ -98,20 +117,7 @@ def structure(args, dtype):
                 cc = dict(c, SPLIT_K=min(split * mult, (K // 2) // c["BLOCK_K"]))
                 rows[f"{name} split {cc['SPLIT_K']}"] = (lambda cc: lambda: fast.run(x, packed, scales, GROUP, cc))(cc)
         print(f"structure M1 N{N} K{K} {args.dtype}", flush=True)
-        out = []
-        for name, fn in rows.items():
-            try:
-                if name not in ("cublas",) and not name.startswith("read"):
-                    err = ((fn().float() - ref).abs().max() / ref.abs().max()).item()
-                    if err > 1e-2:
-                        print(f"  {name}: WRONG rel err {err:.1e}", flush=True)
-                        continue
-                out.append((timed(fn, "zero flush"), name))
-            except Exception as e:  # noqa: BLE001
-                print(f"  {name}: {type(e).__name__}: {str(e)[:160]}", flush=True)
-        cub = dict((n, t) for t, n in out)["cublas"]
-        for t, name in sorted(out)[:12] + [o for o in out if o[1].startswith("recorded")]:
-            print(f"  {name:28s} {t:7.1f} us  {cub / t:5.2f}x cuBLAS", flush=True)
+        time_rows(rows, ref, show=12)
 
 
 def prefill(args, dtype):
@@ -141,20 +147,7 @@ def prefill(args, dtype):
                 cc = dict(c, SPLIT_K=sp)
                 rows[f"{name} split {sp}"] = (lambda cc: lambda: fast.run(x, packed, scales, GROUP, cc))(cc)
         print(f"prefill M128 N{N} K{K} {args.dtype}", flush=True)
-        out = []
-        for name, fn in rows.items():
-            try:
-                if name != "cublas":
-                    err = ((fn().float() - ref).abs().max() / ref.abs().max()).item()
-                    if err > 1e-2:
-                        print(f"  {name}: WRONG rel err {err:.1e}", flush=True)
-                        continue
-                out.append((timed(fn, "zero flush"), name))
-            except Exception as e:  # noqa: BLE001
-                print(f"  {name}: {type(e).__name__}: {str(e)[:160]}", flush=True)
-        cub = dict((n, t) for t, n in out)["cublas"]
-        for t, name in sorted(out)[:14] + [o for o in out if o[1].startswith("recorded")]:
-            print(f"  {name:32s} {t:7.1f} us  {cub / t:5.2f}x cuBLAS", flush=True)
+        time_rows(rows, ref, show=14)
 
 
 def main(argv=None):
