@@ -70,6 +70,17 @@ def timed(fn, flush: str, rep: int = 40) -> float:
     return graph_ms(fn, rep=rep, flush=flush.split()[0]) * 1e3
 
 
+def problem(shape: str, M: int, dtype):
+    """(N, K, the 16-bit weight, its packed int4 and scales, x of M rows, the reference output) for
+    ``shape`` "NxK", drawn as ``main`` draws its first M."""
+    N, K = map(int, shape.split("x"))
+    g = torch.Generator(device="cpu").manual_seed(0)
+    w = (torch.randn(N, K, generator=g) * 0.02).to(dtype).cuda()
+    packed, scales = lesson.quantize(w, GROUP)
+    x = torch.randn(M, K, generator=g).to(dtype).cuda()
+    return N, K, w, packed, scales, x, lesson.reference(x, packed, scales, GROUP).float()
+
+
 def time_rows(rows: dict, ref, show: int):
     """Checks each kernel's output against ``ref`` (not cuBLAS's nor a read's), times the right ones with the
     zeroing flush, and prints the fastest ``show`` and the recorded config's rows against cuBLAS."""
@@ -103,12 +114,7 @@ def structure(args, dtype):
                                                                              num_warps=w, PREFETCH=pf)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for shape in args.shapes:
-        N, K = map(int, shape.split("x"))
-        g = torch.Generator(device="cpu").manual_seed(0)
-        w = (torch.randn(N, K, generator=g) * 0.02).to(dtype).cuda()
-        packed, scales = lesson.quantize(w, GROUP)
-        x = torch.randn(1, K, generator=g).to(dtype).cuda()
-        ref = lesson.reference(x, packed, scales, GROUP).float()
+        N, K, w, packed, scales, x, ref = problem(shape, 1, dtype)
         words = packed.view(torch.int32).flatten()
         rows = {"cublas": lambda: x @ w.T, "read 8/SM b2048 w4": read_call(words, 8 * sms, 2048, 4)}
         for name, c in variants.items():
@@ -134,12 +140,7 @@ def prefill(args, dtype):
     variants["swap 128x256 w8 s3"] = cfg(128, 256, 64, 0, True, 8, 3, deq=3)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for shape in args.shapes:
-        N, K = map(int, shape.split("x"))
-        g = torch.Generator(device="cpu").manual_seed(0)
-        w = (torch.randn(N, K, generator=g) * 0.02).to(dtype).cuda()
-        packed, scales = lesson.quantize(w, GROUP)
-        x = torch.randn(128, K, generator=g).to(dtype).cuda()
-        ref = lesson.reference(x, packed, scales, GROUP).float()
+        N, K, w, packed, scales, x, ref = problem(shape, 128, dtype)
         rows = {"cublas": lambda: x @ w.T}
         for name, c in variants.items():
             split = fast.plan(128, N, K, GROUP, c, sms)["SPLIT_K"]
