@@ -42,7 +42,7 @@ from . import mode
 from .errors import UserError
 
 #: The steps of ``tools/gpu_pass.sh`` that run a chosen set of lessons (``Lesson.gpu_passes``, ``Lesson.records``).
-GPU_PASSES = ("online", "verify", "int4", "inference", "llm")
+GPU_PASSES = ("online", "verify", "int4", "inference", "llm", "hopper")
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,9 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("11", "llm",  # the capstone: no exercise of its own; the learner swaps in those of 03, 06, 09, 10
            sizes={"llm.new_tokens": (32, 200), "llm.swap_tokens": (3, 64)},
            gpu_passes={"verify", "llm"}, gpu_tests=("llm",)),
+    Lesson("12", "hopper", parts=("hopper",), benchmarks=("hopper",),  # GPU-first: on a CPU, recorded figures
+           sizes={"hopper.shape": ((48, 64, 80), (8192, 8192, 8192))},
+           gpu_passes={"hopper"}, gpu_tests=("hopper",), quotes={"hopper": ()}),
 )
 
 _BY_NAME = {l.name: l for l in LESSONS}

@@ -23,8 +23,9 @@
 #                                              # profile of one decode step (OUT/llm.json: copy it to
 #                                              # tkcourse/data/h200/llm.json with its provenance), then
 #                                              # lesson 11's notebook as a learner runs it
-#   bash tools/gpu_pass.sh hopper OUT          # the Gluon kernels of research/hopper/: checked against
-#                                              # torch, timed against cuBLAS (nothing recorded yet)
+#   bash tools/gpu_pass.sh hopper OUT          # lesson 12: its rows (Gluon and persistent matmuls against
+#                                              # cuBLAS, Gluon attention against cuDNN) in one run, then
+#                                              # its grader, notebook and GPU tests side by side
 #   bash tools/gpu_pass.sh inference OUT       # inference kernels at model sizes in one run: every
 #                                              # decode_attention and decode_step row, the GQA attention
 #                                              # rows, then the GQA correctness grid and the decode probe
@@ -108,11 +109,18 @@ llm)  # the capstone's figures in one run (under 10 minutes, the wheels carried)
   env -u TKCOURSE_SOLUTIONS timeout 130 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
     -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" | tee -a "$OUT/gpu.txt"
   tail -3 "$OUT/notebooks.log"; grep -v Warning "$OUT/llm.log" | tail -30 ;;
-hopper)  # the Hopper lesson's kernels as they are built (research/hopper/), before any is recorded
-  timeout 200 python3 research/hopper/gluon_matmul.py check > "$OUT/hopper.log" 2>&1
-  echo "hopper matmul check exit $?" | tee -a "$OUT/gpu.txt"
-  timeout 200 python3 research/hopper/gluon_attention.py check >> "$OUT/hopper.log" 2>&1
-  echo "hopper attention check exit $?" | tee -a "$OUT/gpu.txt"; tail -32 "$OUT/hopper.log" ;;
+hopper)  # lesson 12: its rows against cuBLAS and cuDNN in one run, then its grader, notebook and GPU tests
+  for b in $(ask benchmarks hopper); do
+    timeout 330 python3 -m tkcourse bench "$b" --out "$OUT/bench.csv" --append >> "$OUT/bench.log" 2>&1
+    echo "bench $b exit $?" | tee -a "$OUT/gpu.txt"; done
+  graders=$(ask graders hopper) notebooks=$(ask notebooks hopper) tests=$(ask tests hopper)
+  ( timeout 150 python3 -m tkcourse check $graders > "$OUT/check.log" 2>&1; echo "graders exit $?" >> "$OUT/gpu.txt" ) &
+  ( env -u TKCOURSE_SOLUTIONS timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_learner_path.py \
+      -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
+  ( timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE $tests -k "not planted" > "$OUT/gputests.log" 2>&1
+    echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
+  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log"
+  grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 inference)  # one run for every row the inference kernels' figures need, so that their ratios share it
   mapfile -t rows < <(ask records inference)  # one line a benchmark: NAME [--shape S ...]
   for row in "${rows[@]}"; do

@@ -1,4 +1,5 @@
-"""Compile the Gluon kernels of ``research/hopper/`` for an H100/H200 (sm_90a) on a machine with no GPU:
+"""Compile the Gluon kernels of the Hopper lesson (``solutions/kernels/gluon_matmul.py`` and
+``gluon_attention.py``) for an H100/H200 (sm_90a) on a machine with no GPU:
 that they build, their shared memory, how many wgmma and waits their PTX holds, and whether ptxas
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
@@ -15,15 +16,16 @@ import sys
 from pathlib import Path
 
 os.environ["TRITON_INTERPRET"] = "0"  # compile for the GPU even without one
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for solutions/
 
-import gluon_attention as ga  # noqa: E402
-import gluon_matmul as gm  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 from triton.runtime.jit import mangle_type  # noqa: E402
+
+from solutions.kernels import gluon_attention as ga  # noqa: E402
+from solutions.kernels import gluon_matmul as gm  # noqa: E402
 
 
 def compile_matmul(dtype=torch.float16, cfg=gm.CONFIG, M=4096, N=4096, K=4096, kernel=None):

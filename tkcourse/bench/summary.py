@@ -41,6 +41,11 @@ PROVIDERS: dict[str, str] = {
     "sdpa-default": "SDPA, its own choice",
     "tinygemm": "torch tinygemm (int4)",  # torch.ops.aten._weight_int4pack_mm: torchao's and gpt-fast's int4 kernel
     "copy": "copy, same bytes",
+    "persistent": "course, persistent (lesson 12)",  # solutions/hopper.py, the lesson's kernel as the learner writes it
+    "gluon": "Gluon, pipelined",  # solutions/kernels/gluon_matmul.py: TMA ring, mbarriers, async wgmma
+    "gluon_ws": "Gluon, warp-specialized",  # a producer warp and consumer warpgroups (persistent for the matmul)
+    "gluon_overlap": "Gluon, next S overlapped",  # the next QK^T issued during this block's softmax
+    "gluon_pingpong": "Gluon, ping-pong",  # two consumer warpgroups taking turns on the tensor cores
 }
 
 

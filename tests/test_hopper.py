@@ -1,0 +1,144 @@
+"""Lesson 12: the persistent matmul on tensor descriptors matches torch at ragged sizes, with any number of
+programs, from inputs the TMA cannot take as they are; and the grader against the solution with one learner's
+mistake written in at a time, each caught with the hint that names it."""
+
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import assert_grader_catches, mutant
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from solutions import hopper as lesson
+from tkcourse import check, mode, traffic
+from tkcourse.check import hopper as grader
+
+DEV = mode.DEVICE
+SOURCE = Path(lesson.__file__).read_text()
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype).to(DEV)
+
+
+def _tol(dtype):
+    if dtype == torch.float32:
+        return dict(rtol=1e-4, atol=1e-4) if mode.INTERPRET else dict(rtol=2e-2, atol=2e-2)
+    return dict(rtol=2e-2, atol=2e-2)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 90), programs=st.integers(1, 9))
+def test_matches_torch_with_any_number_of_programs(M, N, K, programs):
+    a, b = _randn(M, K, seed=M), _randn(K, N, seed=N + 1)
+    c = lesson.matmul(a, b, config=grader.CONFIG if mode.INTERPRET else None, programs=programs)
+    assert c.shape == (M, N) and c.dtype == a.dtype
+    torch.testing.assert_close(c, lesson.reference(a, b), **_tol(a.dtype))
+
+
+@pytest.mark.parametrize("dtype", mode.float_dtypes())
+def test_inputs_the_tma_cannot_take_are_copied_and_left_as_they_were(dtype):
+    """A transposed A and a B whose rows are not 16-byte multiples: both copied into padded row-major
+    buffers; neither input changes."""
+    a = _randn(29, 37, dtype=dtype).t()  # (37, 29), column-major
+    b = _randn(29, 13, dtype=dtype, seed=3)  # rows of 13 elements
+    a0, b0 = a.clone(), b.clone()
+    assert lesson.tma_ready(a) is not a and lesson.tma_ready(b) is not b
+    torch.testing.assert_close(lesson.matmul(a, b), lesson.reference(a, b), **_tol(dtype))
+    assert torch.equal(a, a0) and torch.equal(b, b0)
+
+
+def test_each_tile_is_stored_once_and_each_program_takes_its_share():
+    """The tracer's record: every element of C stored once; program p stores the tiles p, p + P, ..."""
+    a, b = _randn(70, 40), _randn(40, 50, seed=1)
+    cfg, P = grader.CONFIG, 4
+    with traffic.capture() as traces:
+        lesson.matmul(a, b, config=cfg, programs=P)
+    (tr,) = traces
+    assert (tr.read_counts("c", kind="store") == 1).all()
+    order = grader.tile_order(5, 4, cfg["GROUP_M"])
+    owner = tr.owner_map("c", kind="store")
+    for t, (i, j) in enumerate(order):
+        assert (owner[i * 16:(i + 1) * 16, j * 16:(j + 1) * 16] == t % P).all(), t
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: lesson.matmul(_randn(3, 4), _randn(5, 6)), "inner dimensions differ"),
+    (lambda: lesson.matmul(_randn(3, 4), _randn(4, 6), programs=0), "programs"),
+    (lambda: lesson.matmul(_randn(3, 4), _randn(4, 6), config=dict(grader.CONFIG, BLOCK_M=24)), "BLOCK_M"),
+    (lambda: lesson.matmul(_randn(3, 4), _randn(4, 6), config=dict(grader.CONFIG, WARP_SPECIALIZE="yes")),
+     "WARP_SPECIALIZE"),
+])
+def test_bad_input_is_refused_naming_it(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+# ----- the grader and the learner's mistakes -------------------------------------------------------------
+
+LOOP = "for tile in tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS, warp_specialize=WARP_SPECIALIZE):"
+ACC = "        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # a fresh sum for every tile\n"
+
+
+def _mutant(*edits, name="planted_hopper"):
+    return mutant(SOURCE, edits, name, "solutions/hopper.py")
+
+
+PLANTED = [
+    ("every program from tile 0", [(LOOP, LOOP.replace("tl.program_id(axis=0)", "0"))], "every program starts at tile 0"),
+    ("steps of one", [(LOOP, LOOP.replace("NUM_PROGRAMS,", "1,"))], "step the tile loop by NUM_PROGRAMS"),
+    ("a tile short", [(LOOP, LOOP.replace("num_tiles,", "num_tiles - 1,"))], "the tile loop stops early"),
+    ("one tile a program", [(LOOP, LOOP.replace("num_tiles,", "tl.program_id(axis=0) + 1,"))], "one a program"),
+    ("the accumulator zeroed once", [(ACC, ""), (LOOP, ACC.strip() + "\n    " + LOOP)],
+     "the accumulator is zeroed once"),
+    ("offsets in blocks", [("a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])", "a_desc.load([pid_m, k])"),
+                           ("b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])", "b_desc.load([k, pid_n])"),
+                           ("c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N]", "c_desc.store([pid_m, pid_n]")],
+     "offsets count elements, not blocks"),
+    ("the partial K step dropped", [("for k in range(k_steps):", "for k in range(K // BLOCK_K):")],
+     "the last, partial K step is missing"),
+    ("warp specialization left out", [(", warp_specialize=WARP_SPECIALIZE):", "):")], "warp_specialize=WARP_SPECIALIZE"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint", PLANTED, ids=[p[0] for p in PLANTED])
+def test_grader_catches_planted_mistake(name, edits, hint):
+    assert_grader_catches("hopper", _mutant(*edits), name, hint)
+
+
+def test_each_planted_mistake_gets_its_own_hint():
+    hints = [p[2] for p in PLANTED]
+    assert len(set(hints)) == len(hints)
+
+
+def test_the_faithful_copy_and_the_solution_pass():
+    assert check.run("hopper", module=_mutant(), quiet=True).passed
+    assert check.run("hopper", module=lesson, quiet=True).passed
+
+
+@pytest.mark.parametrize("fn, words", [
+    (lambda a, b, config=None, programs=None: (_ for _ in ()).throw(RuntimeError("boom")), "boom"),
+    (lambda a, b, config=None, programs=None: torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=a.dtype),
+     "NaN"),
+    (lambda a, b, config=None, programs=None: torch.zeros(3, dtype=a.dtype), "output shape"),
+    (lambda a, b, config=None, programs=None: None, "returned None"),
+    (lambda a, b: a @ b, "keep its signature"),  # a launcher whose signature lost the grader's arguments
+])
+def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
+    rep = check.run("hopper", module=types.SimpleNamespace(matmul=fn, __name__="planted"), quiet=True)
+    assert rep.status in ("fail", "error", "todo"), rep
+    bad = rep.first_problem()
+    assert words in bad.detail + bad.hint, rep
+
+
+def test_the_carried_accumulator_model_differs_from_the_product():
+    """The model behind the accumulator's hint is not the right answer on a graded input (else the hint
+    could name a mistake that was not made)."""
+    a, b = _randn(37, 40), _randn(40, 45, seed=1)
+    right = a.double() @ b.double()
+    assert not torch.allclose(grader.carried(a, b, grader.CONFIG, 3), right, atol=1e-2, rtol=1e-2)
+    assert torch.allclose(grader.carried(a, b, grader.CONFIG, 64), right)  # one tile a program: nothing carried

@@ -1,0 +1,161 @@
+"""Lesson 12's benchmark (``benchmarks/hopper.py``) and the Gluon launchers' checks, on any machine: the cases
+are built (their tensors are made only when a case is first measured), never run, and the launchers
+refuse what they cannot take before anything reaches Triton."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import hopper
+from solutions.kernels import gluon_attention as ga
+from solutions.kernels import gluon_matmul as gm
+from tkcourse.bench import attention_flops, matmul_flops
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    """``{(kernel, shape, dtype): [cases]}`` in the order ``cases()`` gives them, and the seconds it took."""
+    start = time.perf_counter()
+    out = collections.defaultdict(list)
+    for c in hopper.cases():
+        out[(c.kernel, c.shape, c.dtype)].append(c)
+    return out, time.perf_counter() - start
+
+
+def test_cases_are_built_without_tensors(rows):
+    """Building every case makes no tensor (on a GPU none is allocated) and takes well under a second."""
+    before = torch.cuda.memory_allocated() if torch.cuda.is_available() else 0
+    _, seconds = rows
+    list(hopper.cases())
+    assert seconds < 2.0
+    assert (torch.cuda.memory_allocated() if torch.cuda.is_available() else 0) == before
+
+
+def test_every_shape_has_its_peer_and_unique_providers(rows):
+    groups, _ = rows
+    assert {kernel for kernel, _, _ in groups} == set(hopper.PEERS)
+    for (kernel, shape, dtype), cs in groups.items():
+        names = [c.provider for c in cs]
+        assert hopper.PEERS[kernel] in names, (kernel, shape, dtype, names)
+        assert len(set(names)) == len(names), (kernel, shape, dtype, names)
+
+
+def test_matmul_rows():
+    groups = collections.defaultdict(list)
+    for c in hopper.cases():
+        if c.kernel == hopper.MATMUL_KERNEL:
+            groups[(c.shape, c.dtype)].append(c)
+    assert set(groups) == {(f"{n}x{n}x{n}", d) for n in (2048, 4096, 8192) for d in ("float16", "bfloat16")}
+    for (shape, _), cs in groups.items():
+        n = int(shape.split("x")[0])
+        assert [c.provider for c in cs] == ["gluon_ws", "gluon", "persistent", "cublas"]
+        assert all(c.flops == matmul_flops(n, n, n) and c.metric == "TFLOP/s" for c in cs)
+
+
+def test_attention_rows():
+    """Lesson 06's shapes and names, fp16 and bf16; every Gluon rung at each (they all take D 64 and 128 and
+    N a multiple of 128) beside cuDNN; the course's Triton forward at its dtypes and head dims, after the rest."""
+    cs = [c for c in hopper.cases() if c.kernel == hopper.ATTENTION_KERNEL]
+    shapes = {(c.shape, c.dtype) for c in cs}
+    expected = {(f"B{16384 // n}-H{2048 // d}-N{n}-D{d}{suffix}", dt) for n in (1024, 4096, 16384) for d in (64, 128)
+                for suffix in ("", "-causal") for dt in ("float16", "bfloat16")}
+    assert shapes == expected
+    by_shape = collections.defaultdict(list)
+    for c in cs:
+        by_shape[(c.shape, c.dtype)].append(c.provider)
+        B, H, N, D = (int(part[1:]) for part in c.shape.split("-")[:4])
+        assert c.flops == attention_flops(B, H, N, D, c.shape.endswith("-causal"))
+    for (shape, dtype), names in by_shape.items():
+        gluon = [n for n in names if n.startswith("gluon_")]
+        assert gluon == list(hopper.GLUON_RUNGS) and "sdpa-cudnn" in names, (shape, dtype, names)
+        with_triton = (dtype in [str(d).replace("torch.", "") for d in hopper.TRITON_DTYPES]
+                       and int(shape.split("-")[3][1:]) in hopper.TRITON_HEAD_DIMS)
+        assert names.count("triton") == with_triton, (shape, dtype, names)
+    providers = [c.provider for c in cs]
+    first_triton = providers.index("triton")
+    assert set(providers[first_triton:]) == {"triton"}  # last: a run stopped by its time limit loses only them
+
+
+def test_a_rung_that_cannot_take_a_shape_is_left_out():
+    assert list(hopper.attention_providers(1, 2, 192, 64, torch.float16)) == ["sdpa-cudnn"]  # N not a multiple of 128
+    assert list(hopper.attention_providers(1, 2, 256, 96, torch.float16)) == ["sdpa-cudnn"]  # D 96
+    assert list(hopper.attention_providers(1, 2, 256, 64, torch.bfloat16)) == [*hopper.GLUON_RUNGS, "sdpa-cudnn"]
+
+
+def test_the_lessons_matmul_is_imported_at_its_first_call():
+    """``solutions/hopper.py`` may not exist yet: the benchmark names it only inside a function."""
+    tree = ast.parse((ROOT / "benchmarks" / "hopper.py").read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not [n for n in top if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("solutions")]
+    assert not [a.name for n in top if isinstance(n, ast.Import) for a in n.names if a.name.startswith("solutions")]
+
+
+def test_gluon_cases_reach_the_launchers():
+    """A matmul case's call goes through its launcher: on CPU tensors, the launcher's error."""
+    for c in hopper.matmul_cases(torch.float16, 64, device="cpu"):
+        if c.provider.startswith("gluon"):
+            with pytest.raises(ValueError, match="is on cpu"):
+                c.fn()
+
+
+@pytest.mark.parametrize("launch", [gm.matmul, gm.matmul_ws], ids=["matmul", "matmul_ws"])
+def test_matmul_launchers_say_what_is_wrong(launch):
+    a = torch.randn(64, 32, dtype=torch.float16)
+    b = torch.randn(32, 48, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"a is on cpu.*\.cuda\(\)"):
+        launch(a, b)
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        launch(a.float(), b)
+    with pytest.raises(ValueError, match="a has dtype torch.float16 but b has torch.bfloat16"):
+        launch(a, b.bfloat16())
+    with pytest.raises(ValueError, match="K"):
+        launch(a, b.T)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        launch(a[:, :30], b[:30])
+    with pytest.raises(ValueError, match="must be 2-D"):
+        launch(a[None], b)
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        launch([[1.0]], b)
+    with pytest.raises(ValueError, match="STAGES"):
+        launch(a, b, config=dict(gm.CONFIG, STAGES=1))
+
+
+def test_attention_launcher_says_what_is_wrong():
+    q = torch.randn(1, 4, 256, 64, dtype=torch.float16)
+    kv = torch.randn(1, 2, 256, 64, dtype=torch.float16)
+    for _, kernel, _ in ga.RUNGS:
+        with pytest.raises(ValueError, match=r"q is on cpu.*\.cuda\(\)"):
+            ga.attention_forward(q, q, q, kernel=kernel)
+    with pytest.raises(ValueError, match="overlapped and ping-pong rungs take grouped-query heads"):
+        ga.attention_forward(q, kv, kv)  # the warp-specialized rung: one K/V head a query head
+    with pytest.raises(ValueError, match="q is on cpu"):
+        ga.attention_forward(q, kv, kv, kernel=ga.attention_overlap_kernel)
+    with pytest.raises(ValueError, match="N = 192"):
+        ga.attention_forward(q[:, :, :192], q[:, :, :192], q[:, :, :192])
+    with pytest.raises(ValueError, match="head dims 64 or 128"):
+        ga.attention_forward(q[..., :32], q[..., :32], q[..., :32])
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        ga.attention_forward(q.float(), q.float(), q.float())
+    with pytest.raises(ValueError, match="k is"):
+        ga.attention_forward(q, q[:, :, :128], q[:, :, :128])
+    with pytest.raises(TypeError, match="causal"):
+        ga.attention_forward(q, q, q, causal="yes")
+    with pytest.raises(ValueError, match="16 \\* num_warps"):
+        ga.attention_forward(q, q, q, config=dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=8))
+
+
+def test_descriptors_need_no_gpu():
+    """``research/hopper/compile_check.py`` builds the launch's descriptors from CPU tensors."""
+    a = torch.empty(256, 128, dtype=torch.bfloat16)
+    descs = gm.descriptors(a, torch.empty(128, 512, dtype=torch.bfloat16), torch.empty(256, 512, dtype=torch.bfloat16))
+    assert [d.block_shape for d in descs] == [[128, 64], [64, 256], [128, 256]]
+    q = torch.empty(1, 2, 256, 64, dtype=torch.float16)
+    assert [d.block_shape for d in ga.descriptors(q, q, q, q, ga.PP_CONFIG)] == [[64, 64], [128, 64], [128, 64], [64, 64]]

@@ -1,0 +1,228 @@
+"""Grader for lesson 12: ``matmul(a, b, config, programs)``, a persistent matmul on tensor descriptors.
+
+Every case gives fewer programs than tiles (so each program walks several tiles), a tile count that is
+not a multiple of the programs, ragged edges in M, N and K (the TMA's zeros stand in for masks) and, last,
+more programs than tiles. Besides the values, the tracer's record of C's stores must show each element
+stored once: a tile loop that starts right but steps by one computes the right matrix while doing some
+tiles several times. Hints come from models of the mistakes learners make (a loop that starts at tile 0,
+stops a tile early or never loops; an accumulator carried from one tile to the next; offsets counted in
+blocks; the last, partial K step dropped) compared with what the kernel returned.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+
+from .. import mode
+from .core import Case, describe_wrong, graded_call, padded, refuses, returned_case, written_case
+
+# (M, N, K, programs): tiles of 16 x 16 in the interpreter; each program walks several tiles
+SHAPES = [(37, 45, 40, 3), (64, 64, 64, 3), (67, 45, 29, 4), (16, 160, 48, 3), (97, 113, 57, 5), (1, 1, 1, 1),
+          (130, 17, 70, 2), (40, 36, 70, 64)]
+GPU_SHAPES = [(300, 520, 200, 7), (1000, 900, 333, 13), (64, 64, 64, 3), (1, 1, 1, 1), (129, 257, 1000, 300)]
+#: The config every graded call takes, so the grader knows the tiles: small ones, many per program.
+CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2, WARP_SPECIALIZE=False)
+OFFSETS = ("Load at [pid_m * BLOCK_M, k * BLOCK_K] and [k * BLOCK_K, pid_n * BLOCK_N], store at "
+           "[pid_m * BLOCK_M, pid_n * BLOCK_N]")
+GPU_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4, num_stages=3, WARP_SPECIALIZE=False)
+
+
+def config() -> dict:
+    return CONFIG if mode.INTERPRET else GPU_CONFIG
+
+
+def tile_order(num_pid_m: int, num_pid_n: int, group_m: int) -> list[tuple[int, int]]:
+    """(pid_m, pid_n) of each tile in the grouped order, as ``grouped_tile`` gives it."""
+    out = []
+    for tile in range(num_pid_m * num_pid_n):
+        per_group = group_m * num_pid_n
+        first = tile // per_group * group_m
+        rows = min(num_pid_m - first, group_m)
+        out.append((first + tile % per_group % rows, tile % per_group // rows))
+    return out
+
+
+def _blocks(a, b, cfg, k_steps=None):
+    """The full (BLOCK_M, BLOCK_N) product of each tile, float64, over ``k_steps`` K steps (all by default),
+    zero past the edges as the TMA reads them: ``{(pid_m, pid_n): block}``."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    M, K = a.shape
+    N = b.shape[1]
+    pm, pn = math.ceil(M / bm), math.ceil(N / bn)
+    kk = K if k_steps is None else min(K, k_steps * bk)
+    ap = torch.zeros(pm * bm, K, dtype=torch.float64)
+    ap[:M] = a.double().cpu()
+    bp = torch.zeros(K, pn * bn, dtype=torch.float64)
+    bp[:, :N] = b.double().cpu()
+    full = ap[:, :kk] @ bp[:kk]
+    return {(i, j): full[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn] for i in range(pm) for j in range(pn)}
+
+
+def _assemble(blocks, M, N, cfg):
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    out = torch.full((math.ceil(M / bm) * bm, math.ceil(N / bn) * bn), float("nan"), dtype=torch.float64)
+    for (i, j), blk in blocks.items():
+        out[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn] = blk
+    return out[:M, :N]
+
+
+def carried(a, b, cfg, programs):
+    """What a kernel returns whose accumulator is zeroed once, before the tile loop: each tile of a program
+    gets the sum of that program's earlier tiles too."""
+    blocks = _blocks(a, b, cfg)
+    order = tile_order(*_grid(a.shape[0], b.shape[1], cfg), cfg["GROUP_M"])
+    out = {}
+    for p in range(min(programs, len(order))):
+        run = 0
+        for t in range(p, len(order), programs):
+            run = run + blocks[order[t]]
+            out[order[t]] = run
+    return _assemble(out, a.shape[0], b.shape[1], cfg)
+
+
+def _grid(M, N, cfg):
+    return math.ceil(M / cfg["BLOCK_M"]), math.ceil(N / cfg["BLOCK_N"])
+
+
+def _written_tiles(o, cfg):
+    """The tiles (in the grouped order's numbering) whose every element is a number, and all tiles."""
+    M, N = o.shape
+    order = tile_order(*_grid(M, N, cfg), cfg["GROUP_M"])
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    done = {t for t, (i, j) in enumerate(order) if not torch.isnan(o[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]).any()}
+    return done, len(order)
+
+
+def _names(tiles) -> str:
+    tiles = sorted(tiles)
+    return ", ".join(map(str, tiles[:8])) + (", ..." if len(tiles) > 8 else "")
+
+
+def _unwritten_hint(o, cfg, programs) -> str:
+    done, total = _written_tiles(o, cfg)
+    if len(done) == total:
+        return ""
+    missing = set(range(total)) - done
+    if done == set(range(min(programs, total))):
+        return (f"only tiles 0 to {min(programs, total) - 1} were written, one a program: loop over the tiles, "
+                "from the program's own id in steps of NUM_PROGRAMS, until num_tiles")
+    if done == set(range(0, total, programs)):
+        return ("only tiles 0, NUM_PROGRAMS, 2 * NUM_PROGRAMS, ... were written: every program starts at tile 0. "
+                "Start the tile loop at tl.program_id(axis=0)")
+    if missing == set(range(max(done, default=-1) + 1, total)) or (missing and min(missing) >= total - programs):
+        return (f"the last tiles ({_names(missing)} of {total}) were never written: the tile loop stops early. "
+                "tl.range(start, num_tiles, NUM_PROGRAMS) runs up to num_tiles - 1 itself")
+    return (f"tiles {_names(missing)} (of {total}, numbered in the grouped order) were never written: each tile "
+            "must fall to one program, tile = program id + i * NUM_PROGRAMS")
+
+
+def _diagnose(a, b, cfg, programs):
+    M, N = a.shape[0], b.shape[1]
+
+    def close(o, model):
+        return torch.allclose(o, model, atol=1e-2, rtol=1e-2)
+
+    def hint(o, e, wrong):
+        unwritten = _unwritten_hint(o, cfg, programs)
+        if unwritten:
+            return unwritten
+        tiles = math.prod(_grid(M, N, cfg))
+        if tiles > programs and close(o, carried(a, b, cfg, programs)):
+            return ("each program's tiles after its first add up the tiles before: the accumulator is zeroed once, "
+                    "before the tile loop. Start every tile with acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)")
+        k_steps = a.shape[1] // cfg["BLOCK_K"]
+        if a.shape[1] % cfg["BLOCK_K"] and close(o, _assemble(_blocks(a, b, cfg, k_steps), M, N, cfg)):
+            return (f"the last, partial K step is missing: loop over tl.cdiv(K, BLOCK_K) steps (k_steps); the TMA "
+                    f"reads the {a.shape[1] % cfg['BLOCK_K']} columns past the last full step and zeros after them")
+        bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+        first = ~wrong[: min(bm, M), : min(bn, N)]
+        if bool(first.all()) and bool(wrong.any()):
+            return f"the first tile is right and others are not: a descriptor's offsets count elements, not blocks. {OFFSETS}"
+        return (f"no known mistake fits; what the grader sees: {describe_wrong(o, e, wrong)}. Does each tile load "
+                "A's rows pid_m * BLOCK_M.. and B's columns pid_n * BLOCK_N.., along K in steps of BLOCK_K?")
+    return hint
+
+
+def _repeated_case(label, out, traces) -> Case | None:
+    """A failing case when the tracer saw an element of C stored more than once (a tile done twice)."""
+    for tr in traces:
+        for i, t in enumerate(tr.tensors):
+            if tuple(t.shape) != tuple(out.shape) or t.name not in ("c", "c_desc"):
+                continue
+            counts = tr.read_counts(i, kind="store")
+            most = int(counts.max()) if counts.size else 0
+            if most > 1:
+                twice = int((counts > 1).sum())
+                return Case(label, "fail",
+                            f"the right matrix, but {twice} of C's {counts.size} elements were stored more than once "
+                            f"(up to {most} times)",
+                            "some tiles were done by several programs: step the tile loop by NUM_PROGRAMS, "
+                            "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS), so each tile falls to one")
+    return None
+
+
+def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
+    label = f"M={M} N={N} K={K} {str(dtype)[6:]}, {programs} program{'s' if programs > 1 else ''}"
+    a = padded((torch.randn(M, K, generator=gen, dtype=torch.float64) / math.sqrt(K)).to(dtype).to(mode.DEVICE))
+    b = padded(torch.randn(K, N, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE))
+    g = graded_call(label, mod.matmul, (a, b), kwargs=dict(config=cfg, programs=programs))
+    if isinstance(g, Case):
+        if g.status == "error" and "offset" in g.detail and "aligned" in g.detail:
+            g.hint = ("a descriptor was asked for a block at an offset the TMA cannot take: its offsets count "
+                      f"elements, not blocks. {OFFSETS}")
+        elif g.status == "error" and "unexpected keyword argument" in g.detail:
+            g.hint = ("the grader calls matmul(a, b, config=..., programs=...), the launcher as the lesson gives it: "
+                      "keep its signature")
+        return g
+    bad = returned_case(label, g)
+    if bad is not None:
+        return bad
+    tol = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2)}.get(
+        dtype, (1e-4, 1e-4) if mode.INTERPRET else (2e-2, 2e-2))
+    case = written_case(label, g.out, a.double() @ b.double(), g, dtype=dtype, atol=tol[0], rtol=tol[1],
+                        diagnose=_diagnose(a, b, cfg, programs))
+    if case.status != "pass":
+        return case
+    changed = g.snap.case(label, g.fn_name)
+    if changed is not None:
+        return changed
+    return _repeated_case(label, g.out, g.traces) or case
+
+
+def _warp_specialize_case(mod) -> Case:
+    label = "the tile loop takes the config's WARP_SPECIALIZE"
+    kernel = getattr(mod, "persistent_matmul_kernel", None)
+    try:
+        body = inspect.getsource(getattr(kernel, "fn", kernel)).split("):", 1)[-1]
+    except (OSError, TypeError):
+        return Case(label, "pass")  # no source to read: nothing to say
+    code = "\n".join(line.split("#", 1)[0] for line in body.splitlines())
+    if "warp_specialize=WARP_SPECIALIZE" in code.replace(" ", ""):
+        return Case(label, "pass")
+    return Case(label, "fail", "tl.range(...) in the kernel does not pass warp_specialize=WARP_SPECIALIZE",
+                "give the tile loop warp_specialize=WARP_SPECIALIZE: on a GPU the config's warp specialization "
+                "(a producer warp feeding the consumer warpgroups) happens only through it")
+
+
+def grade(mod):
+    gen = torch.Generator().manual_seed(0)
+    cfg = config()
+    first, *others = mode.float_dtypes()
+    for M, N, K, programs in (SHAPES if mode.INTERPRET else GPU_SHAPES):
+        yield _case(mod, M, N, K, programs, first, gen, cfg)
+    for dtype in others:
+        for M, N, K, programs in (SHAPES[:3] if mode.INTERPRET else GPU_SHAPES[:2]):
+            yield _case(mod, M, N, K, programs, dtype, gen, cfg)
+    if not mode.INTERPRET:  # the lesson's own configs, warp specialization among them, at one program per SM
+        for name in ("CONFIG", "WS_CONFIG"):
+            own = getattr(mod, name, None)
+            if isinstance(own, dict):
+                yield _case(mod, 1024, 1024, 512, 132, torch.float16, gen, own)
+    yield _warp_specialize_case(mod)
+    d = mode.DEVICE
+    hint = "check shapes and dtypes before launching, and raise ValueError saying what to fix"
+    yield refuses("mismatched inner dimensions raise ValueError", mod.matmul, torch.ones(3, 4, device=d),
+                  torch.ones(5, 6, device=d), hint=hint)
