@@ -83,6 +83,8 @@ CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_sta
 CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, WARP_SPECIALIZE=False)
 #: The same tiles with the compiler's warp specialization (a producer warp feeds the consumers).
 WS_CONFIG = dict(CONFIG, BLOCK_N=128, num_stages=4, WARP_SPECIALIZE=True)
+#: fp32 inputs (TF32 tensor cores) on a GPU: blocks of 4-byte values, so half as many fit in shared memory.
+FP32_CONFIG = dict(CONFIG, BLOCK_N=128, BLOCK_K=32)
 #: In the interpreter: small tiles, so that each program walks several of them.
 INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2,
                           WARP_SPECIALIZE=False)
@@ -134,13 +136,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: dict | None = None, program
     padded to 16 bytes, as the TMA needs: a view of a slightly wider tensor).
 
     ``config``: the keys of ``CONFIG_KEYS`` and optionally ``WARP_SPECIALIZE``; ``None``: ``CONFIG`` on a
-    GPU, ``INTERPRETER_CONFIG`` in the interpreter. ``programs``: the grid (default ``num_programs``).
+    GPU (``FP32_CONFIG`` for fp32), ``INTERPRETER_CONFIG`` in the interpreter. ``programs``: the grid
+    (default ``num_programs``).
     """
     validate(a, b, names=["a", "b"], ndim=2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)} and b is {tuple(b.shape)}; "
                          "a's columns must equal b's rows (transpose one of them?)")
-    cfg = _CONFIG(config if config is not None else (INTERPRETER_CONFIG if INTERPRET else CONFIG), "config")
+    if config is None:
+        config = INTERPRETER_CONFIG if INTERPRET else FP32_CONFIG if a.dtype == torch.float32 else CONFIG
+    cfg = _CONFIG(config, "config")
     M, K = a.shape
     N = b.shape[1]
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])

@@ -138,7 +138,7 @@ def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
 def test_the_carried_accumulator_model_differs_from_the_product():
     """The model behind the accumulator's hint is not the right answer on a graded input (else the hint
     could name a mistake that was not made)."""
-    a, b = _randn(37, 40), _randn(40, 45, seed=1)
+    a, b = _randn(37, 40).cpu(), _randn(40, 45, seed=1).cpu()  # the grader's models compute on the CPU
     right = a.double() @ b.double()
     assert not torch.allclose(grader.carried(a, b, grader.CONFIG, 3), right, atol=1e-2, rtol=1e-2)
     assert torch.allclose(grader.carried(a, b, grader.CONFIG, 64), right)  # one tile a program: nothing carried

@@ -81,7 +81,7 @@ online)  # the exchange of lesson 05's one-read kernels: its rows and probe, the
   ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE $tests \
       -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
-  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log"
+  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -n 4 "$OUT/notebooks.log" "$OUT/gputests.log"
   grep -E "^[KHG] " "$OUT/slots_probe.log"; grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 verify)  # correctness only, so the three run side by side
   notebooks=$(ask notebooks verify) tests=$(ask tests verify)
@@ -91,7 +91,7 @@ verify)  # correctness only, so the three run side by side
   ( timeout 280 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_traffic.py $tests \
       -k "not exercise and not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
-  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log" ;;
+  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -n 4 "$OUT/notebooks.log" "$OUT/gputests.log" ;;
 int4)  # lesson 10's sweep times every candidate, then records the bench rows with the winners as CONFIGS
   timeout 400 python3 research/int4/sweep.py "$OUT" > "$OUT/int4.log" 2>&1; echo "int4 sweep exit $?" | tee -a "$OUT/gpu.txt"
   graders=$(ask graders int4) notebooks=$(ask notebooks int4)
@@ -119,7 +119,7 @@ hopper)  # lesson 12: its rows against cuBLAS and cuDNN in one run, then its gra
       -k "$notebooks" > "$OUT/notebooks.log" 2>&1; echo "notebooks exit $?" >> "$OUT/gpu.txt" ) &
   ( timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE $tests -k "not planted" > "$OUT/gputests.log" 2>&1
     echo "gputests exit $?" >> "$OUT/gpu.txt" ) &
-  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -4 "$OUT/notebooks.log" "$OUT/gputests.log"
+  wait; cat "$OUT/gpu.txt"; grep -E "^[a-z_]+ \(" "$OUT/check.log"; tail -n 4 "$OUT/notebooks.log" "$OUT/gputests.log"
   grep -E "\[(GB/s|TFLOP/s|GB)\]$" "$OUT/bench.log" | cut -c1-190 ;;
 inference)  # one run for every row the inference kernels' figures need, so that their ratios share it
   mapfile -t rows < <(ask records inference)  # one line a benchmark: NAME [--shape S ...]

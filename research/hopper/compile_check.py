@@ -46,6 +46,8 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     sig = {name: mangle_type(d) for name, d in zip(("q_desc", "k_desc", "v_desc", "o_desc"), descs)}
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
     consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
+    if "MASK_ALL" in cfg:  # the ping-pong rung's causal mask on every key block, or on the diagonal's only
+        sig["MASK_ALL"], consts["MASK_ALL"] = "constexpr", cfg["MASK_ALL"]
     if "GROUP" in (kernel or ga.attention_fwd_kernel).arg_names:  # grouped-query heads: one K/V head for 4 here
         sig["GROUP"], consts["GROUP"] = "constexpr", 4
     src = GluonASTSource(kernel or ga.attention_fwd_kernel, sig, constexprs=consts,
@@ -79,7 +81,9 @@ def main():
     attention = (("attention", ga.attention_fwd_kernel, ga.CONFIG),
                  ("attention, warp-specialized", ga.attention_ws_kernel, ga.CONFIG),
                  ("attention, overlapped", ga.attention_overlap_kernel, ga.CONFIG),
-                 ("attention, ping-pong", ga.attention_pingpong_kernel, ga.PP_CONFIG))
+                 ("attention, ping-pong", ga.attention_pingpong_kernel, ga.PP_CONFIG),
+                 ("attention, ping-pong, diagonal masked only", ga.attention_pingpong_kernel,
+                  dict(ga.PP_CONFIG, MASK_ALL=False)))
     for (name, kernel, cfg), dtype, D, causal in itertools.product(attention, (torch.float16, torch.bfloat16),
                                                                    (64, 128), (False, True)):
         k = compile_attention(dtype, cfg, D=D, causal=causal, kernel=kernel)

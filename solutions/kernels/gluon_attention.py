@@ -54,7 +54,8 @@ from .gluon_matmul import GL_DTYPES, check_device, check_tensor, shared_layout
 
 __all__ = ["attention_forward", "descriptors", "shape_problem", "check_inputs", "reference", "config_for", "CONFIG",
            "PP_CONFIG", "RUNGS", "GQA_KERNELS", "DTYPES", "HEAD_DIMS", "attention_fwd_kernel", "attention_ws_kernel",
-           "attention_overlap_kernel", "attention_pingpong_kernel", "acc_layout"]
+           "attention_overlap_kernel", "attention_pingpong_kernel", "acc_layout", "pingpong_consumer",
+           "pingpong_producer", "pingpong_softmax"]
 
 #: log2(e): exp(x) is exp2(x * LOG2E), and the kernels take exp2
 LOG2E = 1.4426950408889634
@@ -373,15 +374,18 @@ def attention_overlap_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL
 # query rows; one issues its two GEMMs while the other runs its softmax, in turns passed by mbarriers ----
 @gluon.jit
 def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
-                     BLOCK_N: gl.constexpr, D: gl.constexpr, dtype: gl.constexpr, num_warps: gl.constexpr):
+                     BLOCK_N: gl.constexpr, D: gl.constexpr, dtype: gl.constexpr, num_warps: gl.constexpr,
+                     MASK_ALL: gl.constexpr = True):
     """The online softmax of one key block: P as the next P V's register operand, the new max and sum, and
-    alpha (what O must be rescaled by) in O's row layout."""
+    alpha (what O must be rescaled by) in O's row layout. Causal: ``MASK_ALL`` masks every block; else only
+    the blocks that reach past this warpgroup's first row (the others lie wholly left of the diagonal)."""
     s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
     o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
     if CAUSAL:
-        rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-        cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
+        if MASK_ALL or (i + 1) * BLOCK_N > start_m:
+            rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
     p = gl.exp2(s_acc * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
@@ -393,7 +397,7 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
 @gluon.jit
 def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_empty, v_ready, v_empty, turn_mine,
                       turn_other, N, sm_scale, WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                      num_warps: gl.constexpr):
+                      num_warps: gl.constexpr, MASK_ALL: gl.constexpr = True):
     """One warpgroup, rows ``WG * BLOCK_M`` on of the program's two query tiles. Turn t: wait for it, issue
     S(t) and P V(t - 1), pass it on, wait for both, then the softmax of block t while the other warpgroup's
     GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them)."""
@@ -420,7 +424,7 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_
     s_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
     mbarrier.arrive(k_empty.index(0), count=1)
     p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, D,
-                                             dtype, num_warps)
+                                             dtype, num_warps, MASK_ALL)
     for i in range(1, steps):
         cur = i % STAGES
         prev = (i - 1) % STAGES
@@ -434,7 +438,7 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_
         mbarrier.arrive(k_empty.index(cur), count=1)
         mbarrier.arrive(v_empty.index(prev), count=1)
         p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
-                                                 D, dtype, num_warps)
+                                                 D, dtype, num_warps, MASK_ALL)
         acc = acc * alpha[:, None]
     last = steps - 1
     mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
@@ -469,9 +473,11 @@ def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, 
 
 @gluon.jit
 def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.constexpr,
-                              STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1):
+                              STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1,
+                              MASK_ALL: gl.constexpr = True):
     """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
-    worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``)."""
+    worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``). ``MASK_ALL``: with
+    ``CAUSAL``, mask every key block rather than only those that cross the diagonal."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -498,11 +504,11 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSA
         mbarrier.init(v_empty.index(s), count=2)
     gl.warp_specialize([
         (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, k_ready, k_empty, v_ready, v_empty,
-                        turns.index(0), turns.index(1), N, sm_scale, 0, CAUSAL, STAGES, num_warps)),
+                             turns.index(0), turns.index(1), N, sm_scale, 0, CAUSAL, STAGES, num_warps, MASK_ALL)),
         (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, k_ready, k_empty, v_ready, v_empty,
-                        turns.index(1), turns.index(0), N, sm_scale, 1, CAUSAL, STAGES, num_warps)),
+                             turns.index(1), turns.index(0), N, sm_scale, 1, CAUSAL, STAGES, num_warps, MASK_ALL)),
         (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty,
-                              v_ready, v_empty, N, CAUSAL, STAGES, GROUP)),
+                             v_ready, v_empty, N, CAUSAL, STAGES, GROUP)),
     ], [4, 1], [232, 24])
     mbarrier.invalidate(q_bar)
     mbarrier.invalidate(turns.index(0))
@@ -535,7 +541,8 @@ HEAD_DIMS = (64, 128)
 #: What a config takes: the query rows a warp's wgmma takes (16) times the warps, key blocks of 16 to
 #: 256 (a wgmma's N), at least 2 stages (one landing while one is read).
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
-                      "STAGES": (integer, 2, 8), "num_warps": (power_of_two, 4, 8)},
+                      "STAGES": (integer, 2, 8), "num_warps": (power_of_two, 4, 8),
+                      "MASK_ALL": (boolean, 0, 1)},  # the ping-pong rung's only
                      required=("BLOCK_M", "BLOCK_N", "STAGES", "num_warps"))
 
 
