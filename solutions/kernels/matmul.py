@@ -1,7 +1,8 @@
 """Matmul (lesson 03) behind a lean launch: ``matmul(a, b, config=None)`` as ``solutions.matmul.matmul``.
 
 Small products take the kernels of ``matmul_small`` (split-K, and TMA loads on triton 3.6), large
-ones the lesson's autotuned kernel; the host side is ``lean.Lean``'s (see the package's docstring).
+ones the lesson's autotuned kernel, and the largest 16-bit ones lesson 12's persistent TMA kernel; the
+host side is ``lean.Lean``'s (see the package's docstring).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import triton
 
 from tkcourse.mode import INTERPRET
 
+from .. import hopper
 from .. import matmul as mm
 from .._checks import validate
 from . import matmul_small as small
@@ -26,6 +28,12 @@ _MM_SMALL = Lean(small.matmul_small_autotuned or small.matmul_split_k_kernel)  #
 _MM_FIXED = Lean(small.matmul_split_k_kernel)  # tiny products, or a config given
 _MM_LARGE = Lean(mm.matmul_autotuned)
 _MM_TMA = Lean(small.matmul_tma_kernel)  # small products on triton 3.6: TMA loads, descriptors kept
+_MM_PERSISTENT = Lean(hopper.persistent_matmul_kernel)  # large 16-bit products: lesson 12's persistent kernel
+#: Products whose M, N and K are all at least this take lesson 12's persistent TMA kernel (one program an
+#: SM walking the tiles), in fp16 and bf16 where the TMA can read A and B as they are: on the H200 it ran
+#: 0.98-1.01x cuBLAS at 4096^3 and 8192^3 where the lesson's autotuned kernel ran 0.91-0.98x, the two
+#: interleaved in one run (``research/hopper/matmul_default_probe.py``). Not measured below 4096.
+PERSISTENT_MIN = 4096
 #: Small products take the TMA kernel where host-made descriptors are cheap (``lean.DIRECT``):
 #: its loads need no address arithmetic, which at these sizes is a share of the kernel's time.
 MATMUL_TMA = DIRECT
@@ -124,6 +132,14 @@ def _matmul_first(key, a, b, config):
         _MM_TMA.first(key, tuple(small.tma_descriptors(a, b, c, meta)), (M, N, K), grid, meta, info="tma",
                       templates=lambda m: dict(enumerate(small.tma_descriptors(a, b, c, m))))
         return c
+    if (cfg is None and not INTERPRET and min(M, N, K) >= PERSISTENT_MIN and a.dtype in (torch.float16, torch.bfloat16)
+            and small.tma_ok(a, b) and small.tma_ok(c, c)):
+        meta = {k: v for k, v in hopper.CONFIG.items() if k != "num_warps" and k != "num_stages"}
+        programs = hopper.num_programs(triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), a.device)
+        meta.update(NUM_PROGRAMS=programs, num_warps=hopper.CONFIG["num_warps"], num_stages=hopper.CONFIG["num_stages"])
+        _MM_PERSISTENT.first(key, tuple(small.tma_descriptors(a, b, c, meta)), (M, N, K), (programs,), meta,
+                             info="tma", templates=lambda m: dict(enumerate(small.tma_descriptors(a, b, c, m))))
+        return c
     if cfg is None and not INTERPRET and mnk > small.SMALL_MAX_MNK:
         _MM_LARGE.first(key, (a, b, c), ints, lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(N, m["BLOCK_N"]),))
         return c
@@ -148,7 +164,8 @@ def matmul_entries() -> list:
 
 
 #: This module's lean launchers, for tests and lesson 08 (entries, compiles).
-LEANS = dict(matmul_small=_MM_SMALL, matmul_fixed=_MM_FIXED, matmul_large=_MM_LARGE, matmul_tma=_MM_TMA)
+LEANS = dict(matmul_small=_MM_SMALL, matmul_fixed=_MM_FIXED, matmul_large=_MM_LARGE, matmul_tma=_MM_TMA,
+             matmul_persistent=_MM_PERSISTENT)
 
 
 def forget():
