@@ -241,7 +241,7 @@ def _backward_against_sdpa(rows):
 
 
 def _matmul_4096_few_percent_behind(rows):
-    return 0.9 < ratio("matmul", "4096x4096x4096", "float16", "cublas", rows=rows) < 1
+    return 0.85 < ratio("matmul", "4096x4096x4096", "float16", "cublas", provider="triton-readable", rows=rows) < 1
 
 
 #: Comparisons the markdown makes in words: (notebook, phrase, what it claims, a test of it on the table).
@@ -270,7 +270,8 @@ CLAIMS = [
      _attention_against_sdpa),
     ("07_flash_attention_backward", "beats SDPA's FlashAttention-2 backend at every shape, and reaches most, not all",
      "backward: over SDPA flash everywhere, 50-100% of cuDNN", _backward_against_sdpa),
-    ("04_autotune", "Triton a few percent behind cuBLAS in either", "the 4096³ fp16 matmul at 90-100% of cuBLAS",
+    ("04_autotune", "Triton's autotuned kernel a few percent to a tenth behind cuBLAS in either",
+     "lesson 03's autotuned kernel at 4096³ fp16 at 85-100% of cuBLAS",
      _matmul_4096_few_percent_behind),
 ]
 
