@@ -217,6 +217,30 @@ def test_gpu_results_and_graph_capture():
 
 @pytest.mark.skipif(not GPU, reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_large_matmul_takes_the_persistent_kernel(dtype):
+    """A 16-bit product with M, N and K at least ``PERSISTENT_MIN`` runs lesson 12's persistent kernel,
+    right on its first (compiling) and later (lean) calls and replayed from a CUDA graph; a transposed A,
+    which the TMA cannot read as it is, goes to the lesson's autotuned kernel instead."""
+    n = lean_matmul.PERSISTENT_MIN
+    a, b = (torch.randn(n, n, device="cuda", dtype=dtype) / n ** 0.25 for _ in range(2))
+    expected = mm.reference(a, b)
+    lean_matmul.forget()
+    for _ in range(2):
+        _close(lean_matmul.matmul(a, b), expected, 3e-2)
+    assert len(lean_matmul.LEANS["matmul_persistent"].entries) == 1
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = lean_matmul.matmul(a, b)
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    _close(out, expected, 3e-2)
+    _close(lean_matmul.matmul(a.t(), b), mm.reference(a.t(), b), 3e-2)
+    assert len(lean_matmul.LEANS["matmul_persistent"].entries) == 1
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gpu_decode_step_kernels_in_a_graph_at_new_inputs(dtype):
     """RoPE (new tensors and in place), SwiGLU and RMSNorm + residual captured once, replayed after their
     inputs (the positions too) changed in place: what a captured decode step does every step."""
