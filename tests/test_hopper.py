@@ -99,6 +99,15 @@ PLANTED = [
                            ("b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])", "b_desc.load([k, pid_n])"),
                            ("c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N]", "c_desc.store([pid_m, pid_n]")],
      "offsets count elements, not blocks"),
+    ("B's offsets swapped", [("b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])", "b_desc.load([pid_n * BLOCK_N, k * BLOCK_K])")],
+     "B is (K, N)"),
+    ("A's offsets swapped", [("a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])", "a_desc.load([k * BLOCK_K, pid_m * BLOCK_M])")],
+     "A is (M, K)"),
+    ("pid_m and pid_n swapped in the loads", [("a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])",
+                                               "a_desc.load([pid_n * BLOCK_M, k * BLOCK_K])"),
+                                              ("b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])",
+                                               "b_desc.load([k * BLOCK_K, pid_m * BLOCK_N])")],
+     "A's rows come from pid_n"),
     ("the partial K step dropped", [("for k in range(k_steps):", "for k in range(K // BLOCK_K):")],
      "the last, partial K step is missing"),
     ("warp specialization left out", [(", warp_specialize=WARP_SPECIALIZE):", "):")], "warp_specialize=WARP_SPECIALIZE"),
@@ -133,6 +142,19 @@ def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
     assert rep.status in ("fail", "error", "todo"), rep
     bad = rep.first_problem()
     assert words in bad.detail + bad.hint, rep
+
+
+def test_the_offset_models_differ_from_the_product_and_each_other():
+    """Each swapped-offsets model is wrong on a graded input, and no two agree: a hint names one mistake."""
+    a, b = _randn(37, 40).cpu(), _randn(40, 45, seed=1).cpu()
+    right = a.double() @ b.double()
+    bm, bn, bk = (grader.CONFIG[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    assert torch.allclose(grader.modelled(a, b, grader.CONFIG, lambda i, j, k: (i * bm, k * bk),
+                                          lambda i, j, k: (k * bk, j * bn)), right)  # the right offsets: the product
+    models = [grader.modelled(a, b, grader.CONFIG, a_at, b_at) for _, a_at, b_at in grader.offset_mistakes(grader.CONFIG)]
+    for i, m in enumerate(models):
+        assert not torch.allclose(m, right, atol=1e-2, rtol=1e-2), i
+        assert all(not torch.allclose(m, other, atol=1e-2, rtol=1e-2) for other in models[i + 1:]), i
 
 
 def test_the_carried_accumulator_model_differs_from_the_product():

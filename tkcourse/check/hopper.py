@@ -6,7 +6,8 @@ more programs than tiles. Besides the values, the tracer's record of C's stores 
 stored once: a tile loop that starts right but steps by one computes the right matrix while doing some
 tiles several times. Hints come from models of the mistakes learners make (a loop that starts at tile 0,
 stops a tile early or never loops; an accumulator carried from one tile to the next; offsets counted in
-blocks; the last, partial K step dropped) compared with what the kernel returned.
+blocks, or A's and B's offsets swapped; the last, partial K step dropped) compared with what the kernel
+returned.
 """
 
 from __future__ import annotations
@@ -83,6 +84,49 @@ def carried(a, b, cfg, programs):
     return _assemble(out, a.shape[0], b.shape[1], cfg)
 
 
+def modelled(a, b, cfg, a_at, b_at):
+    """What a kernel returns whose K loop loads A's block at ``a_at(pid_m, pid_n, k)`` and B's at
+    ``b_at(pid_m, pid_n, k)`` (element offsets; zeros past the edges, as the TMA reads), float64."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    A, B = a.double().cpu(), b.double().cpu()
+    M, K = A.shape
+    N = B.shape[1]
+
+    def block(t, row, col, rows, cols):
+        out = torch.zeros(rows, cols, dtype=torch.float64)
+        got = t[max(row, 0):max(row + rows, 0), max(col, 0):max(col + cols, 0)]
+        out[:got.shape[0], :got.shape[1]] = got
+        return out
+    tiles_m, tiles_n = _grid(M, N, cfg)
+    blocks = {}
+    for i in range(tiles_m):
+        for j in range(tiles_n):
+            acc = torch.zeros(bm, bn, dtype=torch.float64)
+            for k in range(math.ceil(K / bk)):
+                acc += block(A, *a_at(i, j, k), bm, bk) @ block(B, *b_at(i, j, k), bk, bn)
+            blocks[(i, j)] = acc
+    return _assemble(blocks, M, N, cfg)
+
+
+def offset_mistakes(cfg):
+    """``(hint, a_at, b_at)`` of the offsets learners swap, for ``modelled``."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+
+    def a_right(i, j, k):
+        return i * bm, k * bk
+
+    def b_right(i, j, k):
+        return k * bk, j * bn
+    return [
+        ("B's block is loaded at [pid_n * BLOCK_N, k * BLOCK_K]: B is (K, N), so its block starts at row "
+         "k * BLOCK_K and column pid_n * BLOCK_N", a_right, lambda i, j, k: (j * bn, k * bk)),
+        ("A's block is loaded at [k * BLOCK_K, pid_m * BLOCK_M]: A is (M, K), so its block starts at row "
+         "pid_m * BLOCK_M and column k * BLOCK_K", lambda i, j, k: (k * bk, i * bm), b_right),
+        ("A's rows come from pid_n and B's columns from pid_m: A's block is [pid_m * BLOCK_M, k * BLOCK_K], "
+         "B's [k * BLOCK_K, pid_n * BLOCK_N]", lambda i, j, k: (j * bm, k * bk), lambda i, j, k: (k * bk, i * bn)),
+    ]
+
+
 def _grid(M, N, cfg):
     return math.ceil(M / cfg["BLOCK_M"]), math.ceil(N / cfg["BLOCK_N"])
 
@@ -137,6 +181,9 @@ def _diagnose(a, b, cfg, programs):
         if a.shape[1] % cfg["BLOCK_K"] and close(o, _assemble(_blocks(a, b, cfg, k_steps), M, N, cfg)):
             return (f"the last, partial K step is missing: loop over tl.cdiv(K, BLOCK_K) steps (k_steps); the TMA "
                     f"reads the {a.shape[1] % cfg['BLOCK_K']} columns past the last full step and zeros after them")
+        for mistake, a_at, b_at in offset_mistakes(cfg):
+            if close(o, modelled(a, b, cfg, a_at, b_at)):
+                return mistake
         bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
         first = ~wrong[: min(bm, M), : min(bn, N)]
         if bool(first.all()) and bool(wrong.any()):
