@@ -35,6 +35,19 @@ def assert_grader_catches(lesson, module, name, hint=None):
     return rep
 
 
+def assert_grader_reports(lesson, fn, words, name="matmul"):
+    """The grader of ``lesson``, given a module whose function ``name`` is ``fn`` (one that raises, returns
+    None, the wrong shape, ...), reports a problem instead of crashing, and its first problem says ``words``.
+    Returns the grader's report."""
+    import types
+
+    rep = check.run(lesson, module=types.SimpleNamespace(**{name: fn}, __name__="planted"), quiet=True)
+    assert rep.status in ("fail", "error", "todo"), rep
+    bad = rep.first_problem()
+    assert words in bad.detail + bad.hint, rep
+    return rep
+
+
 @triton.jit
 def _copy(src_ptr, dst_ptr, n, SHIFT: tl.constexpr, MASK_LOAD: tl.constexpr, BLOCK: tl.constexpr):
     """dst[i + SHIFT] = src[i] for i < n; the store is masked, the load only with MASK_LOAD."""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_grader_catches, mutant
+from helpers import assert_grader_catches, assert_grader_reports, mutant
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -234,10 +234,7 @@ def test_the_faithful_copy_and_the_solution_pass():
     (lambda x, p, s, g=128: (x @ torch.ones(x.shape[-1], p.shape[0], dtype=x.dtype, device=x.device), 1), "tuple"),
 ])
 def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
-    rep = check.run("int4_matmul", module=types.SimpleNamespace(matmul=fn, __name__="planted"), quiet=True)
-    assert rep.status in ("fail", "error", "todo"), rep
-    bad = rep.first_problem()
-    assert words in bad.detail + bad.hint, rep
+    assert_grader_reports("int4_matmul", fn, words)
 
 
 def test_the_grader_models_each_mistake_apart():
