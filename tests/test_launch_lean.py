@@ -239,6 +239,57 @@ def test_gpu_large_matmul_takes_the_persistent_kernel(dtype):
     assert len(lean_matmul.LEANS["matmul_persistent"].entries) == 1
 
 
+def test_attention_forward_takes_the_triton_kernel_off_hopper():
+    """The route to lesson 12's ping-pong kernel needs an sm_90 GPU: in the interpreter, on a CPU tensor, a
+    short sequence or a head dim it does not take, the Triton forward runs."""
+    q = torch.randn(1, 2, 1024, 128, device=DEVICE)
+    assert lean_attention.forward_route(q, q, q) == "triton"
+    assert lean_attention.forward_route(q[:, :, :256], q[:, :, :256], q[:, :, :256]) == "triton"
+    assert lean_attention.forward_route(q, q, q, impl="simple") == "triton"
+    assert lean_attention.forward_route(q, None, q) == "triton"
+
+
+HOPPER = GPU and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_long_attention_takes_the_pingpong_kernel(dtype, heads, causal):
+    """On Hopper, 16-bit attention at D 128 from ``PINGPONG_MIN_N`` tokens runs lesson 12's ping-pong kernel:
+    its output and log-sum-exp those of the Triton forward, on the first and the lean call and replayed from
+    a CUDA graph; the gradients through it those through the Triton forward."""
+    (hq, hkv), n = heads, lean_attention.PINGPONG_MIN_N[128]
+    q = torch.randn(2, hq, n, 128, device="cuda", dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(2, hkv, n, 128, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
+    assert lean_attention.forward_route(q, k, v) == "pingpong"
+    lean_attention.forget()
+    lean_attention.PINGPONG = False
+    try:
+        o_ref, lse_ref = lean_attention.attention_forward(q.detach(), k.detach(), v.detach(), causal)
+        do = torch.randn_like(o_ref)
+        grads_ref = torch.autograd.grad(lean_attention.attention(q, k, v, causal=causal), (q, k, v), do)
+    finally:
+        lean_attention.PINGPONG = True
+        lean_attention.forget()
+    for _ in range(2):
+        o, lse = lean_attention.attention_forward(q.detach(), k.detach(), v.detach(), causal)
+        _close(o, o_ref, 2e-2)
+        _close(lse, lse_ref, 1e-3)
+    assert not any(entry.entries for entry in lean_attention.LEANS.values())  # no Triton entry was made
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = lean_attention.attention_forward(q.detach(), k.detach(), v.detach(), causal)[0]
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    _close(out, o_ref, 2e-2)
+    grads = torch.autograd.grad(lean_attention.attention(q, k, v, causal=causal), (q, k, v), do)
+    for g, r in zip(grads, grads_ref):
+        _close(g, r, 5e-2)
+
+
 @pytest.mark.skipif(not GPU, reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gpu_decode_step_kernels_in_a_graph_at_new_inputs(dtype):

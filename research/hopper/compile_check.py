@@ -9,6 +9,7 @@ be in flight, and every wgmma of the kernel then waits for the one before).
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
 """
+import inspect
 import itertools
 import os
 import re
@@ -46,11 +47,18 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     sig = {name: mangle_type(d) for name, d in zip(("q_desc", "k_desc", "v_desc", "o_desc"), descs)}
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
     consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
+    kernel = kernel or ga.attention_fwd_kernel
     if "MASK_ALL" in cfg:  # the ping-pong rung's causal mask on every key block, or on the diagonal's only
         sig["MASK_ALL"], consts["MASK_ALL"] = "constexpr", cfg["MASK_ALL"]
-    if "GROUP" in (kernel or ga.attention_fwd_kernel).arg_names:  # grouped-query heads: one K/V head for 4 here
+    if "GROUP" in kernel.arg_names:  # grouped-query heads: one K/V head for 4 here
         sig["GROUP"], consts["GROUP"] = "constexpr", 4
-    src = GluonASTSource(kernel or ga.attention_fwd_kernel, sig, constexprs=consts,
+    if "LSE" in kernel.arg_names:  # the ping-pong rung writes each row's log-sum-exp
+        sig["LSE"] = "*fp32"
+    for param in kernel.params:  # constexprs left at their defaults (triton 3.7 takes no default here)
+        if param.is_constexpr and param.name not in sig and param.default is not inspect.Parameter.empty:
+            sig[param.name], consts[param.name] = "constexpr", param.default
+    sig = {name: sig[name] for name in kernel.arg_names if name in sig}  # in the kernel's order
+    src = GluonASTSource(kernel, sig, constexprs=consts,
                          attrs={(4,): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
 

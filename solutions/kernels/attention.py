@@ -17,6 +17,7 @@ import triton
 from tkcourse.mode import INTERPRET
 
 from .. import flash_attention_backward as fab
+from .._checks import boolean
 from .._occupancy import sm_count
 from ..flash_attention_autograd import trainable
 from . import attention_backward as fabt
@@ -24,7 +25,7 @@ from . import attention_forward as fat
 from .lean import DIRECT, Lean, pdl_meta
 from .lean import tensor_key as _t
 
-__all__ = ["attention_forward", "attention", "attention_backward", "LEANS"]
+__all__ = ["attention_forward", "attention", "attention_backward", "forward_route", "LEANS"]
 
 
 # ---- lessons 06 and 07: attention forward (tuned kernel), backward (autotuned kernels) ----
@@ -74,6 +75,45 @@ HOST_DESCRIPTORS = DIRECT
 FWD_PDL = True
 
 
+#: On Hopper (sm_90) the forward of fp16/bf16 q, k, v runs lesson 12's ping-pong kernel
+#: (``gluon_attention.attention_pingpong_kernel``, FlashAttention-3's schedule) where it takes the shape
+#: (queries and keys of one length, a multiple of its 128 rows a program) and the sequence is at least
+#: ``PINGPONG_MIN_N[D]`` tokens: from there on the recorded rows put it ahead of the tuned Triton kernel
+#: (``hopper_attention_fwd`` beside ``attention_fwd`` and the grouped-query rows in ``bench.csv``); shorter
+#: sequences fill the GPU better with the Triton kernel's smaller tiles. It writes the log-sum-exp too, so
+#: the backward (lesson 07's kernels) follows it as it follows the Triton forward. Read at a key's first call.
+PINGPONG = True
+PINGPONG_MIN_N = {64: 4096, 128: 1024}
+#: The keys whose calls take the ping-pong kernel.
+_PINGPONG: set = set()
+
+
+def forward_route(q, k, v, impl="auto") -> str:
+    """Which kernel ``attention_forward(q, k, v, impl=impl)`` takes: "pingpong" (``PINGPONG``) or "triton".
+    Shapes, dtypes and the device only: the inputs' checks come with the call."""
+    return "pingpong" if _takes_pingpong(q, k, v, impl) else "triton"
+
+
+def _takes_pingpong(q, k, v, impl):
+    if INTERPRET or not PINGPONG or impl != "auto" or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
+        return False
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device) != (9, 0) or q.dim() != 4:
+        return False
+    B, Hq, N, D = q.shape
+    if k.dim() != 4 or k.shape[2] != N or v.shape != k.shape or N < PINGPONG_MIN_N.get(D, float("inf")):
+        return False
+    from . import gluon_attention as ga  # Gluon: imported where it runs
+
+    return ga.shape_problem(B, Hq, k.shape[1], N, D, q.dtype, ga.attention_pingpong_kernel) is None
+
+
+def _pingpong(q, k, v, causal, sm_scale):
+    """``(o, lse)`` by the ping-pong kernel (``gluon_attention.attention_forward``)."""
+    from . import gluon_attention as ga
+
+    return ga.attention_forward(q, k, v, causal, sm_scale, kernel=ga.attention_pingpong_kernel, return_lse=True)
+
+
 def _qkv_key(q, k, v, causal, sm_scale, impl):
     return (_t(q), _t(k), _t(v), causal, type(causal), sm_scale, type(sm_scale), impl)
 
@@ -102,6 +142,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     except (AttributeError, TypeError):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
     if e is None:
+        if key in _PINGPONG:
+            return _pingpong(q, k, v, causal, sm_scale)
         return _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors)
     prepared, kept, lse_template = e.info
     if not prepared:
@@ -120,6 +162,15 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
 def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors=None):
     if config is not None or not fat.use_tuned(impl):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
+    if host_descriptors is None and _takes_pingpong(q, k, v, impl):
+        if fat.grouped(q, k, v):  # the course's checks and errors first, as the Triton path's
+            fat.check_gqa_inputs(q, k, v, causal, sm_scale)
+        else:
+            fat.check_inputs(q, k, v, sm_scale)
+            boolean("causal", causal)
+        out = _pingpong(q, k, v, causal, sm_scale)
+        _PINGPONG.add(key)
+        return out
     if fat.grouped(q, k, v):
         return _gqa_first(key, q, k, v, causal, sm_scale, host_descriptors)
     sm_scale = fat.check_inputs(q, k, v, sm_scale)
@@ -254,3 +305,4 @@ def forget():
     """Drop every kept entry: the next call of each key is a first call again."""
     for lean_ in LEANS.values():
         lean_.entries.clear()
+    _PINGPONG.clear()

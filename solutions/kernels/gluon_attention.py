@@ -398,11 +398,12 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
 
 @gluon.jit
 def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_empty, v_ready, v_empty, turn_mine,
-                      turn_other, N, sm_scale, WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                      turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                       num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False):
     """One warpgroup, rows ``WG * BLOCK_M`` on of the program's two query tiles. Turn t: wait for it, issue
     S(t) and P V(t - 1), pass it on, wait for both, then the softmax of block t while the other warpgroup's
-    GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them)."""
+    GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them).
+    ``LSE``: where each row's log-sum-exp goes (natural log, fp32, (B, Hq, N)), what a backward needs."""
     BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
     D: gl.constexpr = o_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
@@ -447,6 +448,8 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_
     mbarrier.wait(turn_mine, phase=(steps - 1 + WG) & 1)
     acc = warpgroup_mma(p_op, v_ring.index(last % STAGES), acc, is_async=True)
     mbarrier.arrive(turn_other, count=1)
+    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))  # m_i is in log2 units:
+    gl.store(LSE + gl.program_id(1).to(gl.int64) * N + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln
     _store_o(acc, l_i, o_desc, o_smem, gl.program_id(1) * N + start_m, BLOCK_M, D, num_warps)
 
 
@@ -474,12 +477,13 @@ def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, 
 
 
 @gluon.jit
-def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL: gl.constexpr,
+def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, CAUSAL: gl.constexpr,
                               STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1,
                               MASK_ALL: gl.constexpr = False):
     """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
     worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``). ``MASK_ALL``: with
-    ``CAUSAL``, mask every key block rather than only those that cross the diagonal."""
+    ``CAUSAL``, mask every key block rather than only those that cross the diagonal. ``LSE``: a pointer to
+    (B, Hq, N) fp32 for each row's log-sum-exp."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -506,9 +510,11 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSA
         mbarrier.init(v_empty.index(s), count=2)
     gl.warp_specialize([
         (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, k_ready, k_empty, v_ready, v_empty,
-                             turns.index(0), turns.index(1), N, sm_scale, 0, CAUSAL, STAGES, num_warps, MASK_ALL)),
+                             turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps,
+                             MASK_ALL)),
         (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, k_ready, k_empty, v_ready, v_empty,
-                             turns.index(1), turns.index(0), N, sm_scale, 1, CAUSAL, STAGES, num_warps, MASK_ALL)),
+                             turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps,
+                             MASK_ALL)),
         (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty,
                              v_ready, v_empty, N, CAUSAL, STAGES, GROUP)),
     ], [4, 1], [232, 24])
@@ -627,23 +633,30 @@ def descriptors(q, k, v, o, config=CONFIG):
     return desc(q, config["BLOCK_M"]), desc(k, config["BLOCK_N"]), desc(v, config["BLOCK_N"]), desc(o, config["BLOCK_M"])
 
 
-def attention_forward(q, k, v, causal=False, sm_scale=None, kernel=None, config=None):
+def attention_forward(q, k, v, causal=False, sm_scale=None, kernel=None, config=None, return_lse=False):
     """``softmax(q k^T * sm_scale) v`` (causal: each query sees the keys up to its own position) on
     ``kernel``, one of the four rungs (default: the warp-specialized one), with ``config`` (default:
     ``config_for(kernel)``). q (B, Hq, N, D), k and v (B, Hkv, N, D); returns o, q's shape and dtype.
-    ``sm_scale`` defaults to D ** -0.5."""
+    ``sm_scale`` defaults to D ** -0.5. ``return_lse`` (the ping-pong rung only): ``(o, lse)``, lse each
+    row's log-sum-exp (B, Hq, N) fp32 in natural log, as lesson 06's forward returns for the backward."""
     kernel = attention_ws_kernel if kernel is None else kernel
     cfg = _CONFIG(config_for(kernel) if config is None else config, "config")
     causal, sm_scale = check_inputs(q, k, v, causal, sm_scale, kernel, cfg)
+    return_lse = boolean("return_lse", return_lse)
+    if return_lse and kernel is not attention_pingpong_kernel:
+        raise ValueError(f"return_lse: only the ping-pong rung writes the log-sum-exp, not the {_rung_name(kernel)} one")
     B, H, N, D = q.shape
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
     meta = {key: val for key, val in cfg.items() if not key.startswith("BLOCK")}
     if k.shape[1] != H:  # grouped-query heads: program (b, h) reads K/V head h // GROUP
         meta["GROUP"] = H // k.shape[1]
+    lse = None
+    if kernel is attention_pingpong_kernel:  # it always writes it: a few bytes a row
+        lse = meta["LSE"] = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     rows = cfg["BLOCK_M"] * (2 if kernel is attention_pingpong_kernel else 1)  # query rows a program
     kernel[(N // rows, B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal, **meta)
-    return o
+    return (o, lse) if return_lse else o
 
 
 def reference(q, k, v, causal=False, sm_scale=None):
