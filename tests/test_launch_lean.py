@@ -246,6 +246,7 @@ def test_attention_forward_takes_the_triton_kernel_off_hopper():
     assert lean_attention.forward_route(q, q, q) == "triton"
     assert lean_attention.forward_route(q[:, :, :256], q[:, :, :256], q[:, :, :256]) == "triton"
     assert lean_attention.forward_route(q, q, q, impl="simple") == "triton"
+    assert lean_attention.forward_route(q, q, q, causal=True) == "triton"
     assert lean_attention.forward_route(q, None, q) == "triton"
 
 
@@ -254,16 +255,16 @@ HOPPER = GPU and torch.cuda.get_device_capability() == (9, 0)
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("heads", [(4, 4), (8, 2)])
+@pytest.mark.parametrize("heads", [(16, 16), (16, 4)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_long_attention_takes_the_pingpong_kernel(dtype, heads, causal):
-    """On Hopper, 16-bit attention at D 128 from ``PINGPONG_MIN_N`` tokens runs lesson 12's ping-pong kernel:
+    """On Hopper, long 16-bit attention at D 128 (``PINGPONG_MIN_N``, ``PINGPONG_MIN_FLOPS``) runs lesson 12's ping-pong kernel:
     its output and log-sum-exp those of the Triton forward, on the first and the lean call and replayed from
     a CUDA graph; the gradients through it those through the Triton forward."""
-    (hq, hkv), n = heads, lean_attention.PINGPONG_MIN_N[128]
+    (hq, hkv), n = heads, 2048
     q = torch.randn(2, hq, n, 128, device="cuda", dtype=dtype, requires_grad=True)
     k, v = (torch.randn(2, hkv, n, 128, device="cuda", dtype=dtype, requires_grad=True) for _ in range(2))
-    assert lean_attention.forward_route(q, k, v) == "pingpong"
+    assert lean_attention.forward_route(q, k, v, causal) == "pingpong"
     lean_attention.forget()
     lean_attention.PINGPONG = False
     try:

@@ -77,30 +77,35 @@ FWD_PDL = True
 
 #: On Hopper (sm_90) the forward of fp16/bf16 q, k, v runs lesson 12's ping-pong kernel
 #: (``gluon_attention.attention_pingpong_kernel``, FlashAttention-3's schedule) where it takes the shape
-#: (queries and keys of one length, a multiple of its 128 rows a program) and the sequence is at least
-#: ``PINGPONG_MIN_N[D]`` tokens: from there on the recorded rows put it ahead of the tuned Triton kernel
-#: (``hopper_attention_fwd`` beside ``attention_fwd`` and the grouped-query rows in ``bench.csv``); shorter
-#: sequences fill the GPU better with the Triton kernel's smaller tiles. It writes the log-sum-exp too, so
-#: the backward (lesson 07's kernels) follows it as it follows the Triton forward. Read at a key's first call.
+#: (queries and keys of one length, a multiple of its 128 rows a program), the sequence is at least
+#: ``PINGPONG_MIN_N[D]`` tokens and the call at least ``PINGPONG_MIN_FLOPS``: there the measured rows put it
+#: ahead of the tuned Triton kernel (``hopper_attention_fwd`` beside ``attention_fwd`` and the grouped-query
+#: rows in ``bench.csv``; ``research/hopper/route_probe.py``). Shorter sequences fill the GPU better with the
+#: Triton kernel's smaller tiles, and a smaller call's time would be the host's: the Gluon launch makes its
+#: descriptors and checks in Python, about a hundred microseconds. It writes the log-sum-exp too, so the
+#: backward (lesson 07's kernels) follows it as it follows the Triton forward. Read at a key's first call.
 PINGPONG = True
 PINGPONG_MIN_N = {64: 4096, 128: 1024}
+PINGPONG_MIN_FLOPS = 3e10
 #: The keys whose calls take the ping-pong kernel.
 _PINGPONG: set = set()
 
 
-def forward_route(q, k, v, impl="auto") -> str:
-    """Which kernel ``attention_forward(q, k, v, impl=impl)`` takes: "pingpong" (``PINGPONG``) or "triton".
-    Shapes, dtypes and the device only: the inputs' checks come with the call."""
-    return "pingpong" if _takes_pingpong(q, k, v, impl) else "triton"
+def forward_route(q, k, v, causal=False, impl="auto") -> str:
+    """Which kernel ``attention_forward(q, k, v, causal, impl=impl)`` takes: "pingpong" (``PINGPONG``) or
+    "triton". Shapes, dtypes and the device only: the inputs' checks come with the call."""
+    return "pingpong" if _takes_pingpong(q, k, v, causal, impl) else "triton"
 
 
-def _takes_pingpong(q, k, v, impl):
+def _takes_pingpong(q, k, v, causal, impl):
     if INTERPRET or not PINGPONG or impl != "auto" or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device) != (9, 0) or q.dim() != 4:
         return False
     B, Hq, N, D = q.shape
     if k.dim() != 4 or k.shape[2] != N or v.shape != k.shape or N < PINGPONG_MIN_N.get(D, float("inf")):
+        return False
+    if 4 * B * Hq * N * N * D / (2 if isinstance(causal, int) and causal else 1) < PINGPONG_MIN_FLOPS:
         return False
     from . import gluon_attention as ga  # Gluon: imported where it runs
 
@@ -162,7 +167,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
 def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors=None):
     if config is not None or not fat.use_tuned(impl):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
-    if host_descriptors is None and _takes_pingpong(q, k, v, impl):
+    if host_descriptors is None and _takes_pingpong(q, k, v, causal, impl):
         if fat.grouped(q, k, v):  # the course's checks and errors first, as the Triton path's
             fat.check_gqa_inputs(q, k, v, causal, sm_scale)
         else:
