@@ -96,14 +96,18 @@ def cases():
 
 
 def backward_case(provider: str, f, B: int, H: int, N: int, D: int, causal: bool, device="cuda") -> Case:
-    """The backward of ``f(q, k, v, causal)`` at one shape: the forward runs once, each call is one backward."""
-    q, k, v = _qkv(B, H, N, D, grad=True, device=device)
-    o = f(q, k, v, causal)
-    do = torch.randn_like(o)
+    """The backward of ``f(q, k, v, causal)`` at one shape: the forward runs once, on the first call (so that
+    building the cases of shapes that ``--shape`` leaves out costs nothing), and each call is one backward."""
+    kept = {}
 
     def run():
+        if not kept:
+            q, k, v = _qkv(B, H, N, D, grad=True, device=device)
+            o = f(q, k, v, causal)
+            kept.update(q=q, k=k, v=v, o=o, do=torch.randn_like(o))
+        q, k, v = kept["q"], kept["k"], kept["v"]
         q.grad = k.grad = v.grad = None
-        o.backward(do, retain_graph=True)
+        kept["o"].backward(kept["do"], retain_graph=True)
     return Case("attention_bwd", provider, shape_name(B, H, N, D, causal), "float16", run,
                 flops=attention_flops(B, H, N, D, causal, backward=True), graph=False)
 
