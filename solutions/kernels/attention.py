@@ -77,15 +77,15 @@ FWD_PDL = True
 
 #: On Hopper (sm_90) the forward of fp16/bf16 q, k, v runs lesson 12's ping-pong kernel
 #: (``gluon_attention.attention_pingpong_kernel``, FlashAttention-3's schedule) where it takes the shape
-#: (queries and keys of one length, a multiple of its 128 rows a program), the sequence is at least
-#: ``PINGPONG_MIN_N[D]`` tokens and the call at least ``PINGPONG_MIN_FLOPS``: there the measured rows put it
-#: ahead of the tuned Triton kernel (``hopper_attention_fwd`` beside ``attention_fwd`` and the grouped-query
-#: rows in ``bench.csv``; ``research/hopper/route_probe.py``). Shorter sequences fill the GPU better with the
-#: Triton kernel's smaller tiles, and a smaller call's time would be the host's: the Gluon launch makes its
-#: descriptors and checks in Python, about a hundred microseconds. It writes the log-sum-exp too, so the
-#: backward (lesson 07's kernels) follows it as it follows the Triton forward. Read at a key's first call.
+#: (queries and keys of one length, a multiple of its 128 rows a program), the sequence has at least
+#: ``PINGPONG_MIN_N[(D, causal)]`` tokens and the call at least ``PINGPONG_MIN_FLOPS``: where the H200 runs
+#: put it ahead of the tuned Triton kernel (``research/README.md`` says which runs). Below that, the
+#: Triton kernel's smaller tiles fill the GPU better (D 64, causal, at 4096 tokens), or the call's time
+#: would be the host's: the Gluon launch makes its descriptors and checks its inputs in Python, about a
+#: hundred microseconds a call. The kernel writes the log-sum-exp too, so lesson 07's backward follows it
+#: as it follows the Triton forward. Read at a key's first call.
 PINGPONG = True
-PINGPONG_MIN_N = {64: 4096, 128: 1024}
+PINGPONG_MIN_N = {(64, False): 4096, (64, True): 8192, (128, False): 1024, (128, True): 1024}
 PINGPONG_MIN_FLOPS = 3e10
 #: The keys whose calls take the ping-pong kernel.
 _PINGPONG: set = set()
@@ -103,9 +103,10 @@ def _takes_pingpong(q, k, v, causal, impl):
     if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device) != (9, 0) or q.dim() != 4:
         return False
     B, Hq, N, D = q.shape
-    if k.dim() != 4 or k.shape[2] != N or v.shape != k.shape or N < PINGPONG_MIN_N.get(D, float("inf")):
+    causal = isinstance(causal, int) and bool(causal)  # True, or 1; anything else is the call's to refuse
+    if k.dim() != 4 or k.shape[2] != N or v.shape != k.shape or N < PINGPONG_MIN_N.get((D, causal), float("inf")):
         return False
-    if 4 * B * Hq * N * N * D / (2 if isinstance(causal, int) and causal else 1) < PINGPONG_MIN_FLOPS:
+    if 4 * B * Hq * N * N * D / (2 if causal else 1) < PINGPONG_MIN_FLOPS:
         return False
     from . import gluon_attention as ga  # Gluon: imported where it runs
 
