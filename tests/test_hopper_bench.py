@@ -150,6 +150,10 @@ def test_attention_launcher_says_what_is_wrong():
         ga.attention_forward(q, q, q, causal="yes")
     with pytest.raises(ValueError, match="16 \\* num_warps"):
         ga.attention_forward(q, q, q, config=dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=8))
+    with pytest.raises(ValueError, match="only the ping-pong rung writes the log-sum-exp, not the warp-specialized"):
+        ga.attention_forward(q, q, q, return_lse=True)
+    with pytest.raises(TypeError, match="return_lse"):
+        ga.attention_forward(q, q, q, kernel=ga.attention_pingpong_kernel, return_lse="yes")
 
 
 def test_descriptors_need_no_gpu():

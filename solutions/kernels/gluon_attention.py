@@ -641,10 +641,9 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, kernel=None, config=
     row's log-sum-exp (B, Hq, N) fp32 in natural log, as lesson 06's forward returns for the backward."""
     kernel = attention_ws_kernel if kernel is None else kernel
     cfg = _CONFIG(config_for(kernel) if config is None else config, "config")
-    causal, sm_scale = check_inputs(q, k, v, causal, sm_scale, kernel, cfg)
-    return_lse = boolean("return_lse", return_lse)
-    if return_lse and kernel is not attention_pingpong_kernel:
+    if boolean("return_lse", return_lse) and kernel is not attention_pingpong_kernel:
         raise ValueError(f"return_lse: only the ping-pong rung writes the log-sum-exp, not the {_rung_name(kernel)} one")
+    causal, sm_scale = check_inputs(q, k, v, causal, sm_scale, kernel, cfg)
     B, H, N, D = q.shape
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
