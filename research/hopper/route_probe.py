@@ -25,6 +25,7 @@ import torch
 import triton
 
 import tkcourse  # noqa: F401  (the mode, before any kernel is defined)
+from research.attention.gqa_probe import reference  # torch's attention, the mask aligned to the end
 from solutions.kernels import attention as lean
 from solutions.kernels import attention_forward as fat
 from solutions.kernels import gluon_attention as ga
@@ -37,15 +38,6 @@ BUDGET_S = {"C": 120, "T": 240}
 
 def log(msg):
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
-
-
-def reference(q, k, v, causal):
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    if causal:
-        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=q.device).tril(), float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
 
 
 def _grads(f, q, k, v, do, causal):
