@@ -1,6 +1,6 @@
-"""Attention forward (lesson 06's tuned kernel) and backward (lesson 07's autotuned kernels) behind
-lean launches, with the APIs of ``attention_forward`` and ``attention_backward``: q, k, v of one shape
-(B, H, N, D), or grouped-query heads and a query shorter than its keys (q (B, Hq, N_Q, D), k and v
+"""Attention forward (lesson 06's tuned kernel; on Hopper, for long 16-bit sequences, lesson 12's ping-pong
+kernel, ``PINGPONG``) and backward (lesson 07's autotuned kernels) behind lean launches, with the APIs
+of ``attention_forward`` and ``attention_backward``: q, k, v of one shape (B, H, N, D), or grouped-query heads and a query shorter than its keys (q (B, Hq, N_Q, D), k and v
 (B, Hkv, N_KV, D), the causal mask aligned to the end; ``attention_forward.check_gqa_inputs``). The mechanism and
 the keys are those of ``lean`` and the package's other modules (dtypes, shapes, strides, alignment,
 device, options).
