@@ -25,8 +25,10 @@ This is what proves every notebook runs (``make test``); ``pytest --durations=0`
 from __future__ import annotations
 
 import os
+import queue
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 EXECUTED = ROOT / "build" / "executed"  # each run notebook, kept: tests/test_book.py builds the site from them
 TIMEOUT = 900  # seconds a cell may take; the slowest notebook cell takes well under a minute
+#: Seconds of each wait for a kernel's message (``_sliced``).
+POLL_SLICE = 2.0
 
 MARKERS = ("### BEGIN SOLUTION", "### STUB", "### END SOLUTION")
 
@@ -119,6 +123,26 @@ def _false_your(line: str) -> bool:
     return bool(YOUR.search(stripped))
 
 
+def _sliced(channel) -> None:
+    """Make ``channel.get_msg`` wait in slices of ``POLL_SLICE`` seconds, its timeout kept. pyzmq's asyncio
+    poll can miss the wake-up of a message that has arrived, and then hands it over only when its timeout
+    ends: nbclient waits for each reply with the cell's whole timeout, so one missed wake-up held a
+    notebook of a few seconds for ``TIMEOUT``. A fresh poll finds the message at once."""
+    get = channel.get_msg
+
+    async def get_msg(timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = POLL_SLICE if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await get(timeout=min(POLL_SLICE, left))
+            except queue.Empty:
+                if deadline is not None and left <= POLL_SLICE:
+                    raise
+
+    channel.get_msg = get_msg
+
+
 def _run(path: Path, root: Path = ROOT):
     """Run the notebook at ``path`` as a learner does, in ``notebooks/`` of the checkout at ``root`` (another
     checkout's ``tkcourse`` comes first on the kernel's path)."""
@@ -133,6 +157,8 @@ def _run(path: Path, root: Path = ROOT):
     client = nbclient.NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(root / "notebooks")}})
     with client.setup_kernel(env=env):  # the kernel's whole environment: this one, less TKCOURSE_SOLUTIONS
+        _sliced(client.kc.shell_channel)
+        _sliced(client.kc.iopub_channel)
         hook = nbformat.v4.new_code_cell(_FIGURE_TEXT_HOOK)
         nb.cells.append(hook)  # executed at an index of its own, then taken out again
         try:
@@ -266,3 +292,33 @@ def test_a_failing_exercise_is_never_shown_as_right(tmp_path):
     assert "running the reference kernel" in after and "does not pass the check" in after, after
     problems = [p for p in _problems(nb) if int(p.split(":")[0].split()[1]) > at]
     assert not problems, "after the failed check:\n  " + "\n  ".join(problems)
+
+
+def test_kernel_messages_are_waited_for_in_slices():
+    """A wait for a kernel's message never polls longer than ``POLL_SLICE`` at once, hands over a message a
+    later poll finds, and still ends with ``queue.Empty`` at its own timeout."""
+    import asyncio
+
+    class Channel:
+        def __init__(self, found_on_poll):
+            self.polls, self.found_on_poll = [], found_on_poll
+
+        async def get_msg(self, timeout=None):
+            self.polls.append(timeout)
+            if len(self.polls) == self.found_on_poll:
+                return {"msg": "reply"}
+            raise queue.Empty
+
+    found = Channel(found_on_poll=3)
+    _sliced(found)
+    assert asyncio.run(found.get_msg(timeout=TIMEOUT)) == {"msg": "reply"}
+    assert found.polls[:2] == [POLL_SLICE, POLL_SLICE] and len(found.polls) == 3
+    forever = Channel(found_on_poll=4)
+    _sliced(forever)
+    assert asyncio.run(forever.get_msg()) == {"msg": "reply"}  # no timeout: slices until a message comes
+    never = Channel(found_on_poll=0)
+    _sliced(never)
+    start = time.monotonic()
+    with pytest.raises(queue.Empty):
+        asyncio.run(never.get_msg(timeout=0.05))
+    assert time.monotonic() - start < 1 and all(t <= 0.05 for t in never.polls)
