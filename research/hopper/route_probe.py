@@ -1,7 +1,7 @@
 """H200 check of the kernel library's attention forward routed to lesson 12's ping-pong kernel
 (``solutions.kernels.attention.PINGPONG``), then its speed against the Triton forward it replaces.
 
-    PYTHONPATH=$PWD python3 research/hopper/route_probe.py [C] [T] [--out OUT.json]
+    PYTHONPATH=$PWD python3 research/hopper/route_probe.py [C] [T] [--dtype float16|bfloat16] [--out OUT.json]
 
 C. Correctness where the route is taken: the trainable ``attention`` (forward by the ping-pong kernel, its
    log-sum-exp, lesson 07's backward) against a float32 torch reference by FlashAttention's rule (the
@@ -149,7 +149,10 @@ def part_time():
 
 
 def main(argv):
+    global DTYPES
     parts = [a for a in argv if a in ("C", "T")] or ["C", "T"]
+    if "--dtype" in argv:  # one dtype only: a run's budget may not reach the second
+        DTYPES = (getattr(torch, argv[argv.index("--dtype") + 1]),)
     out = argv[argv.index("--out") + 1] if "--out" in argv else None
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, time.strftime("%FT%TZ", time.gmtime()))
     result = {}
