@@ -38,6 +38,7 @@ Importing this module needs no GPU (Triton 3.6 or 3.7): kernels compile on their
 from __future__ import annotations
 
 import torch
+import triton.profiler.language as pl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -428,21 +429,24 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_
     mbarrier.arrive(k_empty.index(0), count=1)
     p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, D,
                                              dtype, num_warps, MASK_ALL)
-    for i in range(1, steps):
+    for i in range(1, steps):  # each phase a proton scope: what the intra-kernel profiler draws
         cur = i % STAGES
         prev = (i - 1) % STAGES
-        mbarrier.wait(k_ready.index(cur), phase=(i // STAGES) & 1)
-        mbarrier.wait(v_ready.index(prev), phase=((i - 1) // STAGES) & 1)
-        mbarrier.wait(turn_mine, phase=(i - 1 + WG) & 1)
-        s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
-        mbarrier.arrive(turn_other, count=1)
-        s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
+        with pl.scope("wait"):
+            mbarrier.wait(k_ready.index(cur), phase=(i // STAGES) & 1)
+            mbarrier.wait(v_ready.index(prev), phase=((i - 1) // STAGES) & 1)
+            mbarrier.wait(turn_mine, phase=(i - 1 + WG) & 1)
+        with pl.scope("mma"):
+            s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
+            mbarrier.arrive(turn_other, count=1)
+            s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
         mbarrier.arrive(k_empty.index(cur), count=1)
         mbarrier.arrive(v_empty.index(prev), count=1)
-        p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
-                                                 D, dtype, num_warps, MASK_ALL)
-        acc = acc * alpha[:, None]
+        with pl.scope("softmax"):
+            p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL, BLOCK_M,
+                                                     BLOCK_N, D, dtype, num_warps, MASK_ALL)
+            acc = acc * alpha[:, None]
     last = steps - 1
     mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
     mbarrier.wait(turn_mine, phase=(steps - 1 + WG) & 1)
