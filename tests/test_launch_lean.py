@@ -250,6 +250,30 @@ def test_attention_forward_takes_the_triton_kernel_off_hopper():
     assert lean_attention.forward_route(q, None, q) == "triton"
 
 
+@pytest.mark.parametrize("q_shape, kv_shape, dtype, causal, route", [
+    ((16, 16, 1024, 128), None, torch.float16, False, "pingpong"),  # lesson 06's D 128 shapes
+    ((16, 16, 1024, 128), None, torch.bfloat16, True, "pingpong"),
+    ((1, 32, 4096, 128), (1, 8, 4096, 128), torch.float16, True, "pingpong"),  # grouped-query heads
+    ((1, 32, 1024, 128), (1, 8, 1024, 128), torch.float16, False, "triton"),  # under PINGPONG_MIN_FLOPS
+    ((4, 32, 4096, 64), None, torch.float16, False, "pingpong"),
+    ((4, 32, 4096, 64), None, torch.float16, True, "triton"),  # D 64 causal: from 8192 tokens
+    ((1, 32, 8192, 64), None, torch.float16, True, "pingpong"),
+    ((16, 32, 1024, 64), None, torch.float16, False, "triton"),  # D 64: from 4096 tokens
+    ((4, 16, 4000, 128), None, torch.float16, False, "triton"),  # not a multiple of 128 query rows
+    ((4, 16, 4096, 128), None, torch.float32, False, "triton"),  # 16-bit only
+    ((4, 16, 4096, 96), None, torch.float16, False, "triton"),  # D 64 or 128 only
+    ((4, 16, 2048, 128), (4, 16, 4096, 128), torch.float16, False, "triton"),  # N_Q != N_KV
+])
+def test_which_attention_forwards_the_pingpong_route_takes(monkeypatch, q_shape, kv_shape, dtype, causal, route):
+    """The route's rules on shapes alone, as on a Hopper GPU (the device check stood in for): long 16-bit
+    attention at D 64 or 128 that the kernel takes, above ``PINGPONG_MIN_N`` and ``PINGPONG_MIN_FLOPS``."""
+    monkeypatch.setattr(lean_attention, "INTERPRET", False)
+    monkeypatch.setattr(lean_attention, "_hopper", lambda device: True)
+    q = torch.empty(q_shape, dtype=dtype, device="meta")
+    kv = torch.empty(kv_shape or q_shape, dtype=dtype, device="meta")
+    assert lean_attention.forward_route(q, kv, kv, causal) == route
+
+
 HOPPER = GPU and torch.cuda.get_device_capability() == (9, 0)
 
 

@@ -97,10 +97,14 @@ def forward_route(q, k, v, causal=False, impl="auto") -> str:
     return "pingpong" if _takes_pingpong(q, k, v, causal, impl) else "triton"
 
 
+def _hopper(device) -> bool:
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+
+
 def _takes_pingpong(q, k, v, causal, impl):
     if INTERPRET or not PINGPONG or impl != "auto" or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False
-    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device) != (9, 0) or q.dim() != 4:
+    if q.dim() != 4 or not _hopper(q.device):
         return False
     B, Hq, N, D = q.shape
     causal = isinstance(causal, int) and bool(causal)  # True, or 1; anything else is the call's to refuse
