@@ -18,8 +18,10 @@ causal). Providers:
   rungs of ``solutions.kernels.gluon_attention``, each at the shapes it takes
   (``gluon_attention.shape_problem``; a rung that does not take a shape is left out of it);
 * ``sdpa-cudnn``: SDPA under its cuDNN backend, the peer;
-* ``triton``: the course's Triton forward as ``benchmarks/flash_attention.py`` measures it (lesson 06's
-  fast path), at ``TRITON_DTYPES`` and ``TRITON_HEAD_DIMS`` only, after every other row.
+* ``triton``: lesson 06's tuned Triton forward behind its lean launch
+  (``solutions.kernels.attention.attention_forward(..., impl="tuned")``: the library's route to the
+  ping-pong kernel left out, which the ``gluon_pingpong`` rows measure), at ``TRITON_DTYPES`` and
+  ``TRITON_HEAD_DIMS`` only, after every other row.
 
 Why the course's Triton rows are few and last: its forward autotunes at each (N, D, causal, dtype) on its
 first call, and from cold compiles about 70 configs for each (dtype, D) (N 16384 takes in-kernel
@@ -93,11 +95,10 @@ def _cudnn(q, k, v, causal):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-@functools.cache
-def _course_forward():
-    from .flash_attention import providers
+def _course_forward(q, k, v, causal):
+    from solutions.kernels.attention import attention_forward
 
-    return providers()["triton"]
+    return attention_forward(q, k, v, causal, impl="tuned")[0]
 
 
 def _gluon(kernel):
@@ -110,7 +111,7 @@ def attention_providers(B: int, H: int, N: int, D: int, dtype: torch.dtype, trit
     """``{provider: f(q, k, v, causal)}`` at one shape: the Gluon rungs that take it and cuDNN; or, with
     ``triton``, the course's Triton forward alone."""
     if triton:
-        return {"triton": lambda q, k, v, causal: _course_forward()(q, k, v, causal)}
+        return {"triton": _course_forward}
     from solutions.kernels import gluon_attention as ga
 
     out = {}
