@@ -9,7 +9,7 @@ C. Correctness where the route is taken: the trainable ``attention`` (forward by
    small atol); the log-sum-exp against the Triton forward's. MHA and GQA, D 64 and 128, causal or not,
    fp16 and bf16.
 T. Forward time, eager (``do_bench``, the L2 flushed) and replayed in a CUDA graph (``graph_ms``), and host
-   time a call: the routed forward, the Triton forward (``PINGPONG`` off), SDPA's cuDNN backend, at the
+   time a call: the routed forward, the Triton forward (``impl="tuned"``), SDPA's cuDNN backend, at the
    grouped-query shapes of the bench (B 1 and 4, Hq 32, Hkv 8, D 128, N 1024-16384) and lesson 06's D 128
    and D 64 shapes at N 1024 and 4096.
 
@@ -100,25 +100,19 @@ def _cudnn(q, k, v, causal):
 
 def time_case(B, Hq, Hkv, N, D, dtype, causal):
     """The ping-pong kernel as the route launches it (``gluon_attention.attention_forward``), the Triton
-    forward through its lean entry (``PINGPONG`` off), cuDNN."""
+    forward through its lean entry (``impl="tuned"``: the route left out), cuDNN."""
     q = torch.randn(B, Hq, N, D, device="cuda", dtype=dtype)
     k, v = (torch.randn(B, Hkv, N, D, device="cuda", dtype=dtype) for _ in range(2))
-    lean.forget()
-    lean.PINGPONG = False
-    try:
-        fns = {"pingpong": lambda: ga.attention_forward(q, k, v, causal, kernel=ga.attention_pingpong_kernel,
-                                                        return_lse=True)[0],
-               "triton": lambda: lean.attention_forward(q, k, v, causal)[0],
-               "cudnn": lambda: _cudnn(q, k, v, causal)}
-        ref = _cudnn(q, k, v, causal)
-        row = {f"diff_{name}": (f().float() - ref.float()).abs().max().item() for name, f in fns.items()}
-        for name, f in fns.items():
-            row[f"{name}_ms"] = triton.testing.do_bench(f, warmup=10, rep=50)
-            row[f"{name}_graph_ms"] = graph_ms(f, rep=30)
-            row[f"{name}_host_us"] = host_us(f)
-    finally:
-        lean.PINGPONG = True
-        lean.forget()
+    fns = {"pingpong": lambda: ga.attention_forward(q, k, v, causal, kernel=ga.attention_pingpong_kernel,
+                                                    return_lse=True)[0],
+           "triton": lambda: lean.attention_forward(q, k, v, causal, impl="tuned")[0],
+           "cudnn": lambda: _cudnn(q, k, v, causal)}
+    ref = _cudnn(q, k, v, causal)
+    row = {f"diff_{name}": (f().float() - ref.float()).abs().max().item() for name, f in fns.items()}
+    for name, f in fns.items():
+        row[f"{name}_ms"] = triton.testing.do_bench(f, warmup=10, rep=50)
+        row[f"{name}_graph_ms"] = graph_ms(f, rep=30)
+        row[f"{name}_host_us"] = host_us(f)
     return row
 
 
