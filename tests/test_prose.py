@@ -229,17 +229,14 @@ def _lesson_shapes(ratios: dict) -> dict:
 
 
 def _attention_against_sdpa(rows):
-    """Forward: ahead of SDPA's FlashAttention everywhere; from N = 1024 close to cuDNN's rate (within 15%)
-    and past it at one shape at least, less of it at D = 128 than at D = 64; at N = 512 ahead of cuDNN too."""
+    """Forward: ahead of SDPA's FlashAttention everywhere; from N = 1024 close to cuDNN's rate (at least 85%
+    of it) and past it at one shape at least; at N = 512 ahead of cuDNN too."""
     flash = _lesson_shapes(_ratios(rows, "attention_fwd", "sdpa-flash"))
     cudnn = _lesson_shapes(_ratios(rows, "attention_fwd", "sdpa-cudnn"))
     large = {k[0]: q for k, q in cudnn.items() if "-N512-" not in k[0]}
-    d128 = [q for s, q in large.items() if s.endswith(("-D128", "-D128-causal"))]
-    d64 = [q for s, q in large.items() if s.endswith(("-D64", "-D64-causal"))]
     small = [q for k, q in cudnn.items() if "-N512-" in k[0]]
-    return (all(q > 1 for q in flash.values()) and all(0.85 < q < 1.15 for q in large.values())
-            and max(large.values()) > 1 and sum(d128) / len(d128) < sum(d64) / len(d64) and small
-            and all(q > 1 for q in small))
+    return (all(q > 1 for q in flash.values()) and all(q > 0.85 for q in large.values())
+            and max(large.values()) > 1 and small and all(q > 1 for q in small))
 
 
 def _backward_against_sdpa(rows):
@@ -274,8 +271,8 @@ CLAIMS = [
      _softmax_small_copy),
     ("06_flash_attention", "At N = 1024 and above it comes close to cuDNN's attention, which NVIDIA tunes for "
      "Hopper, and passes it at one shape at least",
-     "forward: over SDPA flash everywhere, within 15% of cuDNN from N = 1024 and past it somewhere (less at "
-     "D = 128), over it at N = 512",
+     "forward: over SDPA flash everywhere, at least 85% of cuDNN from N = 1024 and past it somewhere, over it "
+     "at N = 512",
      _attention_against_sdpa),
     ("07_flash_attention_backward", "beats SDPA's FlashAttention-2 backend at every shape, and reaches most, not all",
      "backward: over SDPA flash everywhere, 50-100% of cuDNN", _backward_against_sdpa),
