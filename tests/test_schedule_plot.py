@@ -2,7 +2,9 @@
 has landed, a ring slot is refilled only after its MMA, one MMA at a time on the tensor cores), each idea
 of the ladder shortens the timeline or fills the tensor cores, and the pictures are built headless."""
 
+import json
 import math
+from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -185,3 +187,71 @@ def test_any_durations_keep_the_rules(name, steps, load, mma, softmax, epilogue,
         assert sch.makespan(serial) + 1e-9 >= sch.makespan(events) >= sch.makespan(ws) - 1e-9
     if name == "persistent" and tiles >= 2:
         assert sch.makespan(events) < sch.makespan(sch.simulate(name, **kw, persistent=False))
+
+
+# ----- the recorded schedule (proton's profile of the ping-pong kernel on the H200) -----------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_recorded_schedule_loads_and_draws(causal):
+    events, meta = sch.recorded_events(causal)
+    assert {e.lane for e in events} == {"warpgroup 0", "warpgroup 1"}
+    assert {e.kind for e in events} == {"wait", "mma", "softmax"}
+    for lane in ("warpgroup 0", "warpgroup 1"):  # one phase after the other in a lane
+        mine = sorted((e for e in events if e.lane == lane), key=lambda e: e.start)
+        assert all(a.end <= b.start + 1e-9 for a, b in zip(mine, mine[1:]))
+    nums = sch.recorded_numbers(events)
+    assert 0.8 < sum(nums["share"].values()) <= 1.0 + 1e-9  # the rest: between the scopes
+    assert 0 < nums["tensor_cores"] <= 1 and nums["mma"] > 0 and nums["softmax"] > 0
+    fig = sch.plot_recorded(causal)
+    assert isinstance(fig, Figure) and meta["provenance"]["gpu"].split(" (")[0] in fig.axes[0].get_title(loc="left")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_recorded_tensor_core_runs_lie_inside_mma_phases_and_never_overlap(causal):
+    events, _ = sch.recorded_events(causal)
+    runs = sch.tensor_core_intervals(events)
+    mmas = [e for e in events if e.kind == "mma"]
+    assert len(runs) == len(mmas)
+    assert all(a < b for a, b in runs)
+    assert all(b1 <= a2 + 1e-9 for (_, b1), (a2, _) in zip(runs, runs[1:]))
+    assert all(any(m.start - 1e-9 <= a and b <= m.end + 1e-9 for m in mmas) for a, b in runs)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lesson_12_reading_of_the_recorded_schedule_holds(causal):
+    """What lesson 12 says beside the figure: the recorded turns take longer than the model's with the same
+    lengths, and its tensor cores are busy a smaller share of the time from the first MMA to the last."""
+    events, _ = sch.recorded_events(causal)
+    nums = sch.recorded_numbers(events)
+    steps = sum(1 for e in events if e.kind == "mma" and e.lane == "warpgroup 0")
+    model = sch.simulate("pingpong", steps=steps, mma=nums["mma"], softmax=nums["softmax"], load=nums["mma"], stages=2)
+    span = max(e.end for e in events) - min(e.start for e in events)
+    assert span > sch.makespan(model)
+    assert nums["tensor_cores"] < sch.tensor_core_share(model)
+
+
+def test_recorded_schedule_errors_name_the_problem(tmp_path):
+    from tkcourse.bench.core import RecordsFormatError
+
+    with pytest.raises(FileNotFoundError, match="schedule_probe"):
+        sch.recorded_events(path=tmp_path / "none.json")
+    with pytest.raises(ValueError, match="cta must be one of"):
+        sch.recorded_events(cta="CTA99")
+    bad = tmp_path / "bad.json"
+    good = json.loads(Path(sch_data()).read_text())
+    good["runs"][0]["ctas"]["CTA0"]["warpgroup 0"][0][0] = "nap"
+    bad.write_text(json.dumps(good))
+    with pytest.raises(RecordsFormatError, match="bad.json"):
+        sch.recorded_events(path=bad)
+    only_causal = tmp_path / "causal.json"
+    good = json.loads(Path(sch_data()).read_text())
+    good["runs"] = [r for r in good["runs"] if r["causal"]]
+    only_causal.write_text(json.dumps(good))
+    with pytest.raises(ValueError, match="non-causal"):
+        sch.recorded_events(path=only_causal)
+
+
+def sch_data():
+    from tkcourse.bench.core import RECORDED_SCHEDULE
+
+    return RECORDED_SCHEDULE

@@ -438,24 +438,58 @@ def _typed_row(r: dict, fields) -> dict:
     return r
 
 
-def load_model_run(path=None) -> dict | None:
-    """The recorded run of lesson 11's model (``RECORDED_MODEL`` by default): ``{"provenance", "rows",
-    "notes"}``, or None when no run is recorded. A file that does not match ``MODEL_RUN_SCHEMA`` raises
-    ``RecordsFormatError`` naming the file and what is wrong."""
+#: Lesson 12's recorded schedule: proton's intra-kernel profile of the ping-pong attention on the H200, each
+#: consumer warpgroup's phases per CTA (``research/hopper/schedule_probe.py --record``'s output, as written).
+RECORDED_SCHEDULE = DATA / "h200" / "proton" / "pingpong_schedule.json"
+_PHASE = {"type": "array", "minItems": 3, "maxItems": 3,
+          "prefixItems": [{"enum": ["wait", "mma", "softmax"]}, _NUMBER, _NUMBER]}
+SCHEDULE_RUN_SCHEMA = {
+    "type": "object",
+    "required": ["provenance", "unit", "runs"],
+    "properties": {
+        "provenance": MODEL_RUN_SCHEMA["properties"]["provenance"],
+        "unit": {"type": "string"},
+        "runs": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["kernel", "n", "causal", "ctas"],
+            "properties": {"kernel": {"type": "string"}, "n": {"type": "integer", "minimum": 1},
+                           "causal": {"type": "boolean"},
+                           "ctas": {"type": "object", "minProperties": 1, "additionalProperties": {
+                               "type": "object", "minProperties": 1,
+                               "additionalProperties": {"type": "array", "items": _PHASE}}}}}},
+    },
+}
+
+
+def _load_json(path: Path, schema: dict) -> dict | None:
+    """``path``'s JSON checked against ``schema``, None when the file does not exist; RecordsFormatError
+    naming the file and what is wrong otherwise."""
     import jsonschema
 
-    path = Path(path) if path is not None else RECORDED_MODEL
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        jsonschema.validate(data, MODEL_RUN_SCHEMA)
+        jsonschema.validate(data, schema)
     except ValueError as e:
         raise RecordsFormatError(f"{path}: not valid JSON ({e})") from None
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "the top level"
         raise RecordsFormatError(f"{path}: {where}: {e.message}") from None
     return data
+
+
+def load_schedule_run(path=None) -> dict | None:
+    """Lesson 12's recorded schedule (``RECORDED_SCHEDULE`` by default): ``{"provenance", "unit", "runs"}``,
+    each run ``{"kernel", "n", "causal", "ctas": {cta: {warpgroup: [[phase, start, end], ...]}}}``; None when
+    none is recorded. A file that does not match ``SCHEDULE_RUN_SCHEMA`` raises ``RecordsFormatError``."""
+    return _load_json(Path(path) if path is not None else RECORDED_SCHEDULE, SCHEDULE_RUN_SCHEMA)
+
+
+def load_model_run(path=None) -> dict | None:
+    """The recorded run of lesson 11's model (``RECORDED_MODEL`` by default): ``{"provenance", "rows",
+    "notes"}``, or None when no run is recorded. A file that does not match ``MODEL_RUN_SCHEMA`` raises
+    ``RecordsFormatError`` naming the file and what is wrong."""
+    return _load_json(Path(path) if path is not None else RECORDED_MODEL, MODEL_RUN_SCHEMA)
 
 
 def load_records(path=None) -> list[dict]:

@@ -38,6 +38,11 @@ load here is latency, and several may be in flight), issue costs, launch overhea
 ``simulate(name, ...)`` returns the ``Event``s of one schedule; ``makespan``, ``busy`` and ``utilisation``
 measure them; ``plot_schedule`` draws one timeline and ``plot_ladder`` several on one time axis. Both
 close the figure they return (see ``tkcourse.plots``).
+
+One schedule is also **recorded**: proton's intra-kernel profile of the ping-pong attention on the H200
+(``tkcourse/data/h200/proton/pingpong_schedule.json``). ``recorded_events`` reads one program's phases as
+``Event``s, ``recorded_numbers`` and ``tensor_core_share`` measure them, and ``plot_recorded`` draws them
+above the model's ping-pong given the recorded lengths, which shows what the model leaves out.
 """
 
 from __future__ import annotations
@@ -366,5 +371,133 @@ def plot_ladder(names=SCHEDULES, **simulate_kwargs):
                  f"({_durations(simulate_kwargs)}; ping-pong is attention, with two query tiles)", fontsize=10)
     fig.legend(handles=_legend_handles([k for k in KINDS if k in kinds]), fontsize=8, loc="outside lower center",
                ncol=3, frameon=False)
+    plt.close(fig)  # returned, not shown twice (see tkcourse.plots)
+    return fig
+
+
+# ----- the recorded schedule ---------------------------------------------------------------------------------
+
+#: The recorded figure's lane of when the tensor cores ran (``tensor_core_intervals``).
+TENSOR_CORES = "tensor cores (at most)"
+#: Legend of the recorded phases: the consumer's ``pl.scope`` blocks (``gluon_attention.pingpong_consumer``).
+RECORDED_LEGEND = {
+    "wait": "waiting on mbarriers (K and V landed, its turn)",
+    "mma": "its MMAs: issued, then waited for (behind the other warpgroup's)",
+    "softmax": "softmax on the CUDA cores",
+}
+
+
+def recorded_events(causal: bool = False, cta: str | None = None, path=None) -> tuple[list[Event], dict]:
+    """One CTA's recorded phases as ``Event``s (lanes "warpgroup 0" and "warpgroup 1", times in the file's unit)
+    and ``{"run", "cta", "provenance", "unit"}``. ``cta`` None: the CTA with the most phases (the causal run's
+    last query block has the most keys). Raises FileNotFoundError when nothing is recorded, ValueError for a
+    run or CTA the file does not hold."""
+    from ..bench.core import RECORDED_SCHEDULE, load_schedule_run
+
+    data = load_schedule_run(path)
+    if data is None:
+        raise FileNotFoundError(f"no recorded schedule at {path or RECORDED_SCHEDULE} "
+                                "(research/hopper/schedule_probe.py --record writes it)")
+    runs = [r for r in data["runs"] if r["causal"] == causal]
+    if not runs:
+        raise ValueError(f"no {'causal' if causal else 'non-causal'} run recorded")
+    run = runs[0]
+    if cta is None:
+        cta = max(run["ctas"], key=lambda c: sum(len(v) for v in run["ctas"][c].values()))
+    if cta not in run["ctas"]:
+        raise ValueError(f"cta must be one of {sorted(run['ctas'])} (got {cta!r})")
+    names = {"mma": "MMA", "softmax": "softmax", "wait": ""}
+    events = []
+    for lane, phases in sorted(run["ctas"][cta].items()):
+        last = -math.inf
+        for kind, start, end in sorted(phases, key=lambda p: p[1]):
+            # a phase spans its warpgroup's four warps, the first in to the last out: it may begin before the
+            # previous one ended in a slower warp; drawn from that end, one bar after the other
+            start = max(start, last)
+            if end > start:
+                events.append(Event(lane, kind, start, end, names[kind]))
+                last = end
+    return events, dict(run=run, cta=cta, provenance=data["provenance"], unit=data["unit"])
+
+
+def tensor_core_intervals(events) -> list[tuple[float, float]]:
+    """When the tensor cores ran, as far as the recorded phases say: a warpgroup's MMAs run from when it issued
+    them, or when the MMAs issued before them were done if later, until its wait for them returned (the
+    tensor cores take one warpgroup's MMAs at a time). An upper bound: the wait's return comes a little
+    after the last MMA."""
+    out: list[tuple[float, float]] = []
+    free = -math.inf
+    for e in sorted((e for e in events if e.kind == "mma"), key=lambda e: e.end):
+        start = max(e.start, free)
+        if e.end > start:
+            out.append((start, e.end))
+        free = max(free, e.end)
+    return out
+
+
+def tensor_core_share(events) -> float:
+    """The tensor cores' busy share (``tensor_core_intervals``) from the first MMA's start to the last one's end:
+    the same measure for a recorded schedule and a modelled one (whose MMAs never overlap)."""
+    runs = tensor_core_intervals(events)
+    window = runs[-1][1] - runs[0][0] if runs else 0.0
+    return sum(b - a for a, b in runs) / window if window else 0.0
+
+
+def recorded_numbers(events) -> dict:
+    """Shares of the recorded time: each phase's share of a warpgroup's span (averaged over the warpgroups) and
+    the tensor cores' busy share (``tensor_core_intervals``) from the first MMA to the last; the mean length
+    of an MMA run and of a softmax phase."""
+    lanes = sorted({e.lane for e in events})
+    share = {}
+    for kind in ("wait", "mma", "softmax"):
+        parts = []
+        for lane in lanes:
+            mine = [e for e in events if e.lane == lane]
+            span = max(e.end for e in mine) - min(e.start for e in mine)
+            parts.append(sum(e.duration for e in mine if e.kind == kind) / span if span else 0.0)
+        share[kind] = sum(parts) / len(parts)
+    runs = tensor_core_intervals(events)
+    soft = [e.duration for e in events if e.kind == "softmax"]
+    return dict(share=share, tensor_cores=tensor_core_share(events),
+                mma=sum(b - a for a, b in runs) / len(runs) if runs else 0.0,
+                softmax=sum(soft) / len(soft) if soft else 0.0)
+
+
+def plot_recorded(causal: bool = False, cta: str | None = None, path=None):
+    """Lesson 12's ping-pong attention as the H200 ran it (proton's intra-kernel profile of one CTA, its two
+    consumer warpgroups), above the model's ping-pong (``simulate("pingpong", ...)``) given the recorded
+    lengths of an MMA run and a softmax phase, on one time axis. The titles give the shares
+    (``recorded_numbers``) and the provenance."""
+    events, meta = recorded_events(causal, cta, path)
+    nums = recorded_numbers(events)
+    steps = sum(1 for e in events if e.kind == "mma" and e.lane == "warpgroup 0")
+    model_kw = dict(steps=max(steps, 1), mma=nums["mma"] or 1.0, softmax=nums["softmax"] or 1.0,
+                    load=nums["mma"] or 1.0, stages=2)
+    model = simulate("pingpong", **model_kw)
+    t0 = min(e.start for e in events)
+    heights = [3, len({e.lane for e in model})]
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(11, 5.2), height_ratios=heights,
+                                      layout="constrained")
+    xmax = max(makespan(events), makespan(model))
+    shifted = [Event(e.lane, e.kind, e.start - t0, e.end - t0, e.label) for e in events]
+    shifted += [Event(TENSOR_CORES, "mma", a - t0, b - t0, "") for a, b in tensor_core_intervals(events)]
+    _draw(top, shifted, xmax=xmax)
+    run, prov = meta["run"], meta["provenance"]
+    share = nums["share"]
+    top.set_title(f"recorded on the {prov['gpu'].split(' (')[0]} by proton: one CTA ({meta['cta']}) of "
+                  f"{run['kernel']}, N {run['n']}, D {run.get('D', 128)}, {run.get('dtype', 'float16')}"
+                  f"{', causal' if causal else ''}\na warpgroup's time: MMAs {share['mma']:.0%}, softmax "
+                  f"{share['softmax']:.0%}, mbarrier waits {share['wait']:.0%} · tensor cores busy at most "
+                  f"{nums['tensor_cores']:.0%} from the first MMA to the last (bottom lane)", fontsize=9, loc="left")
+    _draw(bottom, model, xmax=xmax)
+    bottom.set_title(f"the model with the recorded lengths (an MMA run {nums['mma']:.2f}, a softmax "
+                     f"{nums['softmax']:.2f}): {makespan(model):.1f} long · tensor cores busy "
+                     f"{tensor_core_share(model):.0%} from the first MMA to the last", fontsize=9, loc="left")
+    bottom.set_xlabel(f"time ({meta['unit']})")
+    fig.suptitle(f"Ping-pong attention: recorded, then modelled (torch {prov['torch']}, triton {prov['triton']}, "
+                 f"{prov['date']})", fontsize=10)
+    fig.legend(handles=[Patch(facecolor=STYLE[k][0], hatch=STYLE[k][1], edgecolor="0.35",
+                              label=f"recorded: {RECORDED_LEGEND[k]}") for k in RECORDED_LEGEND]
+               + _legend_handles(["load", "mma"]), fontsize=8, loc="outside lower center", ncol=2, frameon=False)
     plt.close(fig)  # returned, not shown twice (see tkcourse.plots)
     return fig
