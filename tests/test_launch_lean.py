@@ -278,9 +278,8 @@ HOPPER = GPU and torch.cuda.get_device_capability() == (9, 0)
 
 
 @pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("heads", [(16, 16), (16, 4)])
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype, heads, causal", [(torch.float16, (16, 16), False), (torch.bfloat16, (16, 4), True)],
+                         ids=["fp16-mha", "bf16-gqa-causal"])  # each case autotunes both Triton passes: two cases
 def test_gpu_long_attention_takes_the_pingpong_kernel(dtype, heads, causal):
     """On Hopper, long 16-bit attention at D 128 (``PINGPONG_MIN_N``, ``PINGPONG_MIN_FLOPS``) runs lesson 12's ping-pong kernel:
     its output and log-sum-exp those of the Triton forward, on the first and the lean call and replayed from
