@@ -6,7 +6,7 @@ ships ``ptxas`` and ``cuobjdump``.
     python research/int4/compile_check.py [CONFIG ...] [--dtype bf16|fp16] [--fp32-scales] [--out DIR]
 
 CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``, ``gemv``, ``gemv32``,
-``gemv_deq1``, ``m16``; default all. To check against the
+``gemv_deq1``, ``m16``, ``swap128``; default all. To check against the
 Triton the GPU machine runs (3.6), install that wheel apart and put it first on the path:
 ``pip download triton==3.6.0 --no-deps -d W && pip install --no-deps --target T W/triton-*.whl`` then
 ``PYTHONPATH=T python research/int4/compile_check.py``.
@@ -38,6 +38,7 @@ CONFIGS = {
     "gemv32": fast.config(1, 32, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv_deq1": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=1),
     "m16": fast.CONFIGS[16],
+    "swap128": fast.config(128, 128, 64, 0, True, 8, 4, deq=3),  # M 128 with the weight as wgmma's register operand
     "large_swap": fast.config(128, 128, 64, 0, True, 8, 3, deq=3),
     "large_swap_ps": fast.config(128, 128, 64, 0, True, 8, 3, deq=3, post_scale=True),
     "large_swap4": fast.config(128, 64, 64, 0, True, 4, 3, deq=3),
@@ -94,8 +95,13 @@ def main(argv=None):
         (out / f"{name}.ttgir").write_text(k.asm["ttgir"])
         ttgir = k.asm["ttgir"]
         regs, n, ops = loop_counts(k.asm["ptx"], out)
+        ptx = k.asm["ptx"]
+        # wgmma's waits: "pendings = 0" in the loop is an MMA waited for before the next step's work begins
+        waits = re.findall(r"warp_group_dot_wait.*?pendings = (\d+)", ttgir)
+        mma = (f"wgmma x{ptx.count('wgmma.mma_async')}, waits leave {sorted(set(map(int, waits)))} in flight"
+               if "wgmma.mma_async" in ptx else f"mma.sync x{ptx.count('mma.sync')}")
         print(f"{name:9s} shared {k.metadata.shared:6d} B, {regs} registers; loads streamed "
-              f"{ttgir.count('async_copy_global_to_local')}, waited on {ttgir.count('tt.load')}; "
+              f"{ttgir.count('async_copy_global_to_local')}, waited on {ttgir.count('tt.load')}; {mma}; "
               f"loop {n} instructions a thread a step: {ops}")
 
 
