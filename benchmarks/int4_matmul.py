@@ -11,8 +11,9 @@ Bytes of a row (every provider's count is the int4 path's minimum, so rates comp
 * ``cublas``: ``x @ w.T`` on the 16-bit weight (what a model without quantization runs);
 * ``tinygemm``: ``torch.ops.aten._weight_int4pack_mm`` on the same int4 values (torch's int4 kernel,
   behind torchao's and gpt-fast's int4 weight-only; it takes bf16 only, so fp16 goes through casts);
-* ``copy``: ``dst.copy_(src)`` of a buffer half the packed weight's size plus the scales, so it reads and
-  writes as many bytes as the weight has: the floor at this size, in the same run.
+* ``copy``: ``dst.copy_(src)`` of a buffer half the size of the int4 path's minimum traffic (the packed
+  weight, its scales, x and y), so it reads and writes as many bytes as that: the floor at this size, in
+  the same run.
 """
 
 from __future__ import annotations

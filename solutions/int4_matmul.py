@@ -26,9 +26,9 @@ A nibble is signed: the low one is bits 0-3 of a byte, and moving it to the top 
 The kernel is a tiled matmul (lesson 03) whose B tile is made, not loaded: read a (BLOCK_N, BLOCK_K)
 tile of bytes, unpack it into two tiles of integers, multiply each by its scales, and ``tl.dot`` them with
 the matching halves of x, accumulating in fp32. Each row of x does 2K flops for the K/2 bytes of a
-weight row, 4 flops a byte: batch 1 is bound by the weight's bytes (the H200 needs a few hundred flops
-a byte to leave memory behind, lesson 03's roofline), and it turns compute-bound at about a quarter of
-that ridge in rows. The fast path (``solutions/kernels/int4_matmul.py``) plans for each regime.
+weight row, 4 flops a byte: batch 1 is bound by the weight's bytes (the H200 needs well over a hundred
+flops a byte to leave memory behind: the ridge of lesson 03's roofline, which the lesson computes), and it
+turns compute-bound at about a quarter of that ridge in rows. The fast path (``solutions/kernels/int4_matmul.py``) plans for each regime.
 
 Used by the fast path: ``int4_matmul_kernel``, ``check_args``, ``quantize``, ``dequantize``.
 """

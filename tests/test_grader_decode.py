@@ -42,6 +42,10 @@ PLANTED = [
      "Convert the page to int64 before multiplying", "offsets into the pool in int64"),
     ("the combine's loads unmasked",  # right while SPLITS is a power of two, as the interpreter's 4
      COMBINE_MASKS, "Mask its loads with s < SPLITS", "3 splits of"),
+    ("the KV head left out of the pool's row",  # what a hint without "* HKV + kvh" leads to
+     [("(page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh", "page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE",
+       1)],
+     "the KV head is missing from the pool's row", "B=2 lengths [37, 100]"),
     ("the combine steps by BLOCK_S",
      [("M + bh * SPLITS + s", "M + bh * BLOCK_S + s", 1), ("L + bh * SPLITS + s", "L + bh * BLOCK_S + s", 1),
       ("ACC + (bh * SPLITS + s)", "ACC + (bh * BLOCK_S + s)", 1)],

@@ -19,7 +19,8 @@ fifths of the rate of a Triton kernel that only reads the same bytes (``research
   ``1024 + 8`` gives two signed values (the XOR with 8 first maps the two's complement nibble to
   ``v + 8``). This is the trick of FasterTransformer's and Marlin's int4 kernels (Frantar et al. 2024,
   "MARLIN: Mixed-Precision Auto-Regressive Parallel Inference on Large Language Models"), written in
-  inline PTX (``_dequant``); the interpreter, which runs no PTX, takes the same trick in Triton.
+  inline PTX (``_dequant``, ``DEQ`` 3: the masks and the magic in one ``lop3``); the interpreter, which runs
+  no PTX, takes the same trick in Triton (``DEQ`` 1, as ``plan`` prints it there).
 - **One scale a row and step, applied to the product** (``POST_SCALE``). Steps of ``BLOCK_K`` bytes
   never straddle a group (``BLOCK_K`` divides ``group_size`` and K/2), so a step needs one scale per
   weight row. The MMA multiplies the unscaled integers (-8 .. 7, exact in fp16 and bf16) and the scale
@@ -83,7 +84,8 @@ def _dequant(b, DEQ: tl.constexpr, dtype: tl.constexpr):
 
     ``DEQ`` 0: shifts and an int-to-float conversion (the lesson's way); 1: the bit trick on 16- or
     32-bit integers (``dtype``'s width), in Triton; 2: the bit trick in PTX on whole 32-bit words,
-    two values an instruction (16-bit ``dtype`` only); 3: the same in fewer instructions (a candidate).
+    two values an instruction (16-bit ``dtype`` only); 3: the same in fewer instructions (what ``CONFIGS``
+    take).
     In the interpreter, 2 and 3 run as 1."""
     if DEQ == 3:  # DEQ 2 with fewer instructions: masks and magic in one lop3, constants passed in once
         m = tl.full(b.shape, MAGIC16 if dtype == tl.float16 else MAGIC_BF16, tl.int32)

@@ -125,9 +125,10 @@ def _diagnose(args):
     splits = range(16, cap, 16)  # the split sizes a learner may have chosen, in tokens
 
     def hint(o, e, wrong):
-        def close(**kw):
-            """The mistake ``kw`` gives ``o``, where it is defined, and differs from the right answer there."""
-            model = reference(*args, **kw)
+        def close(pool=None, **kw):
+            """The mistake ``kw`` (or the K, V ``pool`` read instead) gives ``o``, where it is defined, and
+            differs from the right answer there."""
+            model = reference(*args, **kw) if pool is None else reference(q, *pool, seq_lens, table, **kw)
             rows = ~torch.isnan(model).any(-1)
             m, oo, ee = model[rows], o.cpu()[rows], e.cpu()[rows]
             return (bool(rows.any()) and torch.allclose(oo, m, atol=2e-2, rtol=2e-2)
@@ -140,6 +141,13 @@ def _diagnose(args):
         if close(table=table + 1):
             return ("page index off by one: the physical page is block_table[b, p] itself, not one more; "
                     "token pos lies at row (page * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh of the pool")
+        if Hkv > 1:  # row page * PAGE_SIZE + slot of the pool taken as a row of D values: the heads forgotten
+            def headless(c):
+                rows = c.shape[0] * page_size
+                return c.reshape(-1, D)[:rows].reshape(c.shape[0], page_size, 1, D).expand(-1, -1, Hkv, -1)
+            if close(pool=(headless(k), headless(v))):
+                return ("the KV head is missing from the pool's row: the pool is (pages, PAGE_SIZE, Hkv, D), so token "
+                        "pos of KV head kvh lies at row (page * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh, D values each")
         arange = torch.arange(table.shape[1], device=table.device)
         for skipped in (arange.expand_as(table), arange + table.shape[1] * torch.arange(B, device=table.device)[:, None]):
             if close(table=skipped):
