@@ -55,6 +55,17 @@ def test_notebooks_are_stored_without_outputs(rel):
         "(`make lab`); `make strip` takes them out of notebooks/, then `git add` it again"
 
 
+@pytest.mark.parametrize("rel", _course_notebooks(), ids=lambda r: pathlib.Path(r).name)
+def test_every_cell_has_its_own_id(rel):
+    """nbformat 4.5 gives each cell an id (Jupyter's links and nbformat's validation need it): a cell added by a
+    script without one makes every run warn, and a copied one makes two cells one."""
+    cells = json.loads(_stored(rel))["cells"]
+    missing = [i for i, c in enumerate(cells) if not c.get("id")]
+    ids = [c.get("id") for c in cells if c.get("id")]
+    assert not missing, f"{rel}: cells {missing} have no id (`make strip` keeps ids; give each a short unique one)"
+    assert len(set(ids)) == len(ids), f"{rel}: cell ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}"
+
+
 def test_stored_notebooks_are_what_make_strip_writes(tmp_path):
     """`make strip` (nbstripout) leaves a stored lesson byte for byte as it is: after running a lesson in
     notebooks/ itself, stripping it shows only what really changed."""
