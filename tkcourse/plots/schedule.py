@@ -478,9 +478,9 @@ def plot_recorded(causal: bool = False, cta: str | None = None, path=None):
     heights = [3, len({e.lane for e in model})]
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(11, 5.2), height_ratios=heights,
                                       layout="constrained")
-    xmax = max(makespan(events), makespan(model))
     shifted = [Event(e.lane, e.kind, e.start - t0, e.end - t0, e.label) for e in events]
     shifted += [Event(TENSOR_CORES, "mma", a - t0, b - t0, "") for a, b in tensor_core_intervals(events)]
+    xmax = max(makespan(shifted), makespan(model))
     _draw(top, shifted, xmax=xmax)
     run, prov = meta["run"], meta["provenance"]
     share = nums["share"]
