@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from solutions import int4_matmul as lesson
-from solutions.kernels.gluon_matmul import GL_DTYPES, check_device, mma_layout, shared_layout
+from solutions.kernels.gluon_matmul import GL_DTYPES, check_device, mma_layout, shared_layout, store_tile
 
 __all__ = ["matmul", "int4_wgmma_kernel", "descriptors", "CONFIG"]
 
@@ -144,11 +144,7 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(landed.index(s))
 
-    y_smem = gl.allocate_shared_memory(y_desc.dtype, y_desc.block_type.shape, y_desc.layout)
-    y_smem.store(acc.to(y_desc.dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(y_desc, [off_m, off_n], y_smem)
-    tma.store_wait(pendings=0)
+    store_tile(acc, y_desc, off_m, off_n)
 
 
 def descriptors(x, packed, y, config=CONFIG):

@@ -21,7 +21,7 @@ The pipelined schedule::
               into that stage
     epilogue: wait for the last wgmma; C's tile goes registers -> shared memory -> global by TMA
 
-Public names: the kernels and their helpers (``mma_layout``, ``tile_offsets``), ``CONFIG`` and
+Public names: the kernels and their helpers (``mma_layout``, ``tile_offsets``, ``store_tile``), ``CONFIG`` and
 ``WS_CONFIG`` (their tiles), ``DTYPES``, ``descriptors(a, b, c, config)`` (the Gluon tensor descriptors a
 launch passes; no checks, so that ``research/hopper/compile_check.py`` builds them from CPU tensors),
 ``check_inputs(a, b)`` (the launchers' checks) and ``reference(a, b)``; and what
@@ -59,7 +59,7 @@ from .._checks import ConfigSpec, integer, power_of_two
 from .._occupancy import device_properties
 
 __all__ = ["matmul", "matmul_ws", "descriptors", "check_inputs", "reference", "CONFIG", "WS_CONFIG", "DTYPES",
-           "matmul_kernel", "matmul_ws_kernel", "mma_layout", "tile_offsets", "GL_DTYPES", "shared_layout",
+           "matmul_kernel", "matmul_ws_kernel", "mma_layout", "tile_offsets", "store_tile", "GL_DTYPES", "shared_layout",
            "check_tensor", "check_device"]
 
 
@@ -128,6 +128,13 @@ def matmul_kernel(a_desc,  # TMA descriptor of A (M, K), blocks (BLOCK_M, BLOCK_
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(landed.index(s))
 
+    store_tile(acc, c_desc, off_m, off_n)
+
+
+@gluon.jit
+def store_tile(acc, c_desc, off_m, off_n):
+    """A program's epilogue: the fp32 tile ``acc`` in C's dtype into a shared-memory tile, then out to C at
+    ``(off_m, off_n)`` by TMA (which clips what lies past C's edges), waited for."""
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
     c_smem.store(acc.to(c_desc.dtype))
     fence_async_shared()
