@@ -25,6 +25,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from tkcourse.mode import INTERPRET
+
 from . import rope as k_rope
 from .lean import Lean, pdl_meta
 from .lean import tensor_key as _t
@@ -71,34 +73,43 @@ def rope_write_kernel(
     page_ptr, slot_ptr,  # (B, T) int64: each token's page and slot
     q_sb, q_st, q_sh, k_sb, k_st, k_sh, v_sb, v_st, v_sh,  # strides over B, T and heads, in elements
     pos_sb, pos_st, cos_stride,
-    T, HQ, HKV, HALF, max_pos, n_pages,
+    n_tokens, T, HQ, HKV, HALF, max_pos, n_pages,  # n_tokens = B * T
     PAGE: tl.constexpr,  # tokens a page
     Q_BLOCKS: tl.constexpr,  # programs [0, Q_BLOCKS) of axis 1 rotate q's heads, the rest k's (and copy v's)
+    BLOCK_T: tl.constexpr,  # tokens a program takes (axis 0)
     BLOCK_H: tl.constexpr,  # heads a program takes
     BLOCK_HALF: tl.constexpr,  # next_power_of_2(HALF)
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
 ):
-    token, b, t, c, s, j, jmask = k_rope.token_start(pos_ptr, pos_sb, pos_st, cos_ptr, sin_ptr, cos_stride, T, HALF,
-                                                     max_pos, BLOCK_HALF, PDL)
+    if PDL:
+        gdc_wait()  # the inputs may be the previous kernel's output
+        gdc_launch_dependents()  # short programs: the next kernel may start once all of these have
+    r = tl.arange(0, BLOCK_T * BLOCK_H)[:, None]  # the program's rows, (token, head) token by token
+    token = tl.program_id(0).to(tl.int64) * BLOCK_T + r // BLOCK_H  # (R, 1), 64 bits: a long prefill
+    live = token < n_tokens
+    b = token // T
+    t = token % T
+    pos = tl.load(pos_ptr + b * pos_sb + t * pos_st, mask=live, other=0).to(tl.int64)  # a position a row
+    c, s, j, jmask = k_rope.table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF)
     hb = tl.program_id(1)  # q's blocks of heads, then k's
     if hb < Q_BLOCKS:
-        q = q_ptr + b * q_sb + t * q_st
-        k_rope.rotate_heads(q, q, q_sh, q_sh, hb * BLOCK_H, HQ, c, s, j, jmask, HALF, BLOCK_H)
+        h = hb * BLOCK_H + r % BLOCK_H
+        q = q_ptr + b * q_sb + t * q_st + h.to(tl.int64) * q_sh + j[None, :]
+        k_rope.rotate_rows(q, q, live & (h < HQ) & jmask[None, :], c, s, HALF)
     else:
-        h0 = (hb - Q_BLOCKS) * BLOCK_H
-        page = tl.load(page_ptr + token)
-        slot = tl.load(slot_ptr + token)
-        k = k_ptr + b * k_sb + t * k_st
-        if (page >= 0) & (page < n_pages) & (slot >= 0) & (slot < PAGE):  # else the cache is not written
-            row = (page * PAGE + slot) * HKV * (2 * HALF)  # the token's (Hkv, D) block of the cache
-            k_rope.rotate_heads(k, kc_ptr + row, k_sh, 2 * HALF, h0, HKV, c, s, j, jmask, HALF, BLOCK_H)
-            h = h0 + tl.arange(0, BLOCK_H)[:, None]
-            m = (h < HKV) & jmask[None, :]
-            src = v_ptr + b * v_sb + t * v_st + h.to(tl.int64) * v_sh + j[None, :]
-            dst = vc_ptr + row + h * (2 * HALF) + j[None, :]
-            tl.store(dst, tl.load(src, mask=m), mask=m)  # v's first halves
-            tl.store(dst + HALF, tl.load(src + HALF, mask=m), mask=m)  # and second halves
-        k_rope.rotate_heads(k, k, k_sh, k_sh, h0, HKV, c, s, j, jmask, HALF, BLOCK_H)  # after the cache's copy
+        h = (hb - Q_BLOCKS) * BLOCK_H + r % BLOCK_H
+        m = live & (h < HKV) & jmask[None, :]
+        page = tl.load(page_ptr + token, mask=live, other=-1)
+        slot = tl.load(slot_ptr + token, mask=live, other=-1)
+        ok = (page >= 0) & (page < n_pages) & (slot >= 0) & (slot < PAGE)  # else the cache is not written
+        row = (tl.where(ok, page, 0) * PAGE + tl.where(ok, slot, 0)) * HKV + h  # the token's head in the cache
+        cache = row * (2 * HALF) + j[None, :]
+        k = k_ptr + b * k_sb + t * k_st + h.to(tl.int64) * k_sh + j[None, :]
+        k_rope.rotate_rows(k, kc_ptr + cache, m & ok, c, s, HALF)  # the rotated k into the cache
+        src = v_ptr + b * v_sb + t * v_st + h.to(tl.int64) * v_sh + j[None, :]
+        tl.store(vc_ptr + cache, tl.load(src, mask=m & ok), mask=m & ok)  # v's first halves
+        tl.store(vc_ptr + cache + HALF, tl.load(src + HALF, mask=m & ok), mask=m & ok)  # and second halves
+        k_rope.rotate_rows(k, k, m, c, s, HALF)  # then k itself, after the cache's copy read it
 
 
 def write_reference(k, v, k_cache, v_cache, page, slot):
@@ -178,6 +189,10 @@ def rope_write_reference(q, k, v, cos, sin, positions, k_cache, v_cache, page, s
 
 
 _ROPE_KV = Lean(rope_write_kernel)
+#: Tokens a program of ``rope_write`` takes in Triton's interpreter, which runs programs one after another
+#: (a prefill's hundreds of one-token programs are most of a generation's time there); on a GPU a
+#: program takes one token, and many programs run at once.
+INTERPRET_TOKENS = 64
 
 
 def rope_write(q, k, v, cos, sin, positions, k_cache, v_cache, page, slot):
@@ -215,11 +230,12 @@ def _rope_write_first(key, q, k, v, cos, sin, positions, k_cache, v_cache, page,
     BLOCK_HALF = triton.next_power_of_2(HALF)
     BLOCK_H = min(triton.next_power_of_2(max(HQ, HKV)), max(1, k_rope.ELEMENTS_PER_PROGRAM // BLOCK_HALF))
     q_blocks = triton.cdiv(HQ, BLOCK_H)
-    grid = (B * T, q_blocks + triton.cdiv(HKV, BLOCK_H))
+    BLOCK_T = min(triton.next_power_of_2(B * T), INTERPRET_TOKENS) if INTERPRET else 1
+    grid = (triton.cdiv(B * T, BLOCK_T), q_blocks + triton.cdiv(HKV, BLOCK_H))
     static = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *positions.stride(), cos.stride(0),
-              T, HQ, HKV, HALF, cos.shape[0], k_cache.shape[0])
-    meta = dict(PAGE=k_cache.shape[1], Q_BLOCKS=q_blocks, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF, num_warps=4,
-                **pdl_meta(q.device, KV_PDL))
+              B * T, T, HQ, HKV, HALF, cos.shape[0], k_cache.shape[0])
+    meta = dict(PAGE=k_cache.shape[1], Q_BLOCKS=q_blocks, BLOCK_T=BLOCK_T, BLOCK_H=BLOCK_H, BLOCK_HALF=BLOCK_HALF,
+                num_warps=4, **pdl_meta(q.device, KV_PDL))
     _ROPE_KV.first(key, (q, k, v, k_cache, v_cache, cos, sin, positions, page, slot), static, grid, meta)
     return None
 

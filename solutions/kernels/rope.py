@@ -42,8 +42,18 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from .._checks import validate
 from .lean import Lean, hooks_on, pdl_meta
 
-__all__ = ["rope", "rope_tables", "rope_reference", "rope_kernel", "rotate_heads", "table_row", "token_start", "check",
+__all__ = ["rope", "rope_tables", "rope_reference", "rope_kernel", "rotate_heads", "rotate_rows", "table_row", "token_start", "check",
            "hf_rope", "ROPE_PDL", "LEANS", "forget"]
+
+
+@triton.jit
+def rotate_rows(x_row, o_row, m, c, s, HALF):
+    """Rotate rows of values: ``x_row``/``o_row`` point at each row's value ``j`` (a tile of pointers), ``m``
+    masks the tile, ``c``/``s`` broadcast against it; value ``j`` pairs with value ``j + HALF``."""
+    x1 = tl.load(x_row, mask=m, other=0.0).to(tl.float32)  # first halves
+    x2 = tl.load(x_row + HALF, mask=m, other=0.0).to(tl.float32)  # second halves: as many
+    tl.store(o_row, (x1 * c - x2 * s).to(o_row.dtype.element_ty), mask=m)  # x * cos - x2 * sin
+    tl.store(o_row + HALF, (x2 * c + x1 * s).to(o_row.dtype.element_ty), mask=m)  # x2 * cos + x1 * sin
 
 
 @triton.jit
@@ -51,24 +61,21 @@ def rotate_heads(x_ptr, o_ptr, x_sh, o_sh, h0, H, c, s, j, jmask, HALF, BLOCK_H:
     """Rotate heads ``h0 .. h0 + BLOCK_H`` (of ``H``) of one token: ``x_ptr``/``o_ptr`` point at head 0."""
     h = h0 + tl.arange(0, BLOCK_H)[:, None]  # (BLOCK_H, 1)
     m = (h < H) & jmask[None, :]  # (BLOCK_H, BLOCK_HALF): real heads, real pairs
-    x_row = x_ptr + h.to(tl.int64) * x_sh + j[None, :]
-    x1 = tl.load(x_row, mask=m, other=0.0).to(tl.float32)  # first halves: read BLOCK_H * D/2 elements
-    x2 = tl.load(x_row + HALF, mask=m, other=0.0).to(tl.float32)  # second halves: as many
-    o_row = o_ptr + h.to(tl.int64) * o_sh + j[None, :]
-    tl.store(o_row, (x1 * c - x2 * s).to(o_ptr.dtype.element_ty), mask=m)  # x * cos - x2 * sin: write D/2
-    tl.store(o_row + HALF, (x2 * c + x1 * s).to(o_ptr.dtype.element_ty), mask=m)  # x2 * cos + x1 * sin
+    rotate_rows(x_ptr + h.to(tl.int64) * x_sh + j[None, :], o_ptr + h.to(tl.int64) * o_sh + j[None, :], m, c, s, HALF)
 
 
 @triton.jit
 def table_row(cos_ptr, sin_ptr, pos, cos_stride, HALF, max_pos, BLOCK_HALF: tl.constexpr):
-    """``(c, s, j, jmask)``: row ``pos`` of the tables as ``(1, BLOCK_HALF)`` fp32 (1 and 0 for a position
-    outside ``[0, max_pos)``: the token is left unrotated), the pair indices and which are real."""
+    """``(c, s, j, jmask)``: row ``pos`` of the tables in fp32 (1 and 0 for a position outside
+    ``[0, max_pos)``: the token is left unrotated), the pair indices and which are real. ``pos`` one
+    position gives ``(1, BLOCK_HALF)`` rows; a column of positions ``(R, 1)`` gives ``(R, BLOCK_HALF)``."""
     ok = (pos >= 0) & (pos < max_pos)
     j = tl.arange(0, BLOCK_HALF)
     jmask = j < HALF
-    c = tl.load(cos_ptr + pos * cos_stride + j, mask=jmask & ok, other=1.0).to(tl.float32)  # read D/2
-    s = tl.load(sin_ptr + pos * cos_stride + j, mask=jmask & ok, other=0.0).to(tl.float32)  # read D/2
-    return c[None, :], s[None, :], j, jmask
+    at = pos * cos_stride + j[None, :]
+    c = tl.load(cos_ptr + at, mask=jmask[None, :] & ok, other=1.0).to(tl.float32)  # read D/2 a row
+    s = tl.load(sin_ptr + at, mask=jmask[None, :] & ok, other=0.0).to(tl.float32)  # read D/2 a row
+    return c, s, j, jmask
 
 
 @triton.jit
