@@ -16,8 +16,8 @@ The kernels are the lesson's two (Flash-Decoding, Dao et al. 2023), grown in thr
    it (a page index is clamped into the pool, a bad length runs no step), and that sequence's row of
    the output is NaN, every head ("flagged"; a zero-length sequence has no softmax to take either).
    The checks are a clamp and a compare per step on the page indices already loaded: no extra
-   memory traffic. (A mask built from the loaded page, rather than a clamp, would make each K/V
-   load wait on its page in the software pipeline; the clamp keeps the lesson's schedule.)
+   memory traffic. (A clamp rather than a mask built from the loaded page: whatever a mask would say,
+   a clamped address lies inside the pool.)
 3. **Any page size.** Each token finds its own page (``block_table[b, pos // PAGE_SIZE]``), so a
    step may span many pages (page 1) or lie inside one (page 256); page sizes are powers of two, and
    the head dimension 64, 128 or 256 (``tl.arange`` needs a power of two; D 96 raises ValueError).

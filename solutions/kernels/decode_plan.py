@@ -63,13 +63,16 @@ import torch
 #: between neighbouring counts) and these the fastest or within 1% of it in both runs: 3 splits of
 #: B 32 x 8192, 4 of B 8 x 32768, 5 of the mixed batch (logs: research/decode/logs/).
 SPLIT_TOKENS = {256: 3072, 0: 8192}
-#: Bytes of one K (or V) tile a step: 128 fp16 tokens of D 128. The software pipeline stages K and V
-#: tiles in shared memory and the dot holds them in registers, so tokens a step shrink as D or the
-#: element grow (D 256 fp16 or D 128 fp32: 64 tokens), keeping a program's footprint what it is at D 128.
+#: Bytes of one K (or V) tile a step: 128 fp16 tokens of D 128. A step holds its K and V tiles in
+#: registers (and V in shared memory for the dot; Triton's software pipeline takes only the block-table
+#: loads, since the tiles' addresses come from them), so tokens a step shrink as D or the element grow
+#: (D 256 fp16 or D 128 fp32: 64 tokens), keeping a program's footprint what it is at D 128.
 TILE_BYTES = 32768
 MAX_BLOCK_N = 128
 #: Warps and stages of the split kernel: 4 warps and 3 stages were the fastest or within 1% of it at
-#: every shape of the H200 sweep with 128 tokens a step (research/decode/decode_check.py).
+#: every shape of the H200 sweep with 128 tokens a step (research/decode/decode_check.py); the stages
+#: pipeline the block-table loads only, and 2 to 4 of them were within 1% of each other at B 1 x 32768
+#: (research/decode/spread_probe.py).
 NUM_WARPS, NUM_STAGES, COMBINE_WARPS = 4, 3, 4
 #: Programs an SM needs beside each other to stream its share of the bandwidth, in the spread
 #: regime's model: fewer are charged as this many (module docstring). Two 128-token-step programs of
