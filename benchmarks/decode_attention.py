@@ -9,7 +9,8 @@ sequences of 1024.
 
 Bytes of a row: the K and V bytes read (2 · L · Hkv · D · 2 for L cached tokens), plus q and out.
 Providers: ``triton`` (``solutions.kernels.decode_attention``: the tuned plan behind a lean launch),
-``copy`` (a device copy of the K cache: read + written = the KV bytes), and ``sdpa``:
+``copy`` (a device copy of the K cache: read + written = the KV bytes; replayed from a CUDA graph, by a
+copy kernel: ``tkcourse.bench.copy_case``), and ``sdpa``:
 ``F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)`` on the same cache laid out
 contiguously (B, Hkv, N, D). SDPA has no lengths argument, so it runs at the uniform shapes only; at
 ``mixed`` the copy is the peer.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from tkcourse.bench import Case
+from tkcourse.bench import Case, copy_case
 
 TOKENS, HQ, HKV, D = 262144, 32, 8, 128
 PAGE_SIZES = (16, 64)
@@ -83,7 +84,7 @@ def shape_cases(name, lens, page_size, decode=None, device="cuda"):
     shape = f"{name}-P{page_size}"
     yield Case("decode_attention", "triton", shape, "float16", lambda: decode(q, k, v, seq_lens, table), bytes=moved)
     dst = torch.empty_like(k)
-    yield Case("decode_attention", "copy", shape, "float16", lambda: dst.copy_(k), bytes=2 * k.numel() * k.element_size())
+    yield copy_case("decode_attention", shape, "float16", k, dst)
     if len(set(lens)) == 1:
         kc, vc = contiguous_cache(k, seq_lens, table), contiguous_cache(v, seq_lens, table)
         yield Case("decode_attention", "sdpa", shape, "float16", lambda: sdpa(q, kc, vc), bytes=moved)

@@ -13,14 +13,14 @@ Bytes of a row (every provider's count is the int4 path's minimum, so rates comp
   behind torchao's and gpt-fast's int4 weight-only; it takes bf16 only, so fp16 goes through casts);
 * ``copy``: ``dst.copy_(src)`` of a buffer half the size of the int4 path's minimum traffic (the packed
   weight, its scales, x and y), so it reads and writes as many bytes as that: the floor at this size, in
-  the same run.
+  the same run (replayed from a CUDA graph, by a copy kernel: ``tkcourse.bench.copy_case``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from tkcourse.bench import Case
+from tkcourse.bench import Case, copy_case
 
 WEIGHTS = [(8192, 8192), (14336, 4096), (4096, 14336), (28672, 8192)]
 MS = [1, 4, 16, 128]
@@ -69,7 +69,7 @@ def shape_cases(matmul, M, N, K, dtype, device="cuda"):
         yield Case("int4_matmul", "tinygemm", shape, name, lambda: tg(x), bytes=moved)
     src = torch.empty(moved // 2, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    yield Case("int4_matmul", "copy", shape, name, lambda: dst.copy_(src), bytes=2 * src.numel())
+    yield copy_case("int4_matmul", shape, name, src, dst)
 
 
 def cases(matmul=None):

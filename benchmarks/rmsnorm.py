@@ -14,14 +14,15 @@ Bytes, the same for every provider (the minimum): read x and residual, write y a
   ``LlamaRMSNorm``), about 5x those bytes in fp16, over several kernels;
 * ``torch-rms_norm``: the add, then ``torch.nn.functional.rms_norm`` (where this torch has it);
 * ``copy``: ``dst.copy_(src)`` of a buffer of half those bytes, so it reads and writes as many bytes
-  as the kernel does, in the same run: the ceiling at this size.
+  as the kernel does, in the same run: the ceiling at this size (replayed from a CUDA graph, by a copy
+  kernel: ``tkcourse.bench.copy_case``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from tkcourse.bench import Case
+from tkcourse.bench import Case, copy_case
 
 ROWS = 16384
 HS = [4096, 8192]
@@ -48,7 +49,7 @@ def shape_cases(rmsnorm, eager, rows: int, H: int, dtype):
     if rms_norm is not None:
         out.append(Case("rmsnorm", "torch-rms_norm", shape, name,
                         lambda: (rms_norm(x + r, (H,), w, EPS), None), bytes=moved))
-    out.append(Case("rmsnorm", "copy", shape, name, lambda: dst.copy_(src), bytes=2 * src.numel() * src.element_size()))
+    out.append(copy_case("rmsnorm", shape, name, src, dst))
     return out
 
 

@@ -1,14 +1,15 @@
 """Benchmark cases of lessons 02 and 05: fused and online softmax against ``torch.softmax``.
 
 Traffic: read the input once, write the output once (2 x 2 bytes an element in fp16). Provider
-``copy`` is a device copy of the same bytes: the ceiling at that size, in the same run.
+``copy`` is a device copy of the same bytes: the ceiling at that size, in the same run (replayed from a
+CUDA graph, by a copy kernel: ``tkcourse.bench.copy_case``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from tkcourse.bench import Case, bytes_moved
+from tkcourse.bench import Case, bytes_moved, copy_case
 
 FUSED = [(4096, 1024), (4096, 4096), (4096, 16384)]
 ONLINE = [(4096, 32768), (1024, 131072), (256, 262144)]
@@ -23,7 +24,7 @@ def shape_cases(kernel: str, softmax, x: torch.Tensor, readable=None):
     extra = [] if readable is None else [Case(kernel, "triton-readable", shape, dtype, lambda: readable(x), bytes=moved)]
     return [Case(kernel, "triton", shape, dtype, lambda: softmax(x), bytes=moved), *extra,
             Case(kernel, "torch", shape, dtype, lambda: torch.softmax(x, dim=-1), bytes=moved),
-            Case(kernel, "copy", shape, dtype, lambda: y.copy_(x), bytes=moved)]
+            copy_case(kernel, shape, dtype, x, y)]
 
 
 def cases(fused=None, online=None):

@@ -349,6 +349,36 @@ def test_bench_run_interleaves_host_times_within_a_shape_only(monkeypatch):
     assert any("bad" in line and "FAILED" in line for line in lines)
 
 
+def test_copy_case_copies_eagerly_and_by_its_kernel_in_a_graph():
+    """The copy peer: ``copy_`` eagerly; in a CUDA graph (``graph_fn``) the copy kernel, which copies too."""
+    src = torch.arange(1000, dtype=torch.float16, device=mode.DEVICE)
+    dst = torch.zeros_like(src)
+    case = bench.copy_case("softmax", "1000", "float16", src, dst)
+    assert (case.kernel, case.provider, case.bytes) == ("softmax", "copy", 4000)  # read + written
+    case.graph_fn()
+    assert torch.equal(dst, src)
+    case.fn()
+    assert torch.equal(dst, src)
+    odd = torch.arange(7, dtype=torch.uint8, device=mode.DEVICE)  # 7 bytes: copied byte by byte
+    out = torch.zeros_like(odd)
+    bench.kernel_copy(odd, out)
+    assert torch.equal(out, odd)
+    with pytest.raises(ValueError, match="contiguous tensors of one shape and dtype"):
+        bench.kernel_copy(src, dst[:10])
+
+
+def test_bench_run_replays_a_cases_graph_function_in_its_graph(monkeypatch):
+    from tkcourse.bench import core
+
+    _fake_gpu(monkeypatch)
+    replayed = []
+    monkeypatch.setattr(core, "graph_ms", lambda fn: (replayed.append(fn), 0.008)[1])
+    eager, in_graph = (lambda: None), (lambda: None)
+    rows = bench.run([bench.Case("k", "copy", "8", "float32", eager, bytes=8, graph_fn=in_graph),
+                      bench.Case("k", "torch", "8", "float32", eager, bytes=8)], progress=lambda line: None)
+    assert replayed == [in_graph, eager] and [r["graph_ms"] for r in rows] == [0.008, 0.008]
+
+
 def test_merge_rows_replaces_by_key_adds_new_rows_and_keeps_the_rest(tmp_path):
     """tools/merge_rows.py: how a GPU run's rows enter the recorded table (PROVENANCE.md says so)."""
     import importlib.util

@@ -33,3 +33,4 @@ from .core import (  # noqa: F401
     write_records,
 )
 from .host import host_and_gpu_time  # noqa: F401
+from .peers import copy_case, kernel_copy  # noqa: F401

@@ -257,6 +257,9 @@ class Case:
     #: False: no ``graph_ms`` (a call that a CUDA graph cannot capture, such as autograd's backward;
     #: a failed capture can leave torch's CUDA random generator unusable for the rest of the process).
     graph: bool = True
+    #: What ``graph_ms`` replays in place of ``fn``, where a graph would capture ``fn`` as something else
+    #: than what it launches eagerly (a copy: ``peers.copy_case``). None: ``fn`` itself.
+    graph_fn: Callable[[], object] | None = None
 
     @property
     def metric(self) -> str:
@@ -301,7 +304,7 @@ def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, 
                        median=round(c.rate(med), 4), p20=round(c.rate(p80), 4), p80=round(c.rate(p20), 4),
                        ms=round(med, 6), bytes=c.bytes, flops=c.flops, **prov)
             if host:
-                row["graph_ms"] = _timed(c, "graph_ms", lambda c=c: graph_ms(c.fn), progress, i) if c.graph else None
+                row["graph_ms"] = _timed(c, "graph_ms", lambda c=c: graph_ms(c.graph_fn or c.fn), progress, i) if c.graph else None
             measured.append((i, c, row))
         if host and measured:
             for (j, c, row), t in zip(measured, _host_times([m[1] for m in measured], progress, [m[0] for m in measured])):
