@@ -130,7 +130,8 @@ def attention(q, k, v, causal=False, sm_scale=None, config=None):
     """FlashAttention's forward: ``softmax(sm_scale · q kᵀ [causal mask]) v`` for q, k, v of shape (B, H, N, D).
 
     ``sm_scale`` defaults to 1/sqrt(D); D must be one of 16, 32, 64, 128; N is any length >= 1.
-    Not differentiable: lesson 07's ``flash_attention_backward.attention`` is the trainable layer.
+    Not differentiable: ``flash_attention_autograd.attention`` (``solutions/flash_attention_autograd.py``)
+    joins this forward with lesson 07's backward into the trainable layer.
     """
     return attention_forward(q, k, v, causal=causal, sm_scale=sm_scale, config=config)[0]
 

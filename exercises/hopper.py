@@ -81,7 +81,8 @@ CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_sta
 
 #: On a GPU: 128x256 tiles of C in K steps of 64, two consumer warpgroups (8 warps), three stages.
 CONFIG = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3, WARP_SPECIALIZE=False)
-#: The same tiles with the compiler's warp specialization (a producer warp feeds the consumers).
+#: The compiler's warp specialization (a producer warp feeds the consumers), with tiles and stages of its own:
+#: 128x128 tiles of C (half of CONFIG's BLOCK_N) and four stages.
 WS_CONFIG = dict(CONFIG, BLOCK_N=128, num_stages=4, WARP_SPECIALIZE=True)
 #: fp32 inputs (TF32 tensor cores) on a GPU: blocks of 4-byte values, so half as many fit in shared memory.
 FP32_CONFIG = dict(CONFIG, BLOCK_N=128, BLOCK_K=32)

@@ -62,9 +62,10 @@ class SoftmaxPlan:
         ### STUB
         # work out once, and keep on self, everything a launch needs:
         # - the output's shape (n_rows, n_cols), dtype and device
-        # - BLOCK = triton.next_power_of_2(n_cols); num_warps = warps_for(BLOCK);
-        #   num_stages = stages_for(BLOCK, x.element_size())
-        # - the grid: (num_programs(x, x, BLOCK, num_warps, num_stages),)  (out only has to be like x here)
+        # - self.BLOCK = triton.next_power_of_2(n_cols); self.num_warps = warps_for(BLOCK);
+        #   self.num_stages = stages_for(BLOCK, x.element_size())
+        # - self.grid = (num_programs(x, x, BLOCK, num_warps, num_stages),)  (out only has to be like x here)
+        #   (use these names: the lesson's Try it prints each plan's BLOCK, num_warps and grid)
         # - the kernel's int arguments: row_stride, out's row stride (n_cols: out is contiguous), n_rows, n_cols
         ### END SOLUTION
 

@@ -322,7 +322,7 @@ def _backward_module(bug=None):
 @pytest.mark.parametrize("bug, hint", [
     ("dk without the scale", "the scale is missing"),
     ("lse in base 2", "wrong lse"),
-    ("order", "return the gradients in the order (dq, dk, dv)"),
+    ("order", "returns the gradients in the order (dq, dk, dv)"),
     ("dk is dv", "are one tensor"),
     ("lse scaled in place", "changed its input lse"),
     ("dq written over q", "returned q itself"),

@@ -1,4 +1,4 @@
-"""Probes for the #6 figures still short after exchange_probe.py (a tuning aid, not part of the course).
+"""Probes for the figures still short of their targets after exchange_probe.py (a tuning aid, not part of the course).
 
 P: a persistent one-read online softmax. A fixed grid of LANES x PARTS programs; the PARTS programs
    of a lane hold the parts of one row at a time and walk the rows lane, lane + LANES, ... Each loads

@@ -18,14 +18,15 @@ import torch
 from .. import mode, traffic
 from .core import Case, alias_case, attempt, compare, error_case, oob_case, random_sizes, refuses, seeded, traced_call
 
-# (B, H, N, D, causal): N in {1, 17, 64, 100, 257}, D in {16, 32, 64}; B, H > 1 to catch batch/head offsets
+# (B, H, N, D, causal): N in {1, 17, 45, 64, 100, 257}, D in {16, 32, 64}; B, H > 1 to catch batch/head offsets
 SHAPES = [(2, 2, 100, 16, False), (2, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 2, 17, 64, True),
           (2, 1, 64, 64, False), (1, 1, 257, 16, True), (1, 1, 257, 64, False), (2, 1, 45, 32, True)]
 # (B, H, N, D, causal, layout)
 LAYOUTS = [(2, 3, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 50, 32, False, "head dim sliced"),
            (2, 2, 33, 16, True, "k, v shared by heads (stride 0)")]
-# the edge masks that out-of-bounds hints name
-MASK = "offs_m[:, None] < N on the query rows (loads of Q, stores of O and lse) and cols[:, None] < N on the keys"
+# the edge masks that out-of-bounds hints name, in the names of the exercise's kernel
+MASK = ("offs_m[:, None] < N on the query rows (the Q load and the O store; offs_m < N for the lse store) and, "
+        "with cols = start_n + tl.arange(0, BLOCK_N) the block's keys, cols[:, None] < N on the K and V loads")
 
 
 def scores(q, k, scale, causal, *, diagonal=1):
@@ -98,11 +99,13 @@ def _diagnose(q, k, v, causal, note=""):
         if causal and q.shape[-2] > 1:
             if torch.allclose(o[..., 1:, :], reference(qc, kc, vc, True, scale, diagonal=0)[..., 1:, :],
                               atol=2e-2, rtol=2e-2):
-                return ("the causal mask is off by one: query i must see key i itself. Keep keys with "
-                        "offs_m[:, None] >= offs_n[None, :] (>=, not >); row 0 then has its one key, not none")
+                return ("the causal mask is off by one: query i must see key i itself. With "
+                        "cols = start_n + tl.arange(0, BLOCK_N) the block's keys, keep the scores where "
+                        "offs_m[:, None] >= cols[None, :] (>=, not >); row 0 then has its one key, not none")
             if close(reference(qc, kc, vc, True, scale, diagonal=2)):
-                return ("the causal mask is off by one: query i also sees key i + 1, a future key. Keep keys "
-                        "with offs_m[:, None] >= offs_n[None, :], exactly")
+                return ("the causal mask is off by one: query i also sees key i + 1, a future key. With "
+                        "cols = start_n + tl.arange(0, BLOCK_N) the block's keys, keep the scores where "
+                        "offs_m[:, None] >= cols[None, :], exactly")
         if torch.isnan(o).any():
             nan_rows = torch.isnan(o).any(-1)
             return (f"{int(nan_rows.sum())} query rows are NaN: never written (check the grid: cdiv(N, BLOCK_M) x B*H, "
@@ -125,7 +128,8 @@ def _diagnose(q, k, v, causal, note=""):
                         "range(0, hi, BLOCK_N) with hi = N (or the causal bound), not a fixed number of steps")
         if not causal and any(close(_unmasked_tail(qc, kc, vc, scale, b)) for b in (16, 32, 64, 128)):
             return ("keys past N count with score 0: in the last, partial K/V block set their scores to -inf "
-                    "(tl.where(offs_n[None, :] < N, s, float('-inf'))), masking the loads is not enough")
+                    "(tl.where(cols[None, :] < N, s, float('-inf')), with cols = start_n + tl.arange(0, BLOCK_N)), "
+                    "masking the loads is not enough")
         if close(reference(qc, kc, vc, not causal, scale)):
             return ("the causal mask is " + ("ignored: query i may only see keys j <= i (mask the diagonal block, "
                     "skip blocks above it)" if causal else "applied although causal=False"))
@@ -134,10 +138,12 @@ def _diagnose(q, k, v, causal, note=""):
                 return ("missing rescale: when the running max grows, multiply the accumulator (and l) by "
                         "exp(m_old - m_new) before adding p @ v")
         if note == "strided":
-            return ("a strided q, k or v is wrong while contiguous ones pass: the kernel indexes with q's "
-                    "strides, so make q, k, v contiguous first (q.contiguous()) or pass each tensor's strides")
+            return ("a strided q, k or v is wrong while contiguous ones pass: the kernel reads all three with "
+                    "one set of strides, so attention_forward makes them contiguous (prepare) before your "
+                    "launch; pass the strides of q after that step, q.stride(0), q.stride(1), q.stride(2)")
         if causal:
-            return "check the causal mask on the diagonal block (offs_m[:, None] >= offs_n[None, :]) and which blocks you skip"
+            return ("check the causal mask on the diagonal block (offs_m[:, None] >= cols[None, :], with "
+                    "cols = start_n + tl.arange(0, BLOCK_N)) and which blocks you skip (hi)")
         return ("check the mask of the last, partial K/V block (keys past N must get -inf scores) and the final "
                 "division by l")
     return hint  # core's compare turns a diagnosis that raises into no hint

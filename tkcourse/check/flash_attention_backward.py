@@ -38,8 +38,8 @@ SHAPES = [(2, 2, 100, 16, False), (1, 2, 100, 16, True), (1, 1, 1, 16, False), (
 LAYOUTS = [(2, 2, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 24, 16, False, "dO of stride 0")]
 NAMES = ("dq", "dk", "dv")
 # the edge masks that out-of-bounds hints name
-MASK = ("offs_m < N on the query rows of lse and Δ (other=0); the tensor descriptors clip the tiles of Q, K, V, "
-        "dO, dK and dV at row N themselves, if they are made with the shape [N, HEAD_DIM]")
+MASK = ("offs_m < N on the query rows of lse and Δ in attn_bwd_dkdv_loop (other=0); the given tensor descriptors, "
+        "of shape [N, HEAD_DIM], clip the tiles of Q, K, V, dO, dK and dV at row N themselves")
 
 
 def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False, diagonal=1):
@@ -74,13 +74,19 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
 
     def hint(o, e, wrong):
         if torch.isnan(o).any():
-            return (f"parts of {which} were never written (NaN): check the grid (a program per K/V block for dk, dv; "
-                    "per Q block for dq) and the store masks for rows past N")
+            if which == "dq":
+                return ("dq has NaN entries while dk and dv passed: dq comes from the given attn_bwd_dq and "
+                        "attention_backward; if you changed them, put them back as the exercise has them")
+            return (f"{which} has NaN entries: a NaN or an infinity entered the sums of attn_bwd_dkdv_loop. Load lse "
+                    "and Δ with mask=offs_m < N, other=0.0, so that rows past N add nothing, and recompute pT "
+                    "with lse in base 2, exp2(dot(k, q.T) * qk_scale - lse2[None, :]): a wrong exponent overflows "
+                    "to inf, and inf · 0 is NaN")
         right = backward(q, k, v, do, causal, scale)
         for j, other in enumerate(NAMES):
             if j != idx and torch.allclose(o, right[j].to(o.dtype), atol=2e-2, rtol=2e-2):
-                return (f"your {which} is the expected {other}: return the gradients in the order (dq, dk, dv), "
-                        "the order of attention_backward's inputs q, k, v")
+                return (f"your {which} is the expected {other}: the two are swapped. attn_bwd_dkdv_loop takes "
+                        "and returns (dk, dv) in that order, so call it as dk, dv = attn_bwd_dkdv_loop(dk, dv, "
+                        "k, v, ...); attention_backward (given) returns the gradients in the order (dq, dk, dv)")
         close = lambda **kw: torch.allclose(o, backward(q, k, v, do, causal, scale, **kw)[idx], atol=2e-2, rtol=2e-2)
         if close(delta=False):
             return "Δ is missing: dS = P ∘ (dP − Δ) with Δ = rowsum(dO ∘ O), one value per query row"
@@ -93,14 +99,17 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
             return ("P is recomputed with the wrong lse: lse is a natural log, so P = exp(scale·qkᵀ − lse); with "
                     "tl.exp2 both terms need log2(e): exp2(scale·qkᵀ·log2(e) − lse·log2(e))")
         if causal and (close(diagonal=0) or close(diagonal=2)):
-            return ("the causal mask is off by one: query i sees keys j <= i, key i itself included. Mask P "
-                    "where key > query (tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)), as in the forward")
+            return ("the causal mask is off by one: query i sees keys j <= i, key i itself included. Zero pT "
+                    "(keys along the first axis) where key > query: tl.where(offs_m[None, :] >= offs_n[:, None], "
+                    "pT, 0.0)")
         if causal and close(mask=False):
-            return ("the causal mask is forgotten in the backward: recompute P with keys j > i masked "
-                    "(P = 0 there), as in the forward")
+            return ("the causal mask is forgotten: in attn_bwd_dkdv_loop, if MASK, zero pT where key > query "
+                    "(tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)), and in attn_bwd_dkdv run the "
+                    "diagonal rows [start_n, min(start_n + BLOCK_N, N)) with MASK=True")
         if note == "strided":
-            return ("a strided input is wrong while contiguous ones pass: the kernels index with q's strides, "
-                    "so make do, q, k, v, o contiguous first (t.contiguous()) or pass each tensor's strides")
+            return ("a strided input (q, k, v, o transposed, or a stride-0 dO) gives a wrong result while "
+                    "contiguous ones pass: the given check_inputs makes every tensor contiguous (prepare) "
+                    "before the kernels run, and the kernels assume it; if you changed that, put it back")
         return f"{which} is wrong: recompute P = exp(scale·QKᵀ − lse) exactly as the forward, then follow the formulas"
     return hint  # core's compare turns a diagnosis that raises into no hint
 
@@ -122,13 +131,16 @@ def _graded(label, mod, q, k, v, do, causal, dtype, note=""):
         yield error_case(label, exc)
         return
     if grads is None:
-        yield Case(label, "todo", "attention_backward returned None", "return the three gradients: return dq, dk, dv")
+        yield Case(label, "todo", "attention_backward returned None",
+                   "attention_backward (given) returns the three gradients, return dq, dk, dv: if you changed it, "
+                   "put that line back")
         return
     if (not isinstance(grads, (tuple, list)) or len(grads) != 3
             or not all(isinstance(g, torch.Tensor) for g in grads)):
         what = f"a {type(grads).__name__}" + (f" of {len(grads)}" if isinstance(grads, (tuple, list)) else "")
         yield Case(label, "fail", f"attention_backward returned {what}, not three tensors (dq, dk, dv)",
-                   "return the three gradients as a tuple of tensors: return dq, dk, dv")
+                   "attention_backward (given) returns the three gradients as a tuple of tensors, return dq, dk, "
+                   "dv: if you changed it, put that line back")
         return
     for which, g in zip(NAMES, grads):
         bad = alias_case(f"{label}: {which}", g, inputs, "attention_backward")
@@ -141,7 +153,9 @@ def _graded(label, mod, q, k, v, do, causal, dtype, note=""):
                 yield Case(f"{label}: {NAMES[i]}, {NAMES[j]}", "fail",
                            f"{NAMES[i]} and {NAMES[j]} share memory",
                            f"{NAMES[i]} and {NAMES[j]} are one tensor (or overlap): each gradient needs its own "
-                           f"output, e.g. {NAMES[i]}, {NAMES[j]} = torch.empty_like(q), torch.empty_like(k)")
+                           "output, and the given attention_backward makes one for each (dq, dk, dv = "
+                           "torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)); if you changed "
+                           "that, put it back")
                 return
     tol = 1e-2 if dtype == torch.float16 else (1e-4 if mode.INTERPRET else 2e-2)
     for which in ("dk", "dv", "dq"):
