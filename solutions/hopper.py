@@ -8,7 +8,8 @@ Hopper GPU:
 * no launch of a program per tile: the prologue (filling the pipeline) and the epilogue (storing C)
   of one tile can overlap the next tile's loads in the same program, and the compiler's warp
   specialization (``WARP_SPECIALIZE``: a producer warp issuing loads, consumer warpgroups doing the
-  MMAs, Triton's ``tl.range(..., warp_specialize=True)``) keeps the tensor cores fed across tiles;
+  MMAs, Triton's ``tl.range(..., warp_specialize=True)``) is meant to keep the tensor cores fed across
+  tiles (on the H200 it has not yet paid here: ``WS_CONFIG`` ran slower than ``CONFIG``);
 * the tiles a wave of programs works on at one time are neighbours in the grouped order, so they
   share their A and B strips in L2.
 
