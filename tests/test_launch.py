@@ -152,6 +152,8 @@ def test_lesson_02_kernel_not_done_is_named():
     mod.softmax_kernel = stub_kernel
     rep = assert_grader_catches("launch", mod, "lesson 02 stub", "Finish lesson 02 first")
     assert rep.first_problem().label.startswith("lesson 02's softmax_kernel")
+    # what the check saw in lesson 02's kernel follows as a sentence of its own
+    assert "(tkcourse check softmax). What the check saw in that kernel: " in rep.first_problem().hint
 
 
 def test_the_exercise_stub_is_not_done():

@@ -236,8 +236,9 @@ def _kernel_case(mod):
 
     case, _ = _graded(label, launch, x, fn_name="softmax_kernel")
     if case.status != "pass":
+        saw = f" What the check saw in that kernel: {case.hint}" if case.hint else ""
         case.hint = ("the kernel this lesson plans is lesson 02's softmax_kernel (your exercises/softmax.py): it is not "
-                     "done or not right yet. Finish lesson 02 first (tkcourse check softmax). " + case.hint)
+                     "done or not right yet. Finish lesson 02 first (tkcourse check softmax)." + saw)
     return case
 
 
