@@ -140,7 +140,7 @@ LESSONS: tuple[Lesson, ...] = (
            sizes={"int4_matmul.shape": ((4, 96, 256, 64), (16, 8192, 8192, 128))},
            gpu_passes={"verify", "int4"}, gpu_tests=("int4_matmul",), quotes={"int4_matmul": ()}),
     Lesson("11", "llm",  # the capstone: no exercise of its own; the learner swaps in those of 03, 06, 09, 10
-           sizes={"llm.new_tokens": (32, 200), "llm.swap_tokens": (3, 64)},
+           sizes={"llm.new_tokens": (16, 200), "llm.swap_tokens": (3, 64)},
            gpu_passes={"verify", "llm"}, gpu_tests=("llm",)),
     Lesson("12", "hopper", parts=("hopper",), benchmarks=("hopper",),  # GPU-first: on a CPU, recorded figures
            sizes={"hopper.shape": ((48, 64, 80), (8192, 8192, 8192))},
