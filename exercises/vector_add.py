@@ -37,7 +37,7 @@ def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 1024) -> torch.Tensor:
     BLOCK = power_of_two("BLOCK", BLOCK)  # tl.arange(0, BLOCK) needs a power of two, at most 2**20
     x, y = x.contiguous(), y.contiguous()
     # TODO: your code here
-    # allocate out like x, launch add_kernel on a grid of triton.cdiv(n, BLOCK) programs
+    # n = x.numel(); allocate out like x; launch add_kernel on a grid of triton.cdiv(n, BLOCK) programs
     out = None
     return out
 

@@ -46,7 +46,7 @@ def add(x: torch.Tensor, y: torch.Tensor, BLOCK: int = 1024) -> torch.Tensor:
     grid = (triton.cdiv(n, BLOCK),)  # enough programs to cover n, the last one partial
     add_kernel[grid](x, y, out, n, BLOCK=BLOCK)
     ### STUB
-    # allocate out like x, launch add_kernel on a grid of triton.cdiv(n, BLOCK) programs
+    # n = x.numel(); allocate out like x; launch add_kernel on a grid of triton.cdiv(n, BLOCK) programs
     #! out = None
     ### END SOLUTION
     return out

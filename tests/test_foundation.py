@@ -409,3 +409,16 @@ def test_merge_rows_replaces_by_key_adds_new_rows_and_keeps_the_rest(tmp_path):
                                 tmp_path / "again.csv")
     assert merge_rows.compare(table, again) == [("vector_add", "triton", "1024", "float32", "GB/s", 1.5, None)]
     assert len(merge_rows.compare(table, again, providers=())) == 2 and table.read_bytes() == snapshot
+
+
+def test_recorded_ceilings_say_the_copy_size_and_every_date():
+    """The recorded copy row is a 2 GiB copy, the matmul row may be of another day: the source says both."""
+    from tkcourse.bench import peaks
+
+    rows = [_row(kernel="copy", provider="torch", shape="536870912", metric="GB/s", median=4000.0, bytes=2 * 2**31,
+                 date="2026-12-02"),
+            _row(kernel="matmul", provider="cublas", shape="4096x4096x4096", dtype="float16", metric="TFLOP/s", median=690.0,
+                 date="2026-12-03")]
+    p = peaks.recorded(rows)
+    assert p["copy_what"] == "one 2 GiB device-to-device copy" and (p["copy_GBps"], p["matmul_TFLOPs"]) == (4000.0, 690.0)
+    assert "2026-12-02 and 2026-12-03" in p["source"]

@@ -84,7 +84,8 @@ def _diagnose(a, b, layout):
             if K > bk and torch.allclose(o, ad[:, last:] @ bd[last:], atol=1e-2, rtol=1e-2):
                 return "only the last K step counts: accumulate with acc += tl.dot(a, b), not acc = tl.dot(a, b)"
             if K > bk and torch.allclose(o, ad[:, :bk] @ bd[:bk], atol=1e-2, rtol=1e-2):
-                return "only the first K step counts: accumulate, and advance the pointers by BLOCK_K each step"
+                return ("only the first K step counts: accumulate, and advance both pointer blocks along K each step, "
+                        "a_ptrs += BLOCK_K * stride_ak and b_ptrs += BLOCK_K * stride_bk")
         return (f"no known mistake fits; what the grader sees: {describe_wrong(o, e, wrong)}. Are a's and b's "
                 "strides passed in the order the kernel takes them (am, ak, bk, bn)?")
     return hint

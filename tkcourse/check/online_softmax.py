@@ -109,8 +109,9 @@ def _diagnose(note, x):
             if nan_rows.any() and not nan_rows.all():
                 return (f"rows from {int(nan_rows.nonzero()[0])} on were never written: launch one program per "
                         "row (grid = (n_rows,)), not a fixed number that the smaller cases happen to fit")
-            return ("columns were never written at a size no fixed case has: loop over the whole row, "
-                    "range(0, n_cols, BLOCK), with n_cols and BLOCK from the launcher, not fixed numbers")
+            return ("columns were never written at a size no fixed case has: loop over the whole of [start, end) "
+                    "in both passes, tl.range(start, end, BLOCK, ...), with the start, end and BLOCK arguments, "
+                    "not fixed numbers")
         sums = o.sum(dim=1)
         if not torch.isclose(sums, torch.ones_like(sums), atol=1e-2).all():
             return ("rows do not sum to 1: the second pass must divide exp(x - m) by the final l, with m the "

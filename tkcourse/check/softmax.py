@@ -59,8 +59,8 @@ def _diagnose(note, n_cols, x=None):
                     "before tl.exp: softmax(x) = softmax(x - max(x))")
         if note == "transposed":
             return ("a transposed input (column-major, x.stride(1) != 1) is wrong while row-major ones pass: "
-                    "the kernel reads a row as one contiguous block, so copy such an x first "
-                    "(if x.stride(1) != 1: x = x.contiguous())")
+                    "the kernel reads a row as one contiguous block, so such an x must be copied first: keep the "
+                    "launcher's given lines (if x.stride(1) != 1: x = x.contiguous())")
         if note in STRIDED:
             return ("a strided input is wrong while contiguous ones pass: find row i at "
                     "x_ptr + i * x.stride(0), not i * n_cols (and out's row at i * out.stride(0))")
@@ -70,8 +70,8 @@ def _diagnose(note, n_cols, x=None):
                     "(triton.next_power_of_2(n_cols))")
         nan_rows = torch.isnan(o).all(dim=1)
         if nan_rows.any() and not nan_rows.all():
-            return ("some rows were never written: every row needs a program (the grid, or the loop over "
-                    "rows with tl.program_id(0) and tl.num_programs(0))")
+            return ("some rows were never written: the kernel's loop over rows must reach every row (start at "
+                    "tl.program_id(0), step by tl.num_programs(0), stop before n_rows)")
         ratio = o / e
         if bool((ratio[~torch.isnan(ratio)] < 1).all()) and bool(torch.isclose(o.sum(1), e.sum(1) * ratio[:, 0]).all()):
             return ("each row is scaled down by a constant: the masked lanes count in the sum. Load them as "
@@ -100,5 +100,6 @@ def grade(mod):
                       dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x), mask=MASK)
     yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
                   torch.zeros(1, 1 << 20, device=mode.DEVICE),
-                  hint="a whole row must fit in one block: refuse longer rows with a ValueError that points to lesson 05",
+                  hint="a whole row must fit in one block: keep the launcher's given check that raises ValueError "
+                       "for rows longer than MAX_COLS",
                   message_hint=(lambda m: "05" in m or "online" in m, "say where to go: lesson 05, the online softmax"))

@@ -27,8 +27,8 @@ def _strided_diagnose(o, e, wrong):
     return _diagnose(o, e, wrong) or (
         "a strided input (a view such as x[::2]) is wrong while contiguous ones pass: the kernel reads "
         "x_ptr + offsets as if x were contiguous (values near -31328 are the grader's padding between x's "
-        "elements). Make the inputs contiguous in the launcher (x, y = x.contiguous(), y.contiguous()) "
-        "before the launch")
+        "elements). The launcher's given line x, y = x.contiguous(), y.contiguous() makes them contiguous: keep "
+        "it above your code, and launch with those x and y")
 
 
 def _pair(n, dtype, gen):
@@ -64,4 +64,4 @@ def grade(mod):
         yield from _fixed(mod, dtype, gen)
     d = mode.DEVICE
     yield refuses("mismatched lengths raise ValueError", mod.add, torch.ones(3, device=d), torch.ones(4, device=d),
-                  hint="check the shapes before launching (validate, which your file imports from _checks, does it)")
+                  hint="the launcher's given first line, validate(x, y, ...), checks the shapes before launching: keep it")
