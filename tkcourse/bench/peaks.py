@@ -40,12 +40,13 @@ def recorded(rows=None) -> dict:
     if not copy:
         raise LookupError("the recorded table has no 'copy' row")
     best = max(copy, key=lambda r: r["median"])
-    dates = sorted({best["date"], *(r["date"] for r in mm)})
+    dates = sorted({d for d in (best.get("date"), *(r.get("date") for r in mm)) if d})
     gib = best["bytes"] / 2 / 2**30 if best.get("bytes") else None  # the copy reads and writes its size
     return {"copy_GBps": best["median"],
             "matmul_TFLOPs": max(r["median"] for r in mm) if mm else float("nan"),
             "copy_what": f"one {gib:.0f} GiB device-to-device copy" if gib else "one large device-to-device copy",
-            "source": f"recorded on {best['gpu']}, {' and '.join(dates)} (triton {best['triton']}, torch {best['torch']})"}
+            "source": f"recorded on {best.get('gpu')}, {' and '.join(dates)} (triton {best.get('triton')}, "
+                      f"torch {best.get('torch')})"}
 
 
 def peaks() -> dict:
