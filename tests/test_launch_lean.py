@@ -473,3 +473,13 @@ def test_tma_matmul_refuses_what_a_descriptor_cannot_describe():
         assert not small.tma_ok(bad, a) and not small.tma_ok(a, bad)
         with pytest.raises(ValueError, match="row-major"):
             small.matmul_tma(bad, bad, dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=2))
+
+
+def test_the_routes_rule_from_shapes_alone():
+    """``pingpong_wanted``: the rule lesson 06 prints the recorded shapes by, the one ``forward_route`` applies."""
+    from solutions.kernels import attention as lib
+
+    assert lib.pingpong_wanted(1, 16, 16384, 128, True) and lib.pingpong_wanted(16, 16, 1024, 128, False)
+    assert lib.pingpong_wanted(4, 32, 4096, 64, False) and not lib.pingpong_wanted(4, 32, 4096, 64, True)  # D 64 causal
+    assert not lib.pingpong_wanted(16, 32, 1024, 64, False)  # D 64 below its N
+    assert not lib.pingpong_wanted(1, 1, 1024, 128, False)  # too few FLOPs: the host's time

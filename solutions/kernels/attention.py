@@ -25,7 +25,7 @@ from . import attention_forward as fat
 from .lean import DIRECT, Lean, pdl_meta
 from .lean import tensor_key as _t
 
-__all__ = ["attention_forward", "attention", "attention_backward", "forward_route", "LEANS"]
+__all__ = ["attention_forward", "attention", "attention_backward", "forward_route", "pingpong_wanted", "LEANS"]
 
 
 # ---- lessons 06 and 07: attention forward (tuned kernel), backward (autotuned kernels) ----
@@ -101,6 +101,15 @@ def _hopper(device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
+def pingpong_wanted(B, Hq, N, D, causal) -> bool:
+    """The route's rule from the shapes alone (``PINGPONG``, ``PINGPONG_MIN_N``, ``PINGPONG_MIN_FLOPS``): whether
+    a Hopper GPU's call of q (B, Hq, N, D) goes to the ping-pong kernel, given that the kernel takes the shape
+    (``gluon_attention.shape_problem``: N a multiple of its rows, 16-bit dtypes), which the call checks too."""
+    if not PINGPONG or N < PINGPONG_MIN_N.get((D, bool(causal)), float("inf")):
+        return False
+    return 4 * B * Hq * N * N * D / (2 if causal else 1) >= PINGPONG_MIN_FLOPS
+
+
 def _takes_pingpong(q, k, v, causal, impl):
     if INTERPRET or not PINGPONG or impl != "auto" or not all(isinstance(t, torch.Tensor) for t in (q, k, v)):
         return False
@@ -108,9 +117,7 @@ def _takes_pingpong(q, k, v, causal, impl):
         return False
     B, Hq, N, D = q.shape
     causal = isinstance(causal, int) and bool(causal)  # True, or 1; anything else is the call's to refuse
-    if k.dim() != 4 or k.shape[2] != N or v.shape != k.shape or N < PINGPONG_MIN_N.get((D, causal), float("inf")):
-        return False
-    if 4 * B * Hq * N * N * D / (2 if causal else 1) < PINGPONG_MIN_FLOPS:
+    if k.dim() != 4 or k.shape[2] != N or v.shape != k.shape or not pingpong_wanted(B, Hq, N, D, causal):
         return False
     from . import gluon_attention as ga  # Gluon: imported where it runs
 
