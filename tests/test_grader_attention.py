@@ -340,3 +340,17 @@ def test_backward_grader_catches(bug, hint):
 def test_backward_grader_passes_the_correct_plant():
     rep = check.run("flash_attention_backward", module=_backward_module(), quiet=True)
     assert rep.passed, rep
+
+
+def test_backward_grader_names_an_off_by_one_mask_in_the_learners_kernel():
+    """The mistake as a learner writes it, in the kernel (not the grader's own model of it): pT kept only where
+    key < query. The backward reads the forward's O for Δ, so the grader's model must too to recognise it."""
+    from pathlib import Path
+
+    from helpers import mutant
+
+    source = (Path(__file__).parents[1] / "solutions" / "flash_attention_backward.py").read_text()
+    mod = mutant(source, [("pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)",
+                           "pT = tl.where(offs_m[None, :] > offs_n[:, None], pT, 0.0)")],
+                 "planted_backward_mask", "solutions/flash_attention_backward.py")
+    assert_grader_catches("flash_attention_backward", mod, "causal mask off by one", "causal mask is off by one")

@@ -51,10 +51,12 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
     s = (q @ k.transpose(-1, -2)) * scale
     causal_mask = torch.ones(n, n, dtype=torch.bool).triu(1)
     lse = torch.logsumexp(s.masked_fill(causal_mask, float("-inf")) if causal else s, dim=-1)
+    # O is the forward's whatever the mistake: the backward reads the O the forward wrote (Δ = rowsum(dO ∘ O))
+    p_forward = torch.exp(s - lse[..., None])
+    o = (p_forward.masked_fill(causal_mask, 0.0) if causal else p_forward) @ v
     p = torch.exp(s - lse[..., None] * (math.log(2) if lse_base2 else 1.0))
     if causal and mask:
         p = p.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(diagonal), 0.0)
-    o = p @ v
     dv = p.transpose(-1, -2) @ do
     dp = do @ v.transpose(-1, -2)
     d = (do * o).sum(-1, keepdim=True) if delta else 0.0
