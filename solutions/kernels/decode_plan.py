@@ -63,16 +63,19 @@ import torch
 #: between neighbouring counts) and these the fastest or within 1% of it in both runs: 3 splits of
 #: B 32 x 8192, 4 of B 8 x 32768, 5 of the mixed batch (logs: research/decode/logs/).
 SPLIT_TOKENS = {256: 3072, 0: 8192}
-#: Bytes of one K (or V) tile a step: 128 fp16 tokens of D 128. A step holds its K and V tiles in
-#: registers (and V in shared memory for the dot; Triton's software pipeline takes only the block-table
-#: loads, since the tiles' addresses come from them), so tokens a step shrink as D or the element grow
-#: (D 256 fp16 or D 128 fp32: 64 tokens), keeping a program's footprint what it is at D 128.
+#: Bytes of one K (or V) tile a step: 128 fp16 tokens of D 128. A step's K and V tiles pass through
+#: shared memory (Triton's software pipeline copies them there asynchronously) and registers for the dots,
+#: so tokens a step shrink as D or the element grow (D 256 fp16 or D 128 fp32: 64 tokens), keeping a
+#: program's footprint what it is at D 128.
 TILE_BYTES = 32768
 MAX_BLOCK_N = 128
 #: Warps and stages of the split kernel: 4 warps and 3 stages were the fastest or within 1% of it at
-#: every shape of the H200 sweep with 128 tokens a step (research/decode/decode_check.py); the stages
-#: pipeline the block-table loads only, and 2 to 4 of them were within 1% of each other at B 1 x 32768
-#: (research/decode/spread_probe.py).
+#: every shape of the H200 sweep with 128 tokens a step (research/decode/decode_check.py). The K and V
+#: tiles' addresses come from the block-table load, and Triton's pipeliner gives such a load
+#: ``(num_stages - 1) // 2`` stages of its own: at 3 or 4 stages one buffer of each tile, the next step's
+#: copies issued after this step's dots, so loads and math take turns; from 5 stages two buffers. At
+#: B 1 x 32768 two programs an SM at 3 stages (this plan) came within 2% of the best deeper pipeline (one
+#: program an SM, 5 stages), and at B 1 x 4096 ahead of it (research/decode/stages_probe.py).
 NUM_WARPS, NUM_STAGES, COMBINE_WARPS = 4, 3, 4
 #: Programs an SM needs beside each other to stream its share of the bandwidth, in the spread
 #: regime's model: fewer are charged as this many (module docstring). Two 128-token-step programs of
