@@ -210,7 +210,7 @@ def test_swapped_lesson_kernels_give_the_same_tokens(weights):
     assert seen and all(hq == hk == CONFIG.n_heads for hq, hk in seen)
 
 
-def test_the_shipped_model_is_trained_and_loads_as_the_issue_says():
+def test_the_shipped_model_is_trained_and_loads():
     """``load()`` reads the shipped model: (config, weights), the tiny config, and weights that predict
     Python: on a line of the standard library's style its loss is far below a random model's
     (ln 256 = 5.5 nats a byte) and its greedy text is readable ASCII."""
@@ -270,3 +270,98 @@ def test_kernels_are_sorted_into_pieces_by_name():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA device"):
             llm.step_profile(llm.random_weights(CONFIG, torch.float32, "cpu"))
+
+
+# ---- lesson 11's notebook ----
+NOTEBOOK = ROOT / "notebooks" / "11_llm.ipynb"
+
+
+def _cell(cell_id):
+    import json
+
+    return "".join(next(c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["id"] == cell_id)["source"])
+
+
+def test_the_swap_cell_names_a_wrong_kernel_and_its_grader(capsys):
+    """Lesson 11's swap cell with a learner's kernels of every kind: one off (rmsnorm, twice too large),
+    one giving NaN (matmul), one that raises (attention), two right (the library's own calls). Each wrong
+    one is called wrong, with its lesson's grader; the right ones are not; the cell never raises. A
+    1-layer random model in fp16 keeps it quick (fp16 weights: the cell needs no second copy for int4)."""
+    import types
+
+    import tkcourse
+    from solutions.kernels import decode_attention as k_decode
+    from solutions.kernels import int4_matmul as k_int4
+    from solutions.kernels import rmsnorm as k_rmsnorm
+    from tkcourse.labels import Whose
+
+    def doubled(x, w, eps=1e-6, residual=None):
+        out = k_rmsnorm.rmsnorm(x, w, eps, residual=residual)
+        return (out[0] * 2, out[1]) if residual is not None else out * 2
+
+    def nan_matmul(a, b, **options):
+        return torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=a.dtype, device=a.device)
+
+    def raising_attention(q, k, v, causal=False):
+        raise RuntimeError("planted")
+
+    learner = {
+        "rmsnorm": types.SimpleNamespace(rmsnorm=doubled),
+        "matmul": types.SimpleNamespace(matmul=nan_matmul),
+        "flash_attention": types.SimpleNamespace(attention_forward=raising_attention),
+        "decode_attention": types.SimpleNamespace(
+            decode_attention=lambda *a: k_decode.decode_attention(*a, config=llm.DECODE_CONFIG)),
+        "int4_matmul": types.SimpleNamespace(matmul=lambda x, p, s, g, **options: k_int4.matmul(x, p, s, g)),
+    }
+    for name, module in learner.items():
+        module.__name__ = f"exercises.{name}"
+    course = types.SimpleNamespace(size=tkcourse.size, exercise=learner.__getitem__,
+                                   whose=lambda m: Whose(m.__name__.split(".")[1], True, "your exercise"))
+    config = llm.Config(n_layers=1, d_model=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn_dim=256, vocab=256,
+                        max_seq=128)
+    scope = dict(tkcourse=course, llm=llm, mode=mode, torch=torch, time=__import__("time"), DTYPE=torch.float16,
+                 weights=llm.random_weights(config, torch.float16, DEVICE, seed=6), PROMPT="def f(x):\n")
+    exec(_cell("63e261d8"), scope)
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.split("\n") if line and not line.startswith(" ")}
+    assert "logits differ from the library's" in lines["rmsnorm"], out
+    assert "NaN or infinite logits" in lines["matmul"], out
+    assert "raised RuntimeError: planted" in lines["attention_forward"], out
+    for piece, lesson, exercise in (("rmsnorm", "09", "rmsnorm"), ("matmul", "03", "matmul")):
+        assert (f"{lines[piece]}\n{'':<18}wrong: your kernel computes something else than the library's; lesson "
+                f"{lesson}'s grader says where: tkcourse.check.run(\"{exercise}\")") in out, out
+    assert "lesson 06's grader says where and why: tkcourse.check.run(\"flash_attention\")" in out, out
+    for piece in ("decode_attention", "int4_matmul"):
+        assert "your kernel: the same tokens, logits within" in lines[piece], out
+        assert f"{lines[piece]}\n{'':<18}wrong" not in out, out
+    assert out.count("wrong:") == 2, out
+
+
+def test_the_lessons_words_hold_in_the_recorded_run():
+    """What lesson 11 says in words of the recorded H200 run and of the byte count: int4 reads about a
+    quarter of the bytes, overtakes torch.compile at a smaller share of its floor; the MLP is most of a
+    step's bytes; greedy tokens of random weights part after a few steps; the matmul decides the step;
+    the shipped model has the layers the questions count."""
+    from tkcourse import bench
+
+    run = bench.load_model_run()
+    rows = {(r["path"], r["batch"]): r for r in run["rows"]}
+    for batch in (1, 8):
+        int4, compiled = rows["course int4", batch], rows["torch.compile", batch]
+        assert 0.2 < int4["gb_step"] / rows["course", batch]["gb_step"] < 0.3  # "a quarter of the bytes"
+        assert int4["tok_s"] > compiled["tok_s"] and int4["floor_pct"] < compiled["floor_pct"]
+    big = llm.Config.llama3_8b()
+    parts, parts4 = llm.step_bytes(big, 1, 256), llm.step_bytes(big, 1, 256, int4=True)
+    assert 3.5 < sum(parts.values()) / sum(parts4.values()) < 4  # "almost fourfold"
+    mlp = parts["gate + up projection"] + parts["down projection"]
+    assert mlp > sum(parts.values()) / 2 and parts["KV cache"] < sum(parts.values()) / 100
+    agree, of = map(int, run["notes"]["greedy_tokens_agree"].split(" of "))
+    assert 0 < agree < of  # "part after a few steps"
+    for path in ("course", "course int4"):
+        times = run["notes"]["profile"][path]
+        assert max(times, key=times.get).endswith("matmul")  # "where the matmul decides the step"
+    assert f"this model ({llm.Config.tiny().n_layers} layers)" in _cell("399d0aee")
+    notes = run["notes"]  # the run the prose and CONTEXT describe
+    assert notes["config"] == repr(big) and (notes["prompt"], notes["new"]) == (128, 256)
+    assert "a prompt of 128 tokens and 256 new ones" in _cell("fc4a53b8").replace("\n", " ")
+    assert "CONTEXT = 128 + 128" in _cell("1480c6e4")
