@@ -4,7 +4,8 @@ Each planted module is solutions/decode_attention.py with one mistake written in
 run as a module of its own, so the grader sees what a learner's file would give it: a step that spans
 pages only at the GPU's BLOCK_N, K and V loads unmasked at the sequence's end (right unless the unused
 slots hold NaN), int32 offsets into the pool, a combine that is right only for a power-of-two split count,
-and kernels left as the exercise's stubs.
+the online softmax's usual slips (a running value not rescaled, a mask off by one at the end, a max in the
+wrong base, query heads that no program stores), and kernels left as the exercise's stubs.
 """
 
 import re
@@ -50,6 +51,29 @@ PLANTED = [
      [("M + bh * SPLITS + s", "M + bh * BLOCK_S + s", 1), ("L + bh * SPLITS + s", "L + bh * BLOCK_S + s", 1),
       ("ACC + (bh * SPLITS + s)", "ACC + (bh * BLOCK_S + s)", 1)],
      "find head bh's partials at bh * SPLITS + s", "3 splits of"),
+    ("the block table's row left out",  # every sequence reads sequence 0's pages
+     [(PAGE_LOAD, "page = tl.load(BLOCK_TABLE + pos // PAGE_SIZE, mask=valid, other=0)", 1)],
+     "every sequence reads row 0 of the block table", "B=2 lengths [37, 100]"),
+    ("the running sum not rescaled by alpha",
+     [("l_i = l_i * alpha + tl.sum(p, axis=1)", "l_i = l_i + tl.sum(p, axis=1)", 1)],
+     "the running sum l_i is not rescaled when the max grows", "B=2 lengths [37, 100]"),
+    ("the accumulator not rescaled by alpha",
+     [("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot(", 1)],
+     "the accumulator acc is not rescaled when the max grows", "B=2 lengths [37, 100]"),
+    ("query heads kvh + g, not kvh * GROUP + g",  # heads past Hkv + G - 1 of no program: NaN partials
+     [("heads = kvh * GROUP + g", "heads = kvh + g", 1)],
+     "the combine read partials that no split program stored (M: ", "B=2 lengths [37, 100]"),
+    ("the end mask pos <= end",  # reads the key at seq_lens[b]: NaN in the graded pool
+     [("valid = pos < end  #", "valid = pos <= end  #", 1)],
+     "the mask at the sequence's end is off by one", "B=2 lengths [37, 100]"),
+    ("the end at seq_len - 1",
+     [("end = tl.minimum(start + split_tokens, seq_len)", "end = tl.minimum(start + split_tokens, seq_len - 1)", 1)],
+     "the sequence's last key is left out", "B=2 lengths [37, 100]"),
+    ("the partial max stored in natural-log units",
+     [("tl.store(M + part, m_i, mask=g < GROUP)", "tl.store(M + part, m_i * 0.6931471805599453, mask=g < GROUP)", 1)],
+     "the partial maxima are in natural-log units", "B=2 lengths [37, 100]"),
+    ("the combine weighs with exp",
+     [("w = tl.exp2(m_s - m)", "w = tl.exp(m_s - m)", 1)], "the combine weighs the splits with exp", "B=2 lengths [37, 100]"),
 ]
 
 

@@ -189,6 +189,13 @@ PLANTED = [
                                        ("((half + k) // GROUP)[None, :]", "((half + k) // GROUP - 1)[None, :]")],
      "is the group index off by one"),
     ("the high half with the low half's scales", [(S_HI, S_LO)], "the high nibbles get the low half's scales"),
+    ("group index off by one, low half only", [("(k // GROUP)[None, :]", "(k // GROUP + 1)[None, :]")],
+     "the low nibbles' group index is off by one"),
+    ("group index one less, high half only", [("((half + k) // GROUP)[None, :]", "((half + k) // GROUP - 1)[None, :]")],
+     "the high nibbles' group index is off by one"),
+    ("the high half's group as K/2 // GROUP + k // GROUP",  # right while K/2 is a multiple of GROUP
+     [("((half + k) // GROUP)[None, :]", "(half // GROUP + k // GROUP)[None, :]")],
+     "the high nibbles' scales are off where K/2 is not a multiple of GROUP"),
     ("K not masked", [("k_ok = k < half", "k_ok = k < k0 + BLOCK_K")], "Mask k < K/2 on every load"),
     ("N not masked", [("n_ok = offs_n < N", "n_ok = offs_n >= 0")], "mask offs_n < N"),
     ("M not masked on x", [("x_mask = (offs_m < M)[:, None] & k_ok[None, :]", "x_mask = k_ok[None, :]")],
@@ -238,9 +245,10 @@ def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
 
 
 def test_the_grader_models_each_mistake_apart():
-    """No two models of a mistake give the same result on a graded input, so a hint names one mistake."""
+    """No two models of a mistake give the same result on a graded input, so a hint names one mistake (K/2 = 96 not
+    a multiple of the group, where the high half's group taken from the low one's shows)."""
     g = torch.Generator().manual_seed(0)
-    x, packed, scales = grader.inputs(3, 64, 256, 64, torch.float16, g)
+    x, packed, scales = grader.inputs(3, 64, 192, 64, torch.float16, g)
     ys = {m: grader.expected(x, packed, scales, 64, m) for m, _ in grader.MISTAKES}
     ys[""] = grader.expected(x, packed, scales, 64)
     names = list(ys)

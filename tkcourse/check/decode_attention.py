@@ -83,11 +83,14 @@ def poisoned(k_cache, v_cache, seq_lens, block_table):
 
 
 def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens=None, table=None, kv_head=None,
-              split=None, rescale=True):
+              split=None, rescale=True, step=None, forget=""):
     """Decode attention in float64 torch, and the usual mistakes by its keywords: ``lens`` (tokens each
     sequence attends to, default ``seq_lens``; 0 gives a NaN row), ``table`` (the block table used),
-    ``kv_head(h, Hq, Hkv)`` (the KV head of query head h, default h // (Hq // Hkv)), ``split`` and
-    ``rescale=False`` (partials of ``split`` tokens summed without exp(m_i - m))."""
+    ``kv_head(h, Hq, Hkv)`` (the KV head of query head h, default h // (Hq // Hkv)), and with ``split`` (tokens
+    a split) the combine and the split kernel's loop: ``rescale`` the combine's weights exp(rescale · (m_i - m))
+    (True: 1, the right rule; False: 0, partials summed as they are; ln 2 or log2(e): a max kept in one base and
+    weighed in the other), ``forget`` "l" or "acc" (that running value not multiplied by alpha when the max
+    grows, each split walked ``step`` tokens at a time)."""
     B, Hq, D = q.shape
     page_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     scale = 1 / math.sqrt(D) if sm_scale is None else sm_scale
@@ -103,19 +106,32 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
         rows = (table[b, pos // page_size], pos % page_size)
         k, v = kc[rows][:, heads], vc[rows][:, heads]  # (n, Hq, D)
         s = torch.einsum("hd,nhd->hn", qd[b], k) * scale
-        if rescale or split is None:
+        if split is None or (rescale is True and not forget):
             out[b] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v)
             continue
-        acc, l = torch.zeros(Hq, D, dtype=torch.float64), torch.zeros(Hq, dtype=torch.float64)
-        for j in range(0, n, split):  # each split's own max, never brought to the common one
-            p = torch.exp(s[:, j:j + split] - s[:, j:j + split].amax(-1, keepdim=True))
-            acc += torch.einsum("hn,nhd->hd", p, v[j:j + split])
-            l += p.sum(-1)
-        out[b] = acc / l[:, None]
+        parts = []
+        for j in range(0, n, split):  # each split's partial (m_i, l_i, acc_i), walked step tokens at a time
+            m_i = torch.full((Hq,), float("-inf"), dtype=torch.float64)
+            l_i, acc = torch.zeros(Hq, dtype=torch.float64), torch.zeros(Hq, D, dtype=torch.float64)
+            for t in range(j, min(j + split, n), step or split):
+                st, vt = s[:, t:min(t + (step or split), j + split)], v[t:min(t + (step or split), j + split)]
+                m_new = torch.maximum(m_i, st.amax(-1))
+                alpha, p = torch.exp(m_i - m_new), torch.exp(st - m_new[:, None])
+                l_i = (l_i if forget == "l" else l_i * alpha) + p.sum(-1)
+                acc = (acc if forget == "acc" else acc * alpha[:, None]) + torch.einsum("hn,nhd->hd", p, vt)
+                m_i = m_new
+            parts.append((m_i, l_i, acc))
+        m = torch.stack([m_i for m_i, _, _ in parts]).amax(0)
+        w = [torch.exp(float(rescale) * (m_i - m)) for m_i, _, _ in parts]  # rescale: 1 right, 0 never
+        out[b] = (sum(w_i[:, None] * a for w_i, (_, _, a) in zip(w, parts))
+                  / sum(w_i * l_i for w_i, (_, l_i, _) in zip(w, parts))[:, None])
     return out
 
 
-def _diagnose(args):
+def _diagnose(args, unstored=lambda: ""):
+    """The hint of a wrong result on ``args``: the first of the usual mistakes whose model it matches.
+    ``unstored()``: what the launches loaded of the tensors they store into that none of them stored
+    (``_unstored``), asked only of a NaN result."""
     q, k, v, seq_lens, table = args
     B, Hq, D = q.shape
     page_size, Hkv = k.shape[1], k.shape[2]
@@ -153,9 +169,19 @@ def _diagnose(args):
             if close(table=skipped):
                 return ("the block table is skipped: a sequence's pages are anywhere in the pool, so logical page "
                         "p is physical page block_table[b, p] (load it from BLOCK_TABLE + b * max_pages + p)")
+        if B > 1 and close(table=table[:1].expand_as(table)):
+            return ("every sequence reads row 0 of the block table: sequence b's row starts at BLOCK_TABLE + "
+                    "b * max_pages, so its logical page p is at BLOCK_TABLE + b * max_pages + p")
         if close(lens=[-(-n // page_size) * page_size for n in lens]):
             return ("the sequence's length is ignored in its last, partial page: keys at positions >= seq_lens[b] "
                     "must get score -inf (mask them with pos < seq_len, loads and scores alike)")
+        if any(close(lens=[n + (n % st != 0) for n in lens]) for st in (1, INTERPRETER_BLOCK_N, GPU_BLOCK_N)):
+            return ("the mask at the sequence's end is off by one: its keys are at positions 0 .. seq_lens[b] - 1, so "
+                    "a key is valid where pos < end, with end = min(start + split_tokens, seq_len) (not pos <= end, "
+                    "nor seq_len + 1): the key at position seq_lens[b] counts here")
+        if close(lens=[n - 1 for n in lens]):
+            return ("the sequence's last key is left out: its keys are at positions 0 .. seq_lens[b] - 1, all of them "
+                    "valid, so end = min(start + split_tokens, seq_len) and valid = pos < end (not seq_len - 1)")
         if close(lens=[cap] * B) or close(lens=[max(lens)] * B):
             return ("the sequence's length is ignored: keys past seq_lens[b] count. Each sequence attends to its "
                     "own seq_lens[b] keys: stop its splits at end = min(start + split_tokens, seq_len)")
@@ -176,17 +202,55 @@ def _diagnose(args):
             if close(split=split, rescale=False):
                 return ("partials combined without rescaling: each split has its own max m_i, so weight its acc and "
                         "l by exp2(m_i - m), m = max over splits, before summing: out = sum(w * acc) / sum(w * l)")
+            if close(split=split, rescale=math.log(2)):
+                return ("the partial maxima are in natural-log units but the combine weighs them with exp2: keep m in "
+                        "log2 units throughout, as the scores are (s = q·k * qk_scale, qk_scale = sm_scale * log2(e), "
+                        "m_i = the max of s, p = exp2(s - m_i)); store m_i as it is, and the combine's w = exp2(m_i - m)")
+            if close(split=split, rescale=LOG2E):
+                return ("the combine weighs the splits with exp, but m_i is in log2 units (qk_scale holds log2(e)): "
+                        "w = exp2(m_i - m)")
+        for split in range(16, cap + 1, 16):  # one split of the whole table too: the loop inside a split
+            for step in (INTERPRETER_BLOCK_N, GPU_BLOCK_N):
+                if step > split or split % step:
+                    continue
+                for forget, what in (("l", "running sum l_i"), ("acc", "accumulator acc")):
+                    if close(split=split, step=step, forget=forget):
+                        return (f"the {what} is not rescaled when the max grows: in the split kernel's loop, "
+                                "alpha = exp2(m_i - m_new) must multiply both l_i and acc before this step's "
+                                "terms are added: l_i = l_i * alpha + sum(p), acc = acc * alpha + dot(p, v)")
         for split in splits:
             if close(lens=[min(n, cap // split * split) for n in lens]) or close(lens=[n // split * split for n in lens]):
                 return ("the last, partial split is dropped: launch cdiv(tokens, split_tokens) splits, not "
                         "tokens // split_tokens, and let the last one stop at the sequence's end")
         if torch.isnan(o).any():
-            n = int(torch.isnan(o).any(-1).sum())
-            return (f"{n} (sequence, query head) rows are NaN: never written (the combine's grid is B * Hq programs, "
-                    "and a split kernel must store rows < GROUP of every split, empty ones too), or 0/0 from a "
-                    "sum of weights that is 0")
+            rows = torch.isnan(o).any(-1).cpu()  # (B, Hq)
+            missing = unstored()
+            if missing:
+                where = ""
+                if bool((rows == rows[0]).all()) and not bool(rows[0].all()):
+                    where = f" (query heads {', '.join(map(str, rows[0].nonzero()[:, 0].tolist()))} of every sequence)"
+                return (f"{int(rows.sum())} (sequence, query head) rows are NaN{where}: the combine read partials that "
+                        f"no split program stored ({missing}; the launcher makes them with torch.empty, NaN here). "
+                        "Program (b, kvh, split) stores the query heads kvh * GROUP + g, g < GROUP, at slot "
+                        "(b * HKV * GROUP + head) * splits + split, in every split, empty ones too")
+            return (f"{int(rows.sum())} (sequence, query head) rows are NaN: never written (the combine's grid is "
+                    "B * Hq programs, and a split kernel must store rows < GROUP of every split, empty ones too), or "
+                    "0/0 from a sum of weights that is 0")
         return ""
     return hint
+
+
+def _unstored(traces) -> str:
+    """Elements that a launch loaded and none stored, of the tensors that a launch stores into (the partials
+    between the split kernel and the combine): ``"M: 24 of 96, ..."``, or ``""``."""
+    seen = {}  # tensor key -> (its name in the first launch, elements loaded, elements stored)
+    for tr in traces:
+        for i, t in enumerate(tr.tensors):
+            name, loaded, stored = seen.get(t.key, (t.name, np.zeros(t.numel, bool), np.zeros(t.numel, bool)))
+            seen[t.key] = (name, loaded | (tr.read_counts(i, "load").reshape(-1) > 0),
+                           stored | (tr.read_counts(i, "store").reshape(-1) > 0))
+    return ", ".join(f"{name}: {int((loaded & ~stored).sum())} of {loaded.size}" for name, loaded, stored in seen.values()
+                     if stored.any() and (loaded & ~stored).any())
 
 
 GENERIC = ("check the block-table lookup, the masks at the end of each sequence, and the combine's rescaling "
@@ -292,8 +356,8 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     stub = _stub_case(label, out, g, traceable(list(call)))
     if stub is not None:
         return stub
-    models = _diagnose(args) if sm_scale is None else (lambda o, e, w: "pass sm_scale through to the kernel "
-                                                                         "instead of 1/sqrt(D)")
+    models = (_diagnose(args, lambda: _unstored(g.traces)) if sm_scale is None
+              else (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     case = written_case(label, out, expected, g, dtype=dtype, atol=tol, rtol=tol * 5,
                         diagnose=_hint(fn, clean, kwargs, models, tol, extra))
     if case.status == "todo":

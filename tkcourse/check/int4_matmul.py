@@ -89,6 +89,12 @@ def weight(packed, scales, group_size, mistake: str = "") -> torch.Tensor:
         group = torch.where(col < half, col, col - half) // group_size
     if mistake == "group + 1":
         group = group + 1
+    if mistake == "group + 1, low half":
+        group = torch.where(col < half, group + 1, group)
+    if mistake == "group - 1, high half":
+        group = torch.where(col < half, group, group - 1)
+    if mistake == "high group from the low one":  # (K/2 + k) // GROUP taken as K/2 // GROUP + k // GROUP
+        group = torch.where(col < half, group, half // group_size + (col - half) // group_size)
     if mistake == "row scale":
         group = torch.zeros_like(group)
     if mistake == "no scales":
@@ -133,6 +139,14 @@ MISTAKES = [
                               "K/2 + k, so its group is (K/2 + k) // GROUP, not k // GROUP"),
     ("group + 1", "the group index is off by one: column c's scale is scales[n, c // GROUP], groups 0 .. "
                   "K/GROUP - 1"),
+    ("group + 1, low half", "the low nibbles' group index is off by one: the low nibble of byte k is column k, whose "
+                            "scale is scales[n, k // GROUP] (groups 0 .. K/GROUP - 1), not k // GROUP + 1"),
+    ("group - 1, high half", "the high nibbles' group index is off by one: the high nibble of byte k is column K/2 + k, "
+                             "whose scale is scales[n, (K/2 + k) // GROUP], not one group less"),
+    ("high group from the low one", "the high nibbles' scales are off where K/2 is not a multiple of GROUP, as here: "
+                                    "the high nibble of byte k is column K/2 + k, whose group is (K/2 + k) // GROUP, "
+                                    "worked out for each byte k. K/2 // GROUP + k // GROUP, or one group for a whole "
+                                    "step, differ from it there"),
     ("no scales", "the scales are not applied: the weight is q * scale, with scale = scales[n, c // GROUP]"),
 ]
 
