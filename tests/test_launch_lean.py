@@ -301,7 +301,15 @@ def test_gpu_long_attention_takes_the_pingpong_kernel(dtype, heads, causal):
         o, lse = lean_attention.attention_forward(q.detach(), k.detach(), v.detach(), causal)
         _close(o, o_ref, 2e-2)
         _close(lse, lse_ref, 1e-3)
-    assert not any(entry.entries for entry in lean_attention.LEANS.values())  # no Triton entry was made
+    compiles = lean_attention.LEANS["fwd_pingpong"].compiles
+    # new tensors at new addresses, of the key's shapes: the kept entry's launch, with maps of their own
+    q2, k2, v2 = (t.detach().flip(0).contiguous() for t in (q, k, v))
+    o2, lse2 = lean_attention.attention_forward(q2, k2, v2, causal)
+    _close(o2, o_ref.flip(0), 2e-2)
+    _close(lse2, lse_ref.flip(0), 1e-3)
+    pingpong = lean_attention.LEANS["fwd_pingpong"]
+    assert (len(pingpong.entries), pingpong.compiles) == (1, compiles)  # one key; the later calls were lean
+    assert not any(lean_.entries for name, lean_ in lean_attention.LEANS.items() if name != "fwd_pingpong")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = lean_attention.attention_forward(q.detach(), k.detach(), v.detach(), causal)[0]

@@ -81,14 +81,16 @@ FWD_PDL = True
 #: ``PINGPONG_MIN_N[(D, causal)]`` tokens and the call at least ``PINGPONG_MIN_FLOPS``: where the H200 runs
 #: put it ahead of the tuned Triton kernel (``research/README.md`` says which runs). Below that, the
 #: Triton kernel's smaller tiles fill the GPU better (D 64, causal, at 4096 tokens), or the call's time
-#: would be the host's: the Gluon launch makes its descriptors and checks its inputs in Python, about a
-#: hundred microseconds a call. The kernel writes the log-sum-exp too, so lesson 07's backward follows it
-#: as it follows the Triton forward. Read at a key's first call.
+#: would be the host's. The kernel writes the log-sum-exp too, so lesson 07's backward follows it as it
+#: follows the Triton forward. Read at a key's first call. A key's first call goes through
+#: ``gluon_attention.attention_forward`` (its checks, its descriptors, ``kernel[grid]``: about a hundred
+#: microseconds of Python); later calls through ``_PP``, a ``Lean`` of the ping-pong kernel made on the
+#: first such call (Gluon is imported only where it runs), whose entries encode the descriptors' maps
+#: from the tensors' addresses as the Triton forward's do.
 PINGPONG = True
 PINGPONG_MIN_N = {(64, False): 4096, (64, True): 8192, (128, False): 1024, (128, True): 1024}
 PINGPONG_MIN_FLOPS = 3e10
-#: The keys whose calls take the ping-pong kernel.
-_PINGPONG: set = set()
+_PP = None  # the ping-pong kernel's Lean, made by _pingpong_lean()
 
 
 def forward_route(q, k, v, causal=False, impl="auto") -> str:
@@ -124,11 +126,53 @@ def _takes_pingpong(q, k, v, causal, impl):
     return ga.shape_problem(B, Hq, k.shape[1], N, D, q.dtype, ga.attention_pingpong_kernel) is None
 
 
-def _pingpong(q, k, v, causal, sm_scale):
-    """``(o, lse)`` by the ping-pong kernel (``gluon_attention.attention_forward``)."""
+def _pingpong_lean():
+    """The ping-pong kernel's ``Lean``, made on the first call that takes it and listed in ``LEANS``."""
+    global _PP
+    if _PP is None:
+        from . import gluon_attention as ga
+
+        _PP = LEANS["fwd_pingpong"] = Lean(ga.attention_pingpong_kernel)
+    return _PP
+
+
+def _pingpong_first(key, q, k, v, causal, sm_scale):
+    """``(o, lse)`` by the ping-pong kernel, launched as ``gluon_attention.attention_forward`` launches it
+    (its checks first), through ``_pingpong_lean()``: the entry kept for the key's later calls."""
     from . import gluon_attention as ga
 
-    return ga.attention_forward(q, k, v, causal, sm_scale, kernel=ga.attention_pingpong_kernel, return_lse=True)
+    kernel, cfg = ga.attention_pingpong_kernel, ga.PP_CONFIG
+    causal, sm_scale = ga.check_inputs(q, k, v, causal, sm_scale, kernel, cfg)
+    prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
+    q, k, v = fab.prepare(q), fab.prepare(k), fab.prepare(v)
+    B, H, N, D = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+    meta = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
+    if k.shape[1] != H:  # grouped-query heads: program (b, h) reads K/V head h // GROUP
+        meta["GROUP"] = H // k.shape[1]
+    descs = ga.descriptors(q, k, v, o, cfg)
+    entry = _pingpong_lean().first(key, (*descs, N, float(sm_scale), lse), (), (N // (2 * cfg["BLOCK_M"]), B * H), meta,
+                                   templates=lambda m: dict(enumerate(ga.descriptors(q, k, v, o, cfg))))
+    kept = None if entry.tensor_descriptors else descs  # run re-encodes them: keep four to rebase
+    entry.info = (prepared, kept, torch.empty((), device=q.device, dtype=torch.float32).expand(B, H, N),
+                  float(sm_scale))
+    return o, lse
+
+
+def _pingpong_call(entry, q, k, v):
+    """A later call of a ping-pong key: the launch alone (``_pingpong_first`` checked this key's inputs)."""
+    prepared, kept, lse_template, sm_scale = entry.info
+    if not prepared:
+        q, k, v = fab.prepare(q), fab.prepare(k), fab.prepare(v)
+    o = torch.empty_like(q)
+    lse = torch.empty_like(lse_template)  # one float expanded to (B, H, N): see matmul._hot_entry
+    N = q.shape[2]
+    if entry.tensor_descriptors:  # the entry encodes each address's map itself
+        entry(q, k, v, o, N, sm_scale, lse)
+    else:
+        entry(*_descs(q, k, v, o, None, kept), N, sm_scale, lse)
+    return o, lse
 
 
 def _qkv_key(q, k, v, causal, sm_scale, impl):
@@ -159,8 +203,9 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, impl="auto", config=
     except (AttributeError, TypeError):
         return fat.attention_forward(q, k, v, causal, sm_scale, impl, config)
     if e is None:
-        if key in _PINGPONG:
-            return _pingpong(q, k, v, causal, sm_scale)
+        p = None if _PP is None else _PP.get(key)
+        if p is not None:
+            return _pingpong_call(p, q, k, v)
         return _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptors)
     prepared, kept, lse_template = e.info
     if not prepared:
@@ -185,9 +230,7 @@ def _forward_first(key, q, k, v, causal, sm_scale, impl, config, host_descriptor
         else:
             fat.check_inputs(q, k, v, sm_scale)
             boolean("causal", causal)
-        out = _pingpong(q, k, v, causal, sm_scale)
-        _PINGPONG.add(key)
-        return out
+        return _pingpong_first(key, q, k, v, causal, sm_scale)
     if fat.grouped(q, k, v):
         return _gqa_first(key, q, k, v, causal, sm_scale, host_descriptors)
     sm_scale = fat.check_inputs(q, k, v, sm_scale)
@@ -322,4 +365,3 @@ def forget():
     """Drop every kept entry: the next call of each key is a first call again."""
     for lean_ in LEANS.values():
         lean_.entries.clear()
-    _PINGPONG.clear()
