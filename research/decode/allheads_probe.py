@@ -38,7 +38,7 @@ from solutions.kernels import decode_attention as fast  # noqa: E402
 from tkcourse.bench import graph_ms, kernel_copy  # noqa: E402
 
 LOG2E = 1.4426950408889634
-BUDGET_S = 140
+BUDGET_S = 110
 LENS = dict(bench.SHAPES, **bench.SPREAD_SHAPES)
 
 
