@@ -30,6 +30,9 @@ def _mutant(*edits, name="planted_decode", source=SOURCE):
 PAGE_LOAD = "page = tl.load(BLOCK_TABLE + b * max_pages + pos // PAGE_SIZE, mask=valid, other=0)"
 COMBINE_MASKS = [('mask=s < SPLITS, other=float("-inf"))', ")", 1), ("mask=s < SPLITS, other=0.0)", ")", 1),
                  ("mask=s[:, None] < SPLITS, other=0.0)", ")", 1)]
+#: The first case that a wrong weighing of the splits' partials fails: on a GPU (its plan's splits) the
+#: first two cases pass with these mistakes, and the case of lengths 17 and 250 is the first to fail.
+SPLIT_CASE = "B=2 lengths [37, 100]" if mode.INTERPRET else "B=2 lengths [17, 250]"
 PLANTED = [
     ("one page for the whole step",  # right while BLOCK_N <= PAGE_SIZE: the interpreter's 16 tokens a step
      [(PAGE_LOAD, "page = tl.load(BLOCK_TABLE + b * max_pages + n // PAGE_SIZE)", 1)],
@@ -71,9 +74,9 @@ PLANTED = [
      "the sequence's last key is left out", "B=2 lengths [37, 100]"),
     ("the partial max stored in natural-log units",
      [("tl.store(M + part, m_i, mask=g < GROUP)", "tl.store(M + part, m_i * 0.6931471805599453, mask=g < GROUP)", 1)],
-     "the partial maxima are in natural-log units", "B=2 lengths [37, 100]"),
+     "the partial maxima are in natural-log units", SPLIT_CASE),
     ("the combine weighs with exp",
-     [("w = tl.exp2(m_s - m)", "w = tl.exp(m_s - m)", 1)], "the combine weighs the splits with exp", "B=2 lengths [37, 100]"),
+     [("w = tl.exp2(m_s - m)", "w = tl.exp(m_s - m)", 1)], "the combine weighs the splits with exp", SPLIT_CASE),
 ]
 
 
