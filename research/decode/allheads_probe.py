@@ -20,18 +20,20 @@ the copy kernel, SDPA and the library, printed as fractions of the copy; ``OUT/a
 
 import argparse
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 # isort: off
 import tkcourse  # noqa: E402, F401  (first: the mode, before triton is imported)
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 # isort: on
+
+import points as sweep  # noqa: E402  (this folder's shared sweep loop)
 
 from benchmarks import decode_attention as bench  # noqa: E402
 from solutions.kernels import decode_attention as fast  # noqa: E402
@@ -159,26 +161,10 @@ def main(argv=None):
             if time.time() - t0 > BUDGET_S:
                 print("budget spent", flush=True)
                 break
-            try:
-                fn = all_heads_fn(q, k, v, seq_lens, table, splits, pages, warps, stages)
-                err = (fn().float() - ref).abs().max().item()
-                us = graph_ms(fn, rep=40) * 1e3
-            except Exception as e:  # noqa: BLE001  (a point that does not compile or fit)
-                print(f"  {pages}/{splits}/{warps}/{stages}: {type(e).__name__} {str(e)[:100]}", flush=True)
-                continue
-            row = dict(kind="point", shape=name, pages=pages, splits=splits, warps=warps, stages=stages, err=err,
-                       us=round(us, 2), of_copy=round(base["copy"] / us, 3), x_sdpa=round(base["sdpa"] / us, 3))
-            rows.append(row)
-            print(f"  pages {pages} splits {splits} warps {warps} stages {stages}: err {err:.1e}  {us:.1f} us  "
-                  f"{row['of_copy']:.3f} of a copy  {row['x_sdpa']:.3f}x sdpa", flush=True)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "allheads_probe.json").write_text(json.dumps(rows, indent=1))
-    print("\nshape        best points (pages/splits/warps/stages: of a copy, x sdpa)")
-    for name in args.shapes.split(","):
-        best = sorted((r for r in rows if r["kind"] == "point" and r["shape"] == name), key=lambda r: r["us"])[:4]
-        print(f"{name:12s} " + "  ".join(f"{r['pages']}/{r['splits']}/{r['warps']}/{r['stages']}: {r['of_copy']:.3f}, "
-                                         f"{r['x_sdpa']:.2f}x" for r in best))
+            fn = all_heads_fn(q, k, v, seq_lens, table, splits, pages, warps, stages)
+            sweep.measure(fn, ref, dict(pages=pages, splits=splits, warps=warps, stages=stages), name, base["copy"],
+                          base["sdpa"], rows)
+    sweep.finish(rows, args.out, "allheads_probe", args.shapes.split(","), ("pages", "splits", "warps", "stages"))
     return 0
 
 

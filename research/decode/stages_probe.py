@@ -17,17 +17,19 @@ Prints one line a point, the best points a shape, and writes ``OUT/stages_probe.
 
 import argparse
 import itertools
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 # isort: off
 import tkcourse  # noqa: E402, F401  (first: the mode, before triton is imported)
 import torch  # noqa: E402
 import triton  # noqa: E402
 # isort: on
+
+import points as sweep  # noqa: E402  (this folder's shared sweep loop)
 
 from benchmarks import decode_attention as bench  # noqa: E402
 from solutions.kernels import decode_attention as fast  # noqa: E402
@@ -79,25 +81,9 @@ def main(argv=None):
                 break
             cfg = dict(BLOCK_N=bn, splits=splits, num_warps=warps, num_stages=stages, combine_warps=4)
             fn = (lambda c: lambda: fast.tuned_decode_attention(q, k, v, seq_lens, table, config=c))(cfg)
-            try:
-                err = (fn().float() - ref).abs().max().item()
-                us = graph_ms(fn, rep=40) * 1e3
-            except Exception as e:  # noqa: BLE001  (a config that does not compile or fit)
-                print(f"  {bn}/{splits}/{warps}/{stages}: {type(e).__name__} {str(e)[:100]}", flush=True)
-                continue
-            row = dict(kind="point", shape=name, BLOCK_N=bn, splits=splits, warps=warps, stages=stages, err=err,
-                       us=round(us, 2), of_copy=round(copy_us / us, 3), x_sdpa=round(sdpa_us / us, 3))
-            rows.append(row)
-            print(f"  {bn}/{splits}/{warps}/{stages}: err {err:.1e}  {us:.1f} us  {row['of_copy']:.3f} of a copy  "
-                  f"{row['x_sdpa']:.3f}x sdpa", flush=True)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "stages_probe.json").write_text(json.dumps(rows, indent=1))
-    print("\nshape        best points (BLOCK_N/splits/warps/stages: of a copy, x sdpa)")
-    for name in args.shapes.split(","):
-        best = sorted((r for r in rows if r["kind"] == "point" and r["shape"] == name), key=lambda r: r["us"])[:4]
-        print(f"{name:12s} " + "  ".join(f"{r['BLOCK_N']}/{r['splits']}/{r['warps']}/{r['stages']}: {r['of_copy']:.3f}, "
-                                         f"{r['x_sdpa']:.2f}x" for r in best))
+            sweep.measure(fn, ref, dict(BLOCK_N=bn, splits=splits, warps=warps, stages=stages), name, copy_us, sdpa_us,
+                          rows)
+    sweep.finish(rows, args.out, "stages_probe", args.shapes.split(","), ("BLOCK_N", "splits", "warps", "stages"))
     return 0
 
 
