@@ -163,3 +163,16 @@ def test_descriptors_need_no_gpu():
     assert [d.block_shape for d in descs] == [[128, 64], [64, 256], [128, 256]]
     q = torch.empty(1, 2, 256, 64, dtype=torch.float16)
     assert [d.block_shape for d in ga.descriptors(q, q, q, q, ga.PP_CONFIG)] == [[64, 64], [128, 64], [128, 64], [64, 64]]
+
+
+def test_launch_plan_needs_no_gpu():
+    """``launch_plan``, the one home of a Gluon attention launch's grid, arguments and constexprs (the lesson's
+    launcher and the kernel library's lean entry both take it): two query tiles a ping-pong program, one K/V head
+    for ``GROUP`` query heads, the config's constexprs and none of its blocks."""
+    q, kv = torch.empty(2, 8, 256, 64, dtype=torch.float16), torch.empty(2, 2, 256, 64, dtype=torch.float16)
+    grid, args, meta = ga.launch_plan(q, kv, kv, q, True, 0.125, ga.attention_pingpong_kernel, ga.PP_CONFIG)
+    assert grid == (256 // 128, 16) and args[4:] == (256, 0.125)
+    assert [d.block_shape for d in args[:4]] == [[64, 64], [128, 64], [128, 64], [64, 64]]
+    assert meta == dict(STAGES=ga.PP_CONFIG["STAGES"], num_warps=ga.PP_CONFIG["num_warps"], CAUSAL=True, GROUP=4)
+    grid, args, meta = ga.launch_plan(q, q, q, q, False, 0.125, ga.attention_ws_kernel, ga.CONFIG)
+    assert grid == (256 // ga.CONFIG["BLOCK_M"], 16) and "GROUP" not in meta and meta["CAUSAL"] is False

@@ -148,13 +148,10 @@ def _pingpong_first(key, q, k, v, causal, sm_scale):
     B, H, N, D = q.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    meta = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
-    if k.shape[1] != H:  # grouped-query heads: program (b, h) reads K/V head h // GROUP
-        meta["GROUP"] = H // k.shape[1]
-    descs = ga.descriptors(q, k, v, o, cfg)
-    entry = _pingpong_lean().first(key, (*descs, N, float(sm_scale), lse), (), (N // (2 * cfg["BLOCK_M"]), B * H), meta,
+    grid, args, meta = ga.launch_plan(q, k, v, o, causal, float(sm_scale), kernel, cfg)
+    entry = _pingpong_lean().first(key, (*args, lse), (), grid, meta,
                                    templates=lambda m: dict(enumerate(ga.descriptors(q, k, v, o, cfg))))
-    kept = None if entry.tensor_descriptors else descs  # run re-encodes them: keep four to rebase
+    kept = None if entry.tensor_descriptors else args[:4]  # run re-encodes them: keep four to rebase
     entry.info = (prepared, kept, torch.empty((), device=q.device, dtype=torch.float32).expand(B, H, N),
                   float(sm_scale))
     return o, lse

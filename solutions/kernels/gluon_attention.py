@@ -25,7 +25,7 @@ Public names: the four kernels and ``acc_layout``; ``CONFIG`` (128-row query til
 ``PP_CONFIG`` (the ping-pong rung's 64 rows a warpgroup), ``config_for(kernel)``; ``RUNGS``, (name,
 kernel, config) of each rung in ladder order; ``GQA_KERNELS``; ``DTYPES``, ``HEAD_DIMS``;
 ``descriptors(q, k, v, o, config)`` (no checks, so that ``research/hopper/compile_check.py`` builds them
-from CPU tensors); ``shape_problem(...)``, ``check_inputs(...)``; ``attention_forward`` and ``reference``.
+from CPU tensors) and ``launch_plan(...)``, a launch's grid, arguments and constexprs; ``shape_problem(...)``, ``check_inputs(...)``; ``attention_forward`` and ``reference``.
 
 ``attention_forward`` returns o alone (these kernels write no log-sum-exp: forward only). It checks its
 inputs and says what is wrong: ValueError for a non-tensor, a tensor not on a CUDA device, a dtype other
@@ -53,7 +53,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .._checks import ConfigSpec, boolean, integer, power_of_two, real
 from .gluon_matmul import GL_DTYPES, check_device, check_tensor, shared_layout
 
-__all__ = ["attention_forward", "descriptors", "shape_problem", "check_inputs", "reference", "config_for", "CONFIG",
+__all__ = ["attention_forward", "descriptors", "launch_plan", "shape_problem", "check_inputs", "reference", "config_for", "CONFIG",
            "PP_CONFIG", "RUNGS", "GQA_KERNELS", "DTYPES", "HEAD_DIMS", "attention_fwd_kernel", "attention_ws_kernel",
            "attention_overlap_kernel", "attention_pingpong_kernel", "acc_layout", "pingpong_consumer",
            "pingpong_producer", "pingpong_softmax"]
@@ -651,15 +651,27 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, kernel=None, config=
     B, H, N, D = q.shape
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
-    meta = {key: val for key, val in cfg.items() if not key.startswith("BLOCK")}
-    if k.shape[1] != H:  # grouped-query heads: program (b, h) reads K/V head h // GROUP
-        meta["GROUP"] = H // k.shape[1]
+    grid, args, meta = launch_plan(q, k, v, o, causal, sm_scale, kernel, cfg)
     lse = None
     if kernel is attention_pingpong_kernel:  # it always writes it: a few bytes a row
-        lse = meta["LSE"] = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
-    rows = cfg["BLOCK_M"] * (2 if kernel is attention_pingpong_kernel else 1)  # query rows a program
-    kernel[(N // rows, B * H)](*descriptors(q, k, v, o, cfg), N, sm_scale, CAUSAL=causal, **meta)
+        lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
+        args += (lse,)
+    kernel[grid](*args, **meta)
     return (o, lse) if return_lse else o
+
+
+def launch_plan(q, k, v, o, causal, sm_scale, kernel, config) -> tuple[tuple, tuple, dict]:
+    """``(grid, arguments, constexprs)`` of a launch of ``kernel`` with a checked ``config`` on contiguous q, k,
+    v and o, no checks: the descriptors, N and the scale (the ping-pong rung's ``LSE`` pointer goes after them),
+    and its constexprs and launch options. ``attention_forward`` launches it, and so does the kernel library's
+    lean entry of the ping-pong rung (``kernels.attention``)."""
+    B, H, N, _ = q.shape
+    meta = {key: val for key, val in config.items() if not key.startswith("BLOCK")}
+    meta["CAUSAL"] = causal
+    if k.shape[1] != H:  # grouped-query heads: program (b, h) reads K/V head h // GROUP
+        meta["GROUP"] = H // k.shape[1]
+    rows = config["BLOCK_M"] * (2 if kernel is attention_pingpong_kernel else 1)  # query rows a program
+    return (N // rows, B * H), (*descriptors(q, k, v, o, config), N, sm_scale), meta
 
 
 def reference(q, k, v, causal=False, sm_scale=None):
