@@ -176,3 +176,20 @@ def test_launch_plan_needs_no_gpu():
     assert meta == dict(STAGES=ga.PP_CONFIG["STAGES"], num_warps=ga.PP_CONFIG["num_warps"], CAUSAL=True, GROUP=4)
     grid, args, meta = ga.launch_plan(q, q, q, q, False, 0.125, ga.attention_ws_kernel, ga.CONFIG)
     assert grid == (256 // ga.CONFIG["BLOCK_M"], 16) and "GROUP" not in meta and meta["CAUSAL"] is False
+
+
+def test_pingpong_reverse_order_is_a_config_key():
+    """``REVERSE`` (the ping-pong rung's query tiles heaviest first, ``research/hopper/order_probe.py``): a config
+    key the checks take and the launch passes on as a constexpr; off unless asked for, in the kernel and in both
+    partitions, so that the default launch is the one recorded."""
+    q = torch.empty(1, 4, 512, 64, dtype=torch.float16)
+    pp = ga.attention_pingpong_kernel
+    assert ga.shape_problem(1, 4, 4, 512, 64, torch.float16, pp, dict(ga.PP_CONFIG, REVERSE=True)) is None
+    assert ga.shape_problem(1, 4, 4, 512, 64, torch.float16, pp, dict(ga.PP_CONFIG, REVERSE=0)) is None
+    with pytest.raises(TypeError, match=r"config\['REVERSE'\] must be True or False"):
+        ga.shape_problem(1, 4, 4, 512, 64, torch.float16, pp, dict(ga.PP_CONFIG, REVERSE="yes"))
+    grid, _, meta = ga.launch_plan(q, q, q, q, True, 0.125, pp, dict(ga.PP_CONFIG, REVERSE=True))
+    assert grid == (512 // 128, 4) and meta["REVERSE"] is True and meta["CAUSAL"] is True
+    assert "REVERSE" not in ga.launch_plan(q, q, q, q, True, 0.125, pp, ga.PP_CONFIG)[2]
+    for fn in (pp, ga.pingpong_consumer, ga.pingpong_producer):
+        assert [p.default for p in fn.params if p.name == "REVERSE"] == [False], fn

@@ -374,6 +374,21 @@ def attention_overlap_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, CAUSAL
 # ---- the next rung: two consumer warpgroups in ping-pong (FlashAttention-3, section 3.1): each its own 64
 # query rows; one issues its two GEMMs while the other runs its softmax, in turns passed by mbarriers ----
 @gluon.jit
+def _pingpong_tile_m(BLOCK_M: gl.constexpr, REVERSE: gl.constexpr):
+    """The first query row of this program's two tiles: program m takes rows ``m * 2 * BLOCK_M`` on, or with
+    ``REVERSE`` the m-th pair from the end. Causal, a later tile reads more key blocks (up to its diagonal),
+    and the GPU hands out programs about in the order of their index, axis 0 fastest: reversed, each head's
+    heaviest tiles start first and its lightest fill the gaps the others leave, so the last wave is short
+    (longest-processing-time first, as FlashAttention-3's causal tile scheduler hands out its tiles and as
+    the Triton forward of ``attention_forward.py`` orders its query blocks). One helper for both
+    partitions, so that the producer loads the tiles the consumers compute."""
+    m = gl.program_id(0)
+    if REVERSE:
+        m = gl.num_programs(0) - 1 - m
+    return m * (2 * BLOCK_M)
+
+
+@gluon.jit
 def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                      BLOCK_N: gl.constexpr, D: gl.constexpr, dtype: gl.constexpr, num_warps: gl.constexpr,
                      MASK_ALL: gl.constexpr = False):
@@ -400,7 +415,7 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
 @gluon.jit
 def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_empty, v_ready, v_empty, turn_mine,
                       turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                      num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False):
+                      num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False):
     """One warpgroup, rows ``WG * BLOCK_M`` on of the program's two query tiles. Turn t: wait for it, issue
     S(t) and P V(t - 1), pass it on, wait for both, then the softmax of block t while the other warpgroup's
     GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them).
@@ -411,7 +426,7 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_
     dtype: gl.constexpr = o_desc.dtype
     s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
     o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
-    tile_m = gl.program_id(0) * (2 * BLOCK_M)
+    tile_m = _pingpong_tile_m(BLOCK_M, REVERSE)
     start_m = tile_m + WG * BLOCK_M
     steps = _kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)  # both warpgroups walk the same key blocks
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -459,11 +474,12 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_
 
 @gluon.jit
 def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty, v_ready,
-                       v_empty, N, CAUSAL: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr):
+                       v_empty, N, CAUSAL: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                       REVERSE: gl.constexpr = False):
     """One warp: both query tiles, then K and V, each slot refilled once both warpgroups have freed it."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    tile_m = gl.program_id(0) * (2 * BLOCK_M)
+    tile_m = _pingpong_tile_m(BLOCK_M, REVERSE)
     q_row = gl.program_id(1) * N + tile_m
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem0)
@@ -483,11 +499,12 @@ def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, 
 @gluon.jit
 def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, CAUSAL: gl.constexpr,
                               STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1,
-                              MASK_ALL: gl.constexpr = False):
+                              MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False):
     """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
     worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``). ``MASK_ALL``: with
-    ``CAUSAL``, mask every key block rather than only those that cross the diagonal. ``LSE``: a pointer to
-    (B, Hq, N) fp32 for each row's log-sum-exp."""
+    ``CAUSAL``, mask every key block rather than only those that cross the diagonal. ``REVERSE``: program
+    m takes a head's m-th pair of tiles from the end, the heaviest first when causal (``_pingpong_tile_m``).
+    ``LSE``: a pointer to (B, Hq, N) fp32 for each row's log-sum-exp."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -515,12 +532,12 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, 
     gl.warp_specialize([
         (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, k_ready, k_empty, v_ready, v_empty,
                              turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps,
-                             MASK_ALL)),
+                             MASK_ALL, REVERSE)),
         (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, k_ready, k_empty, v_ready, v_empty,
                              turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps,
-                             MASK_ALL)),
+                             MASK_ALL, REVERSE)),
         (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty,
-                             v_ready, v_empty, N, CAUSAL, STAGES, GROUP)),
+                             v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE)),
     ], [4, 1], [232, 24])
     mbarrier.invalidate(q_bar)
     mbarrier.invalidate(turns.index(0))
@@ -554,7 +571,7 @@ HEAD_DIMS = (64, 128)
 #: 256 (a wgmma's N), at least 2 stages (one landing while one is read).
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
                       "STAGES": (integer, 2, 8), "num_warps": (power_of_two, 4, 8),
-                      "MASK_ALL": (boolean, 0, 1)},  # the ping-pong rung's only
+                      "MASK_ALL": (boolean, 0, 1), "REVERSE": (boolean, 0, 1)},  # the ping-pong rung's only
                      required=("BLOCK_M", "BLOCK_N", "STAGES", "num_warps"))
 
 
