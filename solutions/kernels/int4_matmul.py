@@ -66,16 +66,46 @@ from tkcourse.mode import INTERPRET
 
 from .. import int4_matmul as lesson
 from .decode_plan import sm_count
-from .lean import Lean, pdl_meta
+from .lean import Lean, hooks_on, pdl_meta
 from .lean import tensor_key as _t
 
 __all__ = ["matmul", "int4_mm_kernel", "plan", "auto_split", "run", "config", "scales32", "CONFIGS", "FP32_SCALES",
-           "INT4_PDL", "FILL_PER_SM", "LEANS", "forget"]
+           "INT4_PDL", "FILL_PER_SM", "LEANS", "forget", "DEQ3_ASM_FP16", "DEQ3_ASM_BF16",
+           "DEQ3_CONSTRAINTS_FP16", "DEQ3_CONSTRAINTS_BF16",
+           "MAGIC16", "MAGIC_BF16"]
 
 
 #: The magic words of ``DEQ`` 3, two halves each: 1024 + 8 in fp16, 128 + 8 in bf16.
 MAGIC16 = tl.constexpr(0x64086408)
 MAGIC_BF16 = tl.constexpr(0x43084308)
+
+#: ``DEQ`` 3's PTX for fp16 and bf16 (constexprs, as a kernel reads them): four bytes of one 32-bit word in (``$4``), their low values out in
+#: ``$0``-``$1`` and their high values in ``$2``-``$3``, two 16-bit halves a register, in the bytes' order
+#: (``inline_asm_elementwise`` with ``pack=4``). fp16 takes the magic words, 1/16 and -72 as ``$5``,
+#: ``$9`` and ``$13`` (four registers each); bf16 the magic word as ``$5``. Lesson 12's Gluon int4 kernel
+#: (``research/int4/gluon_int4.py``) runs the same.
+DEQ3_ASM_FP16 = tl.constexpr("""{
+                .reg .b32 t, s, a;
+                prmt.b32 t, $4, 0, 0x3120;
+                shr.u32 s, t, 8;
+                lop3.b32 a, t, 0x000f000f, 0x64086408, 0x6a; sub.f16x2 $0, a, $5;
+                lop3.b32 a, s, 0x000f000f, 0x64086408, 0x6a; sub.f16x2 $1, a, $5;
+                lop3.b32 a, t, 0x00f000f0, 0x64806480, 0x6a; fma.rn.f16x2 $2, a, $9, $13;
+                lop3.b32 a, s, 0x00f000f0, 0x64806480, 0x6a; fma.rn.f16x2 $3, a, $9, $13;
+                }""")
+DEQ3_ASM_BF16 = tl.constexpr("""{
+                .reg .b32 t, a;
+                prmt.b32 t, $4, 0, 0x3120;
+                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $0, a, $5;
+                shr.u32 t, t, 4;
+                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $2, a, $5;
+                shr.u32 t, t, 4;
+                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $1, a, $5;
+                shr.u32 t, t, 4;
+                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $3, a, $5;
+                }""")
+DEQ3_CONSTRAINTS_FP16 = tl.constexpr("=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r,r")
+DEQ3_CONSTRAINTS_BF16 = tl.constexpr("=r,=r,=r,=r,r,r,r,r,r")
 
 
 @triton.jit
@@ -94,32 +124,11 @@ def _dequant(b, DEQ: tl.constexpr, dtype: tl.constexpr):
             one16 = tl.full(b.shape, 0x2C002C00, tl.int32)  # 1/16 in both halves
             neg72 = tl.full(b.shape, 0xD480D480 - (1 << 32), tl.int32)  # -72 in both halves
             lo, hi = tl.inline_asm_elementwise(
-                asm="""{
-                .reg .b32 t, s, a;
-                prmt.b32 t, $4, 0, 0x3120;
-                shr.u32 s, t, 8;
-                lop3.b32 a, t, 0x000f000f, 0x64086408, 0x6a; sub.f16x2 $0, a, $5;
-                lop3.b32 a, s, 0x000f000f, 0x64086408, 0x6a; sub.f16x2 $1, a, $5;
-                lop3.b32 a, t, 0x00f000f0, 0x64806480, 0x6a; fma.rn.f16x2 $2, a, $9, $13;
-                lop3.b32 a, s, 0x00f000f0, 0x64806480, 0x6a; fma.rn.f16x2 $3, a, $9, $13;
-                }""",
-                constraints="=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r,r,r,r", args=[b, m, one16, neg72],
-                dtype=(tl.float16, tl.float16),
-                is_pure=True, pack=4)
+                asm=DEQ3_ASM_FP16, constraints=DEQ3_CONSTRAINTS_FP16, args=[b, m, one16, neg72],
+                dtype=(tl.float16, tl.float16), is_pure=True, pack=4)
         else:  # bf16 has 7 mantissa bits: every nibble is shifted down to bits 0-3 first
             lo, hi = tl.inline_asm_elementwise(
-                asm="""{
-                .reg .b32 t, a;
-                prmt.b32 t, $4, 0, 0x3120;
-                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $0, a, $5;
-                shr.u32 t, t, 4;
-                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $2, a, $5;
-                shr.u32 t, t, 4;
-                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $1, a, $5;
-                shr.u32 t, t, 4;
-                lop3.b32 a, t, 0x000f000f, 0x43084308, 0x6a; sub.bf16x2 $3, a, $5;
-                }""",
-                constraints="=r,=r,=r,=r,r,r,r,r,r", args=[b, m], dtype=(tl.bfloat16, tl.bfloat16),
+                asm=DEQ3_ASM_BF16, constraints=DEQ3_CONSTRAINTS_BF16, args=[b, m], dtype=(tl.bfloat16, tl.bfloat16),
                 is_pure=True, pack=4)
     elif DEQ == 2:
         if dtype == tl.float16:
@@ -435,9 +444,14 @@ def matmul(x, packed, scales, group_size=128):
     if FP32_SCALES:
         scales = scales32(scales)
     x2 = x.reshape(-1, x.shape[-1])
-    template, ws, counts, out_shape = e.info
+    template, ws, counts, out_shape, gluon = e.info
     y = torch.empty_like(template)
-    if e.lean:
+    if gluon is not None:  # Hopper's prefill kernel (``kernels.gluon_int4``): x's and the weight's descriptors
+        if e.tensor_descriptors:
+            e(x2, packed.view(torch.int8), scales.data_ptr(), y.data_ptr(), ws.data_ptr(), counts.data_ptr())
+        else:
+            e(*gluon.descriptors(x2, packed.view(torch.int8)), scales, y, ws, counts)
+    elif e.lean:
         e(x2.data_ptr(), packed.data_ptr(), scales.data_ptr(), y.data_ptr(), ws.data_ptr(), counts.data_ptr())
     else:
         e(x2, packed.view(torch.int8), scales, y, ws, counts)
@@ -451,13 +465,48 @@ def _first(key, x, packed, scales, group_size):
     if not (x2.stride(-1) == 1 and packed.is_contiguous() and scales.is_contiguous()) or M == 0 or N == 0:
         return run(x, packed, scales, group_size)  # unusual layouts: the ordinary launch, every call
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    out_shape = (*x.shape[:-1], N)
+    template = torch.empty((), dtype=x.dtype, device=x.device).expand(M, N)  # empty_like: a new (M, N) tensor
+    if not INTERPRET and _gluon_takes(x2, packed, scales, group_size):
+        return _gluon_first(key, x2, packed, scales, group_size, y, template, out_shape)
     cfg = plan(M, N, K, group_size, sms=sm_count(x.device))
     if FP32_SCALES:
         scales = scales32(scales)
     grid, args, static, meta = _launch_args(x2, packed.view(torch.int8), scales, y, N, K, group_size, cfg)
-    out_shape = (*x.shape[:-1], N)
-    template = torch.empty((), dtype=x.dtype, device=x.device).expand(M, N)  # empty_like: a new (M, N) tensor
-    _INT4.first(key, args, static, grid, meta, info=(template, args[4], args[5], out_shape))  # and its workspace
+    _INT4.first(key, args, static, grid, meta, info=(template, args[4], args[5], out_shape, None))  # and its workspace
+    return y.view(out_shape)
+
+
+def _gluon_takes(x2, packed, scales, group_size) -> bool:
+    if x2.device.type != "cuda" or torch.cuda.get_device_capability(x2.device) != (9, 0):
+        return False  # Gluon's Hopper module is imported only where it can run
+    from . import gluon_int4
+
+    return gluon_int4.takes(x2, packed, scales, group_size) and not FP32_SCALES
+
+
+def _gluon_lean():
+    """The Gluon kernel's ``Lean``, made on the first call routed to it and listed in ``LEANS``."""
+    if "int4_wgmma" not in LEANS:
+        from . import gluon_int4
+
+        LEANS["int4_wgmma"] = Lean(gluon_int4.int4_wgmma_kernel)
+    return LEANS["int4_wgmma"]
+
+
+def _gluon_first(key, x2, packed, scales, group_size, y, template, out_shape):
+    """A first call routed to ``kernels.gluon_int4`` (a Hopper GPU, 65 to 128 rows): launched through
+    its ``Lean``, whose entry is kept in this module's under the same key, so a later call looks once."""
+    from . import gluon_int4
+
+    w = packed.view(torch.int8)
+    grid, args, static, meta = gluon_int4.launch(x2, w, scales, y, group_size, sms=sm_count(x2.device))
+    descs = gluon_int4.descriptors(x2, w)
+    entry = _gluon_lean().first(key, (*descs, *args[2:]), static, grid, meta,
+                                templates=lambda m: dict(enumerate(gluon_int4.descriptors(x2, w))),
+                                info=(template, args[4], args[5], out_shape, gluon_int4))
+    if not hooks_on():
+        _INT4.entries[key] = entry
     return y.view(out_shape)
 
 
@@ -468,5 +517,7 @@ LEANS = dict(int4_matmul=_INT4)
 def forget():
     """Drop every kept entry, workspace and fp32 scales: the next call of each key is a first call again."""
     _INT4.entries.clear()
+    if "int4_wgmma" in LEANS:
+        LEANS["int4_wgmma"].entries.clear()
     _WORKSPACE.clear()
     _SCALES32.clear()
