@@ -69,14 +69,15 @@ def test_the_route_is_never_taken_off_hopper():
     x, packed, scales = _problem(100, 256, 1024)
     assert not gi.takes(x, packed, scales, 128)  # CPU tensors
     assert not fast._gluon_takes(x, packed, scales, 128)
-    y = fast.matmul(x.to(mode.DEVICE), packed.to(mode.DEVICE), scales.to(mode.DEVICE), 128)
-    assert _err(y.cpu(), x, packed, scales) < 2e-3
-    assert "int4_wgmma" not in fast.LEANS or not HOPPER
+    if not HOPPER:  # here the library's Triton kernel answers, and the Gluon kernel's Lean is never made
+        y = fast.matmul(x.to(mode.DEVICE), packed.to(mode.DEVICE), scales.to(mode.DEVICE), 128)
+        assert _err(y.cpu(), x, packed, scales) < 2e-3
+        assert "int4_wgmma" not in fast.LEANS
 
 
 @hopper_only
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("M,N,K", [(65, 256, 1024), (100, 512, 4096), (128, 384, 2048)])
+@pytest.mark.parametrize("M,N,K", [(65, 256, 1024), (100, 512, 4096), (128, 384, 2048), (128, 2048, 2048)])
 def test_routed_rows_give_the_lessons_answer_and_keep_one_entry(M, N, K, dtype):
     fast.forget()
     x, packed, scales = _problem(M, N, K, dtype=dtype, device="cuda")
@@ -85,9 +86,11 @@ def test_routed_rows_give_the_lessons_answer_and_keep_one_entry(M, N, K, dtype):
     before = lean.compiles
     first, again = fast.matmul(x, packed, scales, 128), fast.matmul(x, packed, scales, 128)
     assert lean.compiles == before + 1  # the second call took the kept entry
-    assert torch.equal(first, again) and _err(first, x, packed, scales) < 1e-2
-    _, counts = gi._WS[(x.device, True)]
-    assert not counts.any()  # the split's counters are back at zero for the next call
+    assert torch.equal(first, again) and _err(first, x, packed, scales) < 1e-2  # the same bits each call
+    for ws, counts in gi._WS.values():  # the split's counters and atomic tiles are back at zero
+        assert not counts.any()
+    ws, _ = gi._WS.get((x.device, True), (torch.zeros(1),))
+    assert not ws.any()
     x3 = x.reshape(1, M, K)
     assert fast.matmul(x3, packed, scales, 128).shape == (1, M, N)
 

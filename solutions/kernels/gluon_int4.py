@@ -19,8 +19,9 @@ Here the schedule is the kernel's own, as in the mixed-input GEMMs of Marlin and
   warpgroups are done with a stage.
 - **Split-K in one wave.** A layer of 4096 or 8192 outputs makes 32 or 64 tiles of 128 rows, too few for
   132 SMs: K is split over up to 8 programs, as many as keep every program in one wave
-  (``split_for``), and each adds its fp32 partial into a zeroed tile by atomics; the last to count in
-  writes y and zeroes the tile again.
+  (``split_for``). Two programs add their fp32 partials into a zeroed tile by atomics (the last to count
+  in writes y and zeroes the tile again); more park their partials and the last adds them in order, so
+  that a call gives the same bits every time (atomic adds of three or more partials would not).
 
 On the H200 (``research/int4/logs/gluon_probe_seventh.log``, bf16 and fp16, M 128, CUDA graphs) it runs
 0.89-1.03x cuBLAS on 16-bit weights where the Triton kernel runs 0.61-0.83x; with the dequantization
@@ -28,7 +29,7 @@ taken out the same loop runs 1.16-1.33x, so the dequantization is still not whol
 MMAs (``research/README.md`` says what was tried).
 
 ``FINE`` (each 16-wide K slice dequantized just before its wgmma), ``PERMUTE_K`` (x's columns permuted so
-a thread's bytes are one 16-byte load), ``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K) and
+a thread's bytes are one 16-byte load), ``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K at any split) and
 ``TIMING`` are what ``research/int4/gluon_probe.py`` measures beside the defaults.
 
 Names: ``matmul``, ``int4_wgmma_kernel``, ``split_for``, ``takes``, ``launch``, ``CONFIG``, ``ROUTE``,
@@ -344,7 +345,9 @@ def launch(x2, w, scales, y, group_size, config=CONFIG, timing=0, sms=None):
     while split > 1 and (split - 1) * triton.cdiv(steps, split) >= steps:  # every program a step or more
         split -= 1
     tiles = triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
-    atomic = config.get("ATOMIC", True)
+    # atomic adds only where their order cannot change the sum (two partials: 0 + a + b = 0 + b + a), so a
+    # call gives the same bits every time; more partials are added in order by the last program (serial)
+    atomic = config.get("ATOMIC", True) and split <= 2
     ws, counts = _workspace(tiles, config, x2.device, split, atomic)
     meta = dict(GROUP=group_size, STAGES=config["STAGES"], SPLIT_K=split, num_warps=config["num_warps"],
                 ATOMIC=atomic, FINE=config.get("FINE", False), DEQ=config.get("DEQ", 3),
