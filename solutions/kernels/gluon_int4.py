@@ -45,7 +45,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
 from .. import int4_matmul as lesson
-from . import int4_matmul as int4_fast
+from . import int4_ptx
 from .gluon_matmul import GL_DTYPES, check_device, shared_layout
 
 __all__ = ["matmul", "int4_wgmma_kernel", "split_for", "takes", "launch", "descriptors", "CONFIG", "ROUTE",
@@ -67,10 +67,10 @@ def _nibble(b, SHIFT: gl.constexpr, dtype: gl.constexpr):
     return out
 
 
-_ASM16 = int4_fast.DEQ3_ASM_FP16
-_ASM_BF16 = int4_fast.DEQ3_ASM_BF16
-_CON16 = int4_fast.DEQ3_CONSTRAINTS_FP16
-_CON_BF16 = int4_fast.DEQ3_CONSTRAINTS_BF16
+_ASM16 = int4_ptx.DEQ3_ASM_FP16
+_ASM_BF16 = int4_ptx.DEQ3_ASM_BF16
+_CON16 = int4_ptx.DEQ3_CONSTRAINTS_FP16
+_CON_BF16 = int4_ptx.DEQ3_CONSTRAINTS_BF16
 
 
 @gluon.jit
