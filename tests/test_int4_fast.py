@@ -149,3 +149,20 @@ def test_fp32_scales_give_the_same_answer_and_follow_in_place_writes(monkeypatch
     assert fast.scales32(scales) is fast.scales32(scales)  # kept, not remade
     scales.mul_(2)  # an in-place write: the copy is remade, and the result doubles
     assert torch.allclose(fast.matmul(x, packed, scales, 64).float(), 2 * y.float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_kernel_compiles_for_hopper_on_any_machine(dtype):
+    """The recorded decode tile, with its PTX dequantization (``DEQ`` 3, which the interpreter never runs),
+    compiled for sm_90a by ``research/int4/compile_check.py`` in a process of its own (it compiles, so it
+    turns the interpreter off): what only a GPU run once found (a PTX string that was not a constexpr)
+    fails here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, str(root / "research/int4/compile_check.py"), "recorded", "--dtype", dtype],
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "sm_90a" in run.stdout and "mma.sync" in run.stdout and "LOP3" in run.stdout

@@ -57,7 +57,11 @@ def compile_one(cfg: dict, dtype: str, fp32_scales: bool):
     # scales' row stride K/128 too), but M, which the kernel asks Triton not to specialize
     runtime = list(sig)
     aligned = [i for i, name in enumerate(runtime) if name != "M"]
+    for param in fast.int4_mm_kernel.params:  # constexprs left at their defaults (triton 3.7 wants them named)
+        if param.is_constexpr and param.name not in consts:
+            consts[param.name] = param.default
     sig.update({k: "constexpr" for k in consts})
+    sig = {name: sig[name] for name in fast.int4_mm_kernel.arg_names}  # in the kernel's order
     src = ASTSource(fast.int4_mm_kernel, sig, constexprs=consts, attrs={(i,): [["tt.divisibility", 16]] for i in aligned})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
