@@ -110,6 +110,53 @@ def permute_k(x2):
 
 
 @gluon.jit
+def _split_store(acc, acc_l: gl.constexpr, y_ptr, ws_ptr, count_ptr, sub, split, M, N, off_m, row0, stride_ym,
+                 ROWS: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr, ATOMIC: gl.constexpr,
+                 TIMING: gl.constexpr, dtype: gl.constexpr):
+    """The epilogue of ``sub``, a block of ``ROWS`` weight rows from ``row0`` by BLOCK_M rows of x: y[m, n] =
+    acc[n, m], or with ``SPLIT_K`` > 1 this split's fp32 partial added to the block's others (atomic adds
+    into a zeroed tile with ``ATOMIC``, else parked and added in order by the last to count in)."""
+    ns = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_l))
+    ms = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, acc_l))
+    y_ptrs = y_ptr + ms[None, :].to(gl.int64) * stride_ym + ns[:, None]
+    y_mask = (ms < M)[None, :] & (ns < N)[:, None]
+    if SPLIT_K == 1:
+        gl.store(y_ptrs, acc.to(dtype), mask=y_mask)
+    elif ATOMIC:  # each split adds its partial into an fp32 tile (zero between launches); the last to count
+        # in reads the sum, writes y and zeroes the tile: every split's adds run at once, where serial split-K
+        # left one program reading SPLIT_K partials at the end
+        cell = gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_l))[:, None] * BLOCK_M + \
+            gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, acc_l))[None, :]
+        ws_tile = ws_ptr + sub.to(gl.int64) * (BLOCK_M * ROWS) + cell
+        gl.atomic_add(ws_tile, acc, sem="relaxed", scope="gpu")
+        _cta_barrier()
+        done = gl.atomic_add(count_ptr + sub, 1, sem="acq_rel", scope="gpu")
+        if done == SPLIT_K - 1:
+            if TIMING != 2:
+                total = gl.load(ws_tile, cache_modifier=".cg")
+                gl.store(y_ptrs, total.to(dtype), mask=y_mask)
+            gl.store(ws_tile, gl.zeros_like(acc), cache_modifier=".cg")
+            gl.atomic_xchg(count_ptr + sub, 0)
+    else:  # serial split-K, as ``kernels.int4_matmul``: park the partial, count in, the last adds them all
+        cell = gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_l))[:, None] * BLOCK_M + \
+            gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, acc_l))[None, :]
+        ws_tile = ws_ptr + sub.to(gl.int64) * (SPLIT_K * BLOCK_M * ROWS) + cell
+        gl.store(ws_tile + split * (BLOCK_M * ROWS), acc, cache_modifier=".cg")
+        _cta_barrier()
+        done = gl.atomic_add(count_ptr + sub, 1, sem="acq_rel", scope="gpu")
+        if TIMING != 2:
+            if done == SPLIT_K - 1:
+                total = gl.load(ws_tile, cache_modifier=".cg")
+                for s in gl.static_range(1, SPLIT_K):
+                    total += gl.load(ws_tile + s * (BLOCK_M * ROWS), cache_modifier=".cg")
+                gl.store(y_ptrs, total.to(dtype), mask=y_mask)
+                gl.atomic_xchg(count_ptr + sub, 0)
+        else:
+            if done == SPLIT_K - 1:
+                gl.atomic_xchg(count_ptr + sub, 0)
+
+
+@gluon.jit
 def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
                        w_desc,  # packed (N, K/2) as int8, blocks (BLOCK_N, BLOCK_K)
                        s_ptr,  # scales (N, K / GROUP)
@@ -225,45 +272,8 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(landed.index(s))
 
-    # y[m, n] = acc[n, m]
-    ns = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_l))
-    ms = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, acc_l))
-    y_ptrs = y_ptr + ms[None, :].to(gl.int64) * stride_ym + ns[:, None]
-    y_mask = (ms < M)[None, :] & (ns < N)[:, None]
-    if SPLIT_K == 1:
-        gl.store(y_ptrs, acc.to(dtype), mask=y_mask)
-    elif ATOMIC:  # each split adds its partial into an fp32 tile (zero between launches); the last to count
-        # in reads the sum, writes y and zeroes the tile: every split's adds run at once, where serial split-K
-        # left one program reading SPLIT_K partials at the end
-        cell = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_l))[:, None] * BLOCK_M + \
-            gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, acc_l))[None, :]
-        ws_tile = ws_ptr + tile.to(gl.int64) * (BLOCK_M * BLOCK_N) + cell
-        gl.atomic_add(ws_tile, acc, sem="relaxed", scope="gpu")
-        _cta_barrier()
-        done = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if done == SPLIT_K - 1:
-            if TIMING != 2:
-                total = gl.load(ws_tile, cache_modifier=".cg")
-                gl.store(y_ptrs, total.to(dtype), mask=y_mask)
-            gl.store(ws_tile, gl.zeros_like(acc), cache_modifier=".cg")
-            gl.atomic_xchg(count_ptr + tile, 0)
-    else:  # serial split-K, as ``kernels.int4_matmul``: park the partial, count in, the last adds them all
-        cell = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_l))[:, None] * BLOCK_M + \
-            gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, acc_l))[None, :]
-        ws_tile = ws_ptr + tile.to(gl.int64) * (SPLIT_K * BLOCK_M * BLOCK_N) + cell
-        gl.store(ws_tile + split * (BLOCK_M * BLOCK_N), acc, cache_modifier=".cg")
-        _cta_barrier()
-        done = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if TIMING != 2:
-            if done == SPLIT_K - 1:
-                total = gl.load(ws_tile, cache_modifier=".cg")
-                for s in gl.static_range(1, SPLIT_K):
-                    total += gl.load(ws_tile + s * (BLOCK_M * BLOCK_N), cache_modifier=".cg")
-                gl.store(y_ptrs, total.to(dtype), mask=y_mask)
-                gl.atomic_xchg(count_ptr + tile, 0)
-        else:
-            if done == SPLIT_K - 1:
-                gl.atomic_xchg(count_ptr + tile, 0)
+    _split_store(acc, acc_l, y_ptr, ws_ptr, count_ptr, tile, split, M, N, off_m, off_n, stride_ym, BLOCK_N, BLOCK_M,
+                 SPLIT_K, ATOMIC, TIMING, dtype)
 
 
 #: The tile: 128 weight rows (two warpgroups), 128 rows of x, 64 bytes of each weight row a step (64 values
