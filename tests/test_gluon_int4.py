@@ -4,11 +4,8 @@ wave), the launch's arguments and descriptors, x's column order for ``PERMUTE_K`
 taken, and that the kernel compiles for sm_90a (Triton's wheel carries ptxas). On a Hopper GPU: the routed calls give the lesson's answer, keep one entry a key, leave the split's
 tiles and counters at zero and replay in a CUDA graph."""
 
-import re
-
 import pytest
 import torch
-import triton
 
 from solutions import int4_matmul as lesson
 from solutions.kernels import gluon_int4 as gi
@@ -123,36 +120,34 @@ def test_a_routed_call_replays_in_a_cuda_graph():
     assert torch.equal(y, eager)
 
 
-def _compile_for_hopper(dtype, split):
-    """The kernel compiled for an H100/H200 (sm_90a) on any machine: Triton's wheel carries ptxas."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    x, w = torch.empty(128, 8192, dtype=dtype), torch.empty(8192, 4096, dtype=torch.int8)
-    xd, wd = gi.descriptors(x, w)
-    sd = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
-    sig = dict(x_desc=mangle_type(xd), w_desc=mangle_type(wd), s_ptr=f"*{sd}", y_ptr=f"*{sd}", ws_ptr="*fp32",
-               count_ptr="*i32", M="i32", N="i32", K="i32", stride_sn="i32", stride_ym="i32")
-    _, _, _, meta = gi.launch(x, w, torch.empty(8192, 64, dtype=dtype), torch.empty(128, 8192, dtype=dtype), 128,
-                              dict(gi.CONFIG, SPLIT_K=split), sms=132)
-    kernel = gi.int4_wgmma_kernel
-    consts = {p.name: meta.get(p.name, p.default) for p in kernel.params if p.is_constexpr}
-    sig.update({name: "constexpr" for name in consts})
-    src = GluonASTSource(kernel, {n: sig[n] for n in kernel.arg_names}, constexprs=consts,
-                         attrs={(i,): [["tt.divisibility", 16]] for i in range(2, 11) if i != 6})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=meta["num_warps"]))
-
-
-@pytest.mark.parametrize("dtype,split", [(torch.float16, 1), (torch.bfloat16, 2), (torch.float16, 4)])
-def test_the_kernel_compiles_for_hopper_on_any_machine(dtype, split):
+@pytest.mark.parametrize("pingpong", [False, True])
+@pytest.mark.parametrize("dtype,split", [("fp16", 1), ("bf16", 2), ("fp16", 4)])
+def test_the_kernel_compiles_for_hopper_on_any_machine(dtype, split, pingpong):
     """What only a GPU run found once (a PTX string in a module global that was not a constexpr) fails here:
-    the kernel builds for sm_90a with the library's DEQ 3 PTX, its wgmma take their left operand from
-    registers, and the split's epilogue is the atomic one for two partials, the serial one for more."""
-    ptx = _compile_for_hopper(dtype, split).asm["ptx"]
-    assert "lop3.b32" in ptx and "prmt.b32" in ptx  # the library's dequantization
-    mma = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
-    # the operands after the accumulator: the left one a list of registers, the right one a descriptor
-    assert mma and all(re.search(r"\}, \{%r\d+(,%r\d+){3}\}, %rd\d+", line) for line in mma)
-    atomic_adds = re.findall(r"atom\.global\.[\w.]*add\.(?:v2\.)?f32", ptx)
-    assert bool(atomic_adds) == (split == 2)
+    ``research/int4/compile_check.py --gluon`` builds the kernel for sm_90a with the library's DEQ 3 PTX, in a
+    process of its own (compiling needs the interpreter off). Its wgmma take their left operand from
+    registers, ptxas does not serialize them, and the split's epilogue adds by atomics for two partials only."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, str(root / "research/int4/compile_check.py"), "--gluon", "--split", str(split), "--dtype", dtype]
+    run = subprocess.run(cmd + (["--pingpong"] if pingpong else []), capture_output=True, text=True, timeout=300,
+                         cwd=root)
+    assert run.returncode == 0, run.stderr[-2000:]
+    line = run.stdout.strip().splitlines()[-1]
+    assert "serialized: no" in line and "left operand from registers: yes" in line, line
+    assert f"atomic adds: {'yes' if split == 2 else 'no'}" in line, line
+
+
+@hopper_only
+@pytest.mark.parametrize("M,N,K", [(128, 256, 1024), (100, 512, 4096), (128, 2048, 2048)])
+def test_the_pingpong_kernel_gives_the_lessons_answer(M, N, K):
+    """The ping-pong rung (not routed to yet) at split 1, 2 and 8, twice: the same bits, counters back at 0."""
+    x, packed, scales = _problem(M, N, K, dtype=torch.bfloat16, device="cuda")
+    config = dict(gi.CONFIG, PINGPONG=True)
+    first, again = gi.matmul(x, packed, scales, 128, config), gi.matmul(x, packed, scales, 128, config)
+    assert torch.equal(first, again) and _err(first, x, packed, scales) < 1e-2
+    for _, counts in gi._WS.values():
+        assert not counts.any()

@@ -4,9 +4,13 @@ instructions a thread a step. No device time: Triton compiles for a target given
 ships ``ptxas`` and ``cuobjdump``.
 
     python research/int4/compile_check.py [CONFIG ...] [--dtype bf16|fp16] [--fp32-scales] [--out DIR]
+    python research/int4/compile_check.py --gluon [--pingpong] [--split N] [--dtype bf16|fp16]
 
 CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``, ``gemv``, ``gemv32``,
-``gemv_deq1``, ``m16``, ``swap128``; default all. To check against the
+``gemv_deq1``, ``m16``, ``swap128``; default all. ``--gluon``: the Hopper prefill kernel
+(``solutions/kernels/gluon_int4.py``, ``--pingpong`` its ping-pong rung) at M 128, 8192 x 8192, one line:
+its shared memory, registers, spills, whether ptxas serializes its wgmma (warning C7514), whether they take
+their left operand from registers, and whether its split-K adds by atomics. To check against the
 Triton the GPU machine runs (3.6), install that wheel apart and put it first on the path:
 ``pip download triton==3.6.0 --no-deps -d W && pip install --no-deps --target T W/triton-*.whl`` then
 ``PYTHONPATH=T python research/int4/compile_check.py``.
@@ -26,6 +30,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from solutions.kernels import gluon_int4 as gi  # noqa: E402
 from solutions.kernels import int4_matmul as fast  # noqa: E402
 
 CONFIGS = {
@@ -66,6 +71,47 @@ def compile_one(cfg: dict, dtype: str, fp32_scales: bool):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
 
+def compile_gluon(dtype: str, split: int, pingpong: bool = False):
+    """``gluon_int4``'s kernel as ``gluon_int4.launch`` launches it on x (128, 8192) and an 8192 x 8192 weight."""
+    import torch
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    config = dict(gi.CONFIG, SPLIT_K=split, PINGPONG=pingpong)
+    x, w = torch.empty(128, 8192, dtype=tdt), torch.empty(8192, 4096, dtype=torch.int8)
+    xd, wd = gi.descriptors(x, w, config)
+    sig = dict(x_desc=mangle_type(xd), w_desc=mangle_type(wd), s_ptr=f"*{dtype}", y_ptr=f"*{dtype}", ws_ptr="*fp32",
+               count_ptr="*i32", M="i32", N="i32", K="i32", stride_sn="i32", stride_ym="i32")
+    _, _, _, meta = gi.launch(x, w, torch.empty(8192, 64, dtype=tdt), torch.empty(128, 8192, dtype=tdt), 128, config,
+                              sms=132)
+    kernel = gi.int4_pingpong_kernel if pingpong else gi.int4_wgmma_kernel
+    consts = {p.name: meta.get(p.name, p.default) for p in kernel.params if p.is_constexpr}
+    sig.update({name: "constexpr" for name in consts})
+    src = GluonASTSource(kernel, {n: sig[n] for n in kernel.arg_names}, constexprs=consts,
+                         attrs={(i,): [["tt.divisibility", 16]] for i in range(2, 11) if i != 6})  # all but M
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=meta["num_warps"]))
+
+
+def gluon_report(dtype: str, split: int, pingpong: bool, workdir: Path) -> str:
+    k = compile_gluon(dtype, split, pingpong)
+    ptx = k.asm["ptx"]
+    bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    (workdir / "g.ptx").write_text(ptx)
+    info = subprocess.run([bindir / "ptxas", "-arch=sm_90a", "-v", "-o", workdir / "g.cubin", workdir / "g.ptx"],
+                          capture_output=True, text=True).stderr
+    regs = re.search(r"Used (\d+) registers", info)
+    spills = max((int(b) for b in re.findall(r"(\d+) bytes spill stores", info)), default=0)
+    mma = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
+    # the operands after the accumulator: a list of registers (the left one), then a descriptor (the right)
+    from_registers = bool(mma) and all(re.search(r"\}, \{%r\d+(,%r\d+){3}\}, %rd\d+", line) for line in mma)
+    atomic = bool(re.search(r"atom\.global\.[\w.]*add\.(?:v2\.)?f32", ptx))
+    yes = {True: "yes", False: "no"}
+    return (f"gluon {'pingpong' if pingpong else 'default'} split {split} {dtype}: shared {k.metadata.shared} B, "
+            f"{regs and regs.group(1)} registers, spills {spills} B, wgmma x{len(mma)}, serialized: "
+            f"{yes['C7514' in info]}, left operand from registers: {yes[from_registers]}, atomic adds: {yes[atomic]}")
+
+
 def loop_counts(ptx: str, workdir: Path):
     """(registers, instructions in the longest loop, the commonest opcodes there) of the PTX's SASS."""
     bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -90,9 +136,16 @@ def main(argv=None):
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--fp32-scales", action="store_true")
     ap.add_argument("--out", default="/tmp/int4_compile")
+    ap.add_argument("--gluon", action="store_true", help="the Hopper prefill kernel (gluon_int4) instead")
+    ap.add_argument("--pingpong", action="store_true", help="with --gluon: its ping-pong rung")
+    ap.add_argument("--split", type=int, default=1, help="with --gluon: SPLIT_K")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.gluon:
+        print(f"triton {triton.__version__}, sm_90a")
+        print(gluon_report(args.dtype, args.split, args.pingpong, out))
+        return
     print(f"triton {triton.__version__}, sm_90a, {args.dtype}, scales {'fp32' if args.fp32_scales else args.dtype}")
     for name in args.configs:
         k = compile_one(CONFIGS[name], args.dtype, args.fp32_scales)

@@ -44,6 +44,8 @@ CONFIGS = {
     "deq1": dict(gi.CONFIG, DEQ=1),
     "serial": dict(gi.CONFIG, ATOMIC=False),
     "nosplit": dict(gi.CONFIG, SPLIT_K=1),
+    "pingpong": dict(gi.CONFIG, PINGPONG=True),
+    "pingpong s3": dict(gi.CONFIG, PINGPONG=True, STAGES=3),
 }
 #: Where the time goes (wrong values; timed, not checked): the kernel's ``TIMING`` 1 (the first step's
 #: tile reused: no bytes loaded or dequantized after it).

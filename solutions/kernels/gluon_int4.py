@@ -28,11 +28,13 @@ On the H200 (``research/int4/logs/gluon_probe_seventh.log``, bf16 and fp16, M 12
 taken out the same loop runs 1.16-1.33x, so the dequantization is still not wholly hidden under the
 MMAs (``research/README.md`` says what was tried).
 
+``int4_pingpong_kernel`` is the next rung, written and compiled but not yet run on a GPU: a producer warp and
+two consumer warpgroups in ping-pong, each dequantizing while the other's MMAs run (lesson 12's attention).
 ``FINE`` (each 16-wide K slice dequantized just before its wgmma), ``PERMUTE_K`` (x's columns permuted so
 a thread's bytes are one 16-byte load), ``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K at any split) and
 ``TIMING`` are what ``research/int4/gluon_probe.py`` measures beside the defaults.
 
-Names: ``matmul``, ``int4_wgmma_kernel``, ``split_for``, ``takes``, ``launch``, ``CONFIG``, ``ROUTE``,
+Names: ``matmul``, ``int4_wgmma_kernel``, ``int4_pingpong_kernel``, ``split_for``, ``takes``, ``launch``, ``CONFIG``, ``ROUTE``,
 ``permute_k``. Importing needs no GPU.
 """
 
@@ -48,7 +50,7 @@ from .. import int4_matmul as lesson
 from . import int4_ptx
 from .gluon_matmul import GL_DTYPES, check_device, shared_layout
 
-__all__ = ["matmul", "int4_wgmma_kernel", "split_for", "takes", "launch", "descriptors", "CONFIG", "ROUTE",
+__all__ = ["matmul", "int4_wgmma_kernel", "int4_pingpong_kernel", "split_for", "takes", "launch", "descriptors", "CONFIG", "ROUTE",
            "MIN_M", "MAX_M", "permute_k", "forget"]
 
 #: A barrier of the program's threads: ``gl.barrier`` from Triton 3.7, ``gl.thread_barrier`` in 3.6.
@@ -276,6 +278,134 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
                  SPLIT_K, ATOMIC, TIMING, dtype)
 
 
+# ---- the next rung, not measured yet: two warpgroups in ping-pong, as lesson 12's attention ----
+@gluon.jit
+def _program_steps(K, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr):
+    """(tile, split, first step, steps of this program, all steps, K/2) of this program."""
+    pid = gl.program_id(0)
+    half = K // 2
+    steps = half // BLOCK_K
+    per_split = gl.cdiv(steps, SPLIT_K)
+    first = (pid % SPLIT_K) * per_split
+    return pid // SPLIT_K, pid % SPLIT_K, first, gl.minimum(steps - first, per_split), steps, half
+
+
+@gluon.jit
+def _pp_producer(x_desc, w_desc, x_lo, x_hi, w_ring, ready, empty, N, K, SPLIT_K: gl.constexpr,
+                 STAGES: gl.constexpr):
+    """One warp: each step's x halves and weight bytes by TMA, a stage refilled once both warpgroups freed it."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    tile, split, first, count, steps, half = _program_steps(K, BLOCK_K, SPLIT_K)
+    n_n = gl.cdiv(N, BLOCK_N)
+    off_m = (tile // n_n) * BLOCK_M
+    off_n = (tile % n_n) * BLOCK_N
+    step_bytes: gl.constexpr = 2 * x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    for j in range(count):
+        st = j % STAGES
+        mbarrier.wait(empty.index(st), ((j // STAGES) & 1) ^ 1)  # a fresh barrier passes parity 1
+        k0 = (first + j) * BLOCK_K
+        mbarrier.expect(ready.index(st), step_bytes)
+        tma.async_copy_global_to_shared(x_desc, [off_m, k0], ready.index(st), x_lo.index(st))
+        tma.async_copy_global_to_shared(x_desc, [off_m, half + k0], ready.index(st), x_hi.index(st))
+        tma.async_copy_global_to_shared(w_desc, [off_n, k0], ready.index(st), w_ring.index(st))
+
+
+@gluon.jit
+def _pp_consumer(x_lo, x_hi, w_ring, ready, empty, turn_mine, turn_other, s_ptr, y_ptr, ws_ptr, count_ptr, M, N,
+                 K, stride_sn, stride_ym, WG: gl.constexpr, GROUP: gl.constexpr, STAGES: gl.constexpr,
+                 SPLIT_K: gl.constexpr, ATOMIC: gl.constexpr, DEQ: gl.constexpr, num_warps: gl.constexpr):
+    """One warpgroup, the program's weight rows ``WG * 64`` on. A step: wait for its bytes, dequantize them
+    (the other warpgroup's MMAs run meanwhile), wait for the turn, issue the step's two wgmma, pass the
+    turn, wait for the step before's and free its stage."""
+    BLOCK_M: gl.constexpr = x_lo.type.shape[1]
+    BLOCK_K: gl.constexpr = x_lo.type.shape[2]
+    BLOCK_N: gl.constexpr = w_ring.type.shape[1]
+    ROWS: gl.constexpr = BLOCK_N // 2
+    dtype: gl.constexpr = x_lo.dtype
+    tile, split, first, count, steps, half = _program_steps(K, BLOCK_K, SPLIT_K)
+    gl.assume(count > 0)  # the launcher's split leaves every program a step (no zeroed path for ptxas to serialize)
+    n_n = gl.cdiv(N, BLOCK_N)
+    off_m = (tile // n_n) * BLOCK_M
+    row0 = (tile % n_n) * BLOCK_N + WG * ROWS
+    acc_l: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                      instr_shape=[16, BLOCK_M, 16])
+    a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_l, k_width=2)
+    rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_l))
+    s_row = s_ptr + gl.where(rows < N, rows, 0) * stride_sn
+    acc = gl.zeros((ROWS, BLOCK_M), dtype=gl.float32, layout=acc_l)
+    for j in range(count):
+        cur = j % STAGES
+        k0 = (first + j) * BLOCK_K
+        s_lo = gl.load(s_row + k0 // GROUP).to(dtype)
+        s_hi = gl.load(s_row + (half + k0) // GROUP).to(dtype)
+        mbarrier.wait(ready.index(cur), phase=(j // STAGES) & 1)
+        b = w_ring.index(cur).slice(WG * ROWS, ROWS, dim=0).load(a_l)
+        if DEQ == 3:
+            f_lo, f_hi = _dequant3(b, dtype)
+        else:
+            f_lo = _nibble(b, 0, dtype)
+            f_hi = _nibble(b, 4, dtype)
+        a_lo = f_lo * s_lo[:, None]
+        a_hi = f_hi * s_hi[:, None]
+        if WG == 0:  # warpgroup 0 takes turn 0 without waiting; turn j of warpgroup 1 follows warpgroup 0's
+            if j > 0:
+                mbarrier.wait(turn_mine, phase=(j - 1) & 1)
+        else:
+            mbarrier.wait(turn_mine, phase=j & 1)
+        acc = warpgroup_mma(a_lo, x_lo.index(cur).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a_hi, x_hi.index(cur).permute((1, 0)), acc, is_async=True)
+        mbarrier.arrive(turn_other, count=1)
+        acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))  # the step before's two are done
+        if j > 0:
+            mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    _split_store(acc, acc_l, y_ptr, ws_ptr, count_ptr, 2 * tile + WG, split, M, N, off_m, row0, stride_ym, ROWS,
+                 BLOCK_M, SPLIT_K, ATOMIC, 0, dtype)
+
+
+@gluon.jit
+def int4_pingpong_kernel(x_desc, w_desc, s_ptr, y_ptr, ws_ptr, count_ptr, M, N, K, stride_sn, stride_ym,
+                         GROUP: gl.constexpr, STAGES: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr,
+                         ATOMIC: gl.constexpr = True, DEQ: gl.constexpr = 3):
+    """``int4_wgmma_kernel``'s product with its two warpgroups in ping-pong (FlashAttention-3, section 3.1;
+    lesson 12's attention): a producer warp loads each step by TMA, and each consumer warpgroup (64 weight
+    rows) dequantizes its bytes while the other's MMAs run, their wgmma issued in turns passed by mbarriers,
+    so the tensor cores see the two warpgroups' MMAs back to back. Where ``int4_wgmma_kernel``'s two
+    warpgroups dequantize at the same time and then both wait on the tensor cores. Launched with
+    ``num_warps`` 4 (the first consumer; the second and the producer are workers); its split-K counts a
+    block of 64 rows at a time (``launch`` gives it two counters a tile). Not yet measured on a GPU:
+    ``research/int4/gluon_probe.py`` times it (config key ``PINGPONG``)."""
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    dtype: gl.constexpr = x_desc.dtype
+    x_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+    x_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)  # both warpgroups read each stage
+    mbarrier.init(turns.index(0), count=1)
+    mbarrier.init(turns.index(1), count=1)
+    gl.warp_specialize([
+        (_pp_consumer, (x_lo, x_hi, w_ring, ready, empty, turns.index(0), turns.index(1), s_ptr, y_ptr, ws_ptr,
+                        count_ptr, M, N, K, stride_sn, stride_ym, 0, GROUP, STAGES, SPLIT_K, ATOMIC, DEQ, num_warps)),
+        (_pp_consumer, (x_lo, x_hi, w_ring, ready, empty, turns.index(1), turns.index(0), s_ptr, y_ptr, ws_ptr,
+                        count_ptr, M, N, K, stride_sn, stride_ym, 1, GROUP, STAGES, SPLIT_K, ATOMIC, DEQ, num_warps)),
+        (_pp_producer, (x_desc, w_desc, x_lo, x_hi, w_ring, ready, empty, N, K, SPLIT_K, STAGES)),
+    ], [4, 1], [232, 24])
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
+    mbarrier.invalidate(turns.index(0))
+    mbarrier.invalidate(turns.index(1))
+
+
 #: The tile: 128 weight rows (two warpgroups), 128 rows of x, 64 bytes of each weight row a step (64 values
 #: of each K half), 4 stages; ``SPLIT_K`` 0: chosen by ``split_for``.
 CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, SPLIT_K=0, num_warps=8)
@@ -358,6 +488,11 @@ def launch(x2, w, scales, y, group_size, config=CONFIG, timing=0, sms=None):
     # atomic adds only where their order cannot change the sum (two partials: 0 + a + b = 0 + b + a), so a
     # call gives the same bits every time; more partials are added in order by the last program (serial)
     atomic = config.get("ATOMIC", True) and split <= 2
+    if config.get("PINGPONG", False):  # two blocks of 64 rows a tile, each with its counter; 4 warps and workers
+        ws, counts = _workspace(2 * tiles, dict(config, BLOCK_N=config["BLOCK_N"] // 2), x2.device, split, atomic)
+        meta = dict(GROUP=group_size, STAGES=config["STAGES"], SPLIT_K=split, num_warps=4, ATOMIC=atomic,
+                    DEQ=config.get("DEQ", 3))
+        return (tiles * split,), (x2, w, scales, y, ws, counts), (M, N, K, scales.stride(0), y.stride(0)), meta
     ws, counts = _workspace(tiles, config, x2.device, split, atomic)
     meta = dict(GROUP=group_size, STAGES=config["STAGES"], SPLIT_K=split, num_warps=config["num_warps"],
                 ATOMIC=atomic, FINE=config.get("FINE", False), DEQ=config.get("DEQ", 3),
@@ -382,7 +517,8 @@ def matmul(x, packed, scales, group_size=128, config=CONFIG, timing=0):
     y = torch.empty((x2.shape[0], N), dtype=x.dtype, device=x.device)
     grid, args, static, meta = launch(x2, packed.contiguous().view(torch.int8), scales.contiguous(), y, group_size,
                                       config, timing)
-    int4_wgmma_kernel[grid](*descriptors(args[0], args[1], config), *args[2:], *static, **meta)
+    kernel = int4_pingpong_kernel if config.get("PINGPONG", False) else int4_wgmma_kernel
+    kernel[grid](*descriptors(args[0], args[1], config), *args[2:], *static, **meta)
     return y.reshape(*x.shape[:-1], N)
 
 
