@@ -1,8 +1,9 @@
 """The Hopper int4 kernel at prefill sizes (``solutions.kernels.gluon_int4``) and the library's route to it
 (``kernels.int4_matmul`` sends 65 to 128 rows there on an H100/H200). On a CPU: the plan (the split keeps one
 wave), the launch's arguments and descriptors, x's column order for ``PERMUTE_K``, that the route is never
-taken, and that the kernel compiles for sm_90a (Triton's wheel carries ptxas). On a Hopper GPU: the routed calls give the lesson's answer, keep one entry a key, leave the split's
-tiles and counters at zero and replay in a CUDA graph."""
+taken, and that both kernels compile for sm_90a (Triton's wheel carries ptxas). On a Hopper GPU: the routed
+calls give the lesson's answer, keep one entry a key, leave the split's tiles and counters at zero and replay
+in a CUDA graph, and the ping-pong rung gives the lesson's answer."""
 
 import pytest
 import torch
@@ -132,7 +133,8 @@ def test_the_kernel_compiles_for_hopper_on_any_machine(dtype, split, pingpong):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, str(root / "research/int4/compile_check.py"), "--gluon", "--split", str(split), "--dtype", dtype]
+    cmd = [sys.executable, str(root / "research/int4/compile_check.py"), "--gluon", "--split", str(split),
+           "--dtype", dtype]
     run = subprocess.run(cmd + (["--pingpong"] if pingpong else []), capture_output=True, text=True, timeout=300,
                          cwd=root)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -34,8 +34,8 @@ two consumer warpgroups in ping-pong, each dequantizing while the other's MMAs r
 a thread's bytes are one 16-byte load), ``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K at any split) and
 ``TIMING`` are what ``research/int4/gluon_probe.py`` measures beside the defaults.
 
-Names: ``matmul``, ``int4_wgmma_kernel``, ``int4_pingpong_kernel``, ``split_for``, ``takes``, ``launch``, ``CONFIG``, ``ROUTE``,
-``permute_k``. Importing needs no GPU.
+Names: ``matmul``, ``int4_wgmma_kernel``, ``int4_pingpong_kernel``, ``split_for``, ``takes``, ``launch``,
+``CONFIG``, ``ROUTE``, ``permute_k``. Importing needs no GPU.
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ from .. import int4_matmul as lesson
 from . import int4_ptx
 from .gluon_matmul import GL_DTYPES, check_device, shared_layout
 
-__all__ = ["matmul", "int4_wgmma_kernel", "int4_pingpong_kernel", "split_for", "takes", "launch", "descriptors", "CONFIG", "ROUTE",
+__all__ = ["matmul", "int4_wgmma_kernel", "int4_pingpong_kernel", "split_for", "takes", "launch", "descriptors",
+           "CONFIG", "ROUTE",
            "MIN_M", "MAX_M", "permute_k", "forget"]
 
 #: A barrier of the program's threads: ``gl.barrier`` from Triton 3.7, ``gl.thread_barrier`` in 3.6.
@@ -109,6 +110,18 @@ def permute_k(x2):
     bytes: column 16 j + 8 h + 2 q + e takes x's column 16 q + 4 j + 2 h + e."""
     M, K = x2.shape
     return x2.view(M, K // 64, 4, 4, 2, 2).permute(0, 1, 3, 4, 2, 5).reshape(M, K)
+
+
+@gluon.jit
+def _operands(b, s_lo, s_hi, DEQ: gl.constexpr, dtype: gl.constexpr):
+    """The two wgmma left operands of a step's bytes ``b``: the low and the high values (``DEQ`` 3: the PTX,
+    else Gluon's ops), each times its row's scale for the step (``s_lo``, ``s_hi``, in ``b``'s row layout)."""
+    if DEQ == 3:
+        f_lo, f_hi = _dequant3(b, dtype)
+    else:
+        f_lo = _nibble(b, 0, dtype)
+        f_hi = _nibble(b, 4, dtype)
+    return f_lo * s_lo[:, None], f_hi * s_hi[:, None]
 
 
 @gluon.jit
@@ -234,15 +247,9 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
         if FINE:  # 16 values of K at a time: each wgmma's operand made just before it is issued
             for kb in gl.static_range(BLOCK_K // 16):
                 b = w_ring.index(cur).slice(kb * 16, 16, dim=1).load(a_l)
-                if DEQ == 3:
-                    f_lo, f_hi = _dequant3(b, dtype)
-                else:
-                    f_lo = _nibble(b, 0, dtype)
-                    f_hi = _nibble(b, 4, dtype)
-                acc = warpgroup_mma(f_lo * s_lo[:, None],
-                                      x_lo.index(cur).slice(kb * 16, 16, dim=1).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma(f_hi * s_hi[:, None],
-                                      x_hi.index(cur).slice(kb * 16, 16, dim=1).permute((1, 0)), acc, is_async=True)
+                f_lo, f_hi = _operands(b, s_lo, s_hi, DEQ, dtype)
+                acc = warpgroup_mma(f_lo, x_lo.index(cur).slice(kb * 16, 16, dim=1).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma(f_hi, x_hi.index(cur).slice(kb * 16, 16, dim=1).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=2 * (BLOCK_K // 16), deps=(acc,))
         else:
             if TIMING != 1:
@@ -250,13 +257,7 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
                     b = w_ring.index(cur)._reinterpret(gl.int8, [BLOCK_N, BLOCK_K], w_perm_l).load(a_l)
                 else:
                     b = w_ring.index(cur).load(a_l)
-                if DEQ == 3:
-                    f_lo, f_hi = _dequant3(b, dtype)
-                else:
-                    f_lo = _nibble(b, 0, dtype)
-                    f_hi = _nibble(b, 4, dtype)
-                a_lo = f_lo * s_lo[:, None]
-                a_hi = f_hi * s_hi[:, None]
+                a_lo, a_hi = _operands(b, s_lo, s_hi, DEQ, dtype)
             acc = warpgroup_mma(a_lo, x_lo.index(cur).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(a_hi, x_hi.index(cur).permute((1, 0)), acc, is_async=True)
         if not FINE:
@@ -342,13 +343,7 @@ def _pp_consumer(x_lo, x_hi, w_ring, ready, empty, turn_mine, turn_other, s_ptr,
         s_hi = gl.load(s_row + (half + k0) // GROUP).to(dtype)
         mbarrier.wait(ready.index(cur), phase=(j // STAGES) & 1)
         b = w_ring.index(cur).slice(WG * ROWS, ROWS, dim=0).load(a_l)
-        if DEQ == 3:
-            f_lo, f_hi = _dequant3(b, dtype)
-        else:
-            f_lo = _nibble(b, 0, dtype)
-            f_hi = _nibble(b, 4, dtype)
-        a_lo = f_lo * s_lo[:, None]
-        a_hi = f_hi * s_hi[:, None]
+        a_lo, a_hi = _operands(b, s_lo, s_hi, DEQ, dtype)
         if WG == 0:  # warpgroup 0 takes turn 0 without waiting; turn j of warpgroup 1 follows warpgroup 0's
             if j > 0:
                 mbarrier.wait(turn_mine, phase=(j - 1) & 1)
