@@ -51,8 +51,7 @@ from . import int4_ptx
 from .gluon_matmul import GL_DTYPES, check_device, shared_layout
 
 __all__ = ["matmul", "int4_wgmma_kernel", "int4_pingpong_kernel", "split_for", "takes", "launch", "descriptors",
-           "CONFIG", "ROUTE",
-           "MIN_M", "MAX_M", "permute_k", "forget"]
+           "CONFIG", "ROUTE", "MIN_M", "MAX_M", "permute_k", "forget"]
 
 #: A barrier of the program's threads: ``gl.barrier`` from Triton 3.7, ``gl.thread_barrier`` in 3.6.
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
