@@ -37,11 +37,9 @@ import points as sweep  # noqa: E402  (this folder's shared sweep loop)
 
 from benchmarks import decode_attention as bench  # noqa: E402
 from solutions.kernels import decode_attention as fast  # noqa: E402
-from tkcourse.bench import graph_ms, kernel_copy  # noqa: E402
 
 LOG2E = 1.4426950408889634
 BUDGET_S = 110
-LENS = dict(bench.SHAPES, **bench.SPREAD_SHAPES)
 
 
 @triton.jit
@@ -144,18 +142,9 @@ def main(argv=None):
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, "page 16", flush=True)
     rows = []
     for name in args.shapes.split(","):
-        q, k, v, seq_lens, table = bench.paged_cache(LENS[name], bench.SPREAD_PAGE_SIZE)
-        kc, vc = bench.contiguous_cache(k, seq_lens, table), bench.contiguous_cache(v, seq_lens, table)
-        ref = bench.sdpa(q, kc, vc).float()
-        dst = torch.empty_like(k)
-        base = {"copy": graph_ms(lambda: kernel_copy(k, dst), rep=80) * 1e3,
-                "sdpa": graph_ms(lambda: bench.sdpa(q, kc, vc), rep=80) * 1e3,
-                "library": graph_ms(lambda: fast.decode_attention(q, k, v, seq_lens, table), rep=80) * 1e3}
-        print(f"{name}: " + ", ".join(f"{p} {us:.1f} us ({base['copy'] / us:.3f} of a copy)" for p, us in base.items()),
-              flush=True)
-        rows.append(dict(kind="providers", shape=name, **{p: round(us, 2) for p, us in base.items()}))
+        (q, k, v, seq_lens, table), ref, base = sweep.shape(name, rows)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        B = len(LENS[name])
+        B = len(sweep.LENS[name])
         grid = itertools.product((1, 2), sorted({sms // B, 2 * sms // B, 64 // B or 1, 128 // B or 1}), (4, 8), (3, 5))
         for pages, splits, warps, stages in grid:
             if time.time() - t0 > BUDGET_S:

@@ -1,11 +1,35 @@
-"""What the decode sweeps (``stages_probe.py``, ``allheads_probe.py``) share: one point checked against a
-reference, then timed in a CUDA graph under the table's flush (``graph_ms``) beside the copy and SDPA of the
-same run; the rows written as JSON; the best points of each shape printed last."""
+"""What the decode sweeps (``stages_probe.py``, ``allheads_probe.py``) share: a shape's cache and its
+providers (a copy of the same bytes, SDPA, the library) timed first; then each point checked against the
+reference and timed in a CUDA graph under the table's flush (``graph_ms``) beside them; the rows written as
+JSON; the best points of each shape printed last."""
 
 import json
 from pathlib import Path
 
-from tkcourse.bench import graph_ms
+import torch
+
+from benchmarks import decode_attention as bench
+from solutions.kernels import decode_attention as fast
+from tkcourse.bench import graph_ms, kernel_copy
+
+#: Every shape a sweep takes by name: the bench's and its spread ones (``B1-N32768``, ...).
+LENS = dict(bench.SHAPES, **bench.SPREAD_SHAPES)
+
+
+def shape(name: str, rows: list):
+    """``(q, k, v, seq_lens, table)`` of shape ``name`` (page 16, pages spread), the SDPA reference in fp32 and
+    the providers' times in us (``copy``, ``sdpa``, ``library``), printed and appended to ``rows``."""
+    q, k, v, seq_lens, table = bench.paged_cache(LENS[name], bench.SPREAD_PAGE_SIZE)
+    kc, vc = bench.contiguous_cache(k, seq_lens, table), bench.contiguous_cache(v, seq_lens, table)
+    ref = bench.sdpa(q, kc, vc).float()
+    dst = torch.empty_like(k)
+    base = {"copy": graph_ms(lambda: kernel_copy(k, dst), rep=80) * 1e3,
+            "sdpa": graph_ms(lambda: bench.sdpa(q, kc, vc), rep=80) * 1e3,
+            "library": graph_ms(lambda: fast.decode_attention(q, k, v, seq_lens, table), rep=80) * 1e3}
+    print(f"{name}: " + ", ".join(f"{p} {us:.1f} us ({base['copy'] / us:.3f} of a copy)" for p, us in base.items()),
+          flush=True)
+    rows.append(dict(kind="providers", shape=name, **{p: round(us, 2) for p, us in base.items()}))
+    return (q, k, v, seq_lens, table), ref, base
 
 
 def measure(fn, ref, point: dict, shape: str, copy_us: float, sdpa_us: float, rows: list) -> None:

@@ -31,12 +31,9 @@ import triton  # noqa: E402
 
 import points as sweep  # noqa: E402  (this folder's shared sweep loop)
 
-from benchmarks import decode_attention as bench  # noqa: E402
 from solutions.kernels import decode_attention as fast  # noqa: E402
-from tkcourse.bench import graph_ms, kernel_copy  # noqa: E402
 
 BUDGET_S = 330  # no new point after this many seconds
-LENS = dict(bench.SHAPES, **bench.SPREAD_SHAPES)
 
 
 def points(name, plan):
@@ -62,19 +59,11 @@ def main(argv=None):
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, "page 16", flush=True)
     rows = []
     for name in args.shapes.split(","):
-        lens = LENS[name]
-        q, k, v, seq_lens, table = bench.paged_cache(lens, bench.SPREAD_PAGE_SIZE)
-        kc, vc = bench.contiguous_cache(k, seq_lens, table), bench.contiguous_cache(v, seq_lens, table)
-        ref = bench.sdpa(q, kc, vc).float()
+        (q, k, v, seq_lens, table), ref, base = sweep.shape(name, rows)
         plan = fast.plan_of(q, k, table)
-        dst = torch.empty_like(k)
-        copy_us = graph_ms(lambda: kernel_copy(k, dst), rep=80) * 1e3
-        sdpa_us = graph_ms(lambda: bench.sdpa(q, kc, vc), rep=80) * 1e3
-        course_us = graph_ms(lambda: fast.decode_attention(q, k, v, seq_lens, table), rep=80) * 1e3
-        print(f"{name}: plan {plan}; copy {copy_us:.1f} us, sdpa {sdpa_us:.1f} us ({copy_us / sdpa_us:.3f} of a copy), "
-              f"course {course_us:.1f} us ({copy_us / course_us:.3f} of a copy, {sdpa_us / course_us:.3f}x sdpa)", flush=True)
-        rows.append(dict(kind="providers", shape=name, copy_us=round(copy_us, 2), sdpa_us=round(sdpa_us, 2),
-                         course_us=round(course_us, 2), plan=[plan.block_n, plan.splits, plan.num_warps, plan.num_stages]))
+        print(f"{name}: the library's plan {plan}", flush=True)
+        rows[-1]["plan"] = [plan.block_n, plan.splits, plan.num_warps, plan.num_stages]
+        copy_us, sdpa_us = base["copy"], base["sdpa"]
         for bn, splits, warps, stages in points(name, plan):
             if time.time() - t0 > BUDGET_S:
                 print("budget spent: the rest skipped", flush=True)
