@@ -126,7 +126,7 @@ def _operands(b, s_lo, s_hi, DEQ: gl.constexpr, dtype: gl.constexpr):
 @gluon.jit
 def _split_store(acc, acc_l: gl.constexpr, y_ptr, ws_ptr, count_ptr, sub, split, M, N, off_m, row0, stride_ym,
                  ROWS: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr, ATOMIC: gl.constexpr,
-                 TIMING: gl.constexpr, dtype: gl.constexpr):
+                 dtype: gl.constexpr):
     """The epilogue of ``sub``, a block of ``ROWS`` weight rows from ``row0`` by BLOCK_M rows of x: y[m, n] =
     acc[n, m], or with ``SPLIT_K`` > 1 this split's fp32 partial added to the block's others (atomic adds
     into a zeroed tile with ``ATOMIC``, else parked and added in order by the last to count in)."""
@@ -146,9 +146,8 @@ def _split_store(acc, acc_l: gl.constexpr, y_ptr, ws_ptr, count_ptr, sub, split,
         _cta_barrier()
         done = gl.atomic_add(count_ptr + sub, 1, sem="acq_rel", scope="gpu")
         if done == SPLIT_K - 1:
-            if TIMING != 2:
-                total = gl.load(ws_tile, cache_modifier=".cg")
-                gl.store(y_ptrs, total.to(dtype), mask=y_mask)
+            total = gl.load(ws_tile, cache_modifier=".cg")
+            gl.store(y_ptrs, total.to(dtype), mask=y_mask)
             gl.store(ws_tile, gl.zeros_like(acc), cache_modifier=".cg")
             gl.atomic_xchg(count_ptr + sub, 0)
     else:  # serial split-K, as ``kernels.int4_matmul``: park the partial, count in, the last adds them all
@@ -158,16 +157,12 @@ def _split_store(acc, acc_l: gl.constexpr, y_ptr, ws_ptr, count_ptr, sub, split,
         gl.store(ws_tile + split * (BLOCK_M * ROWS), acc, cache_modifier=".cg")
         _cta_barrier()
         done = gl.atomic_add(count_ptr + sub, 1, sem="acq_rel", scope="gpu")
-        if TIMING != 2:
-            if done == SPLIT_K - 1:
-                total = gl.load(ws_tile, cache_modifier=".cg")
-                for s in gl.static_range(1, SPLIT_K):
-                    total += gl.load(ws_tile + s * (BLOCK_M * ROWS), cache_modifier=".cg")
-                gl.store(y_ptrs, total.to(dtype), mask=y_mask)
-                gl.atomic_xchg(count_ptr + sub, 0)
-        else:
-            if done == SPLIT_K - 1:
-                gl.atomic_xchg(count_ptr + sub, 0)
+        if done == SPLIT_K - 1:
+            total = gl.load(ws_tile, cache_modifier=".cg")
+            for s in gl.static_range(1, SPLIT_K):
+                total += gl.load(ws_tile + s * (BLOCK_M * ROWS), cache_modifier=".cg")
+            gl.store(y_ptrs, total.to(dtype), mask=y_mask)
+            gl.atomic_xchg(count_ptr + sub, 0)
 
 
 @gluon.jit
@@ -180,7 +175,7 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
                        num_warps: gl.constexpr, ATOMIC: gl.constexpr = True,
                        FINE: gl.constexpr = False, DEQ: gl.constexpr = 3, PERMUTE_K: gl.constexpr = False,
                        TIMING: gl.constexpr = 0):  # probes: 1 the first step's tile reused (no loads of the bytes,
-    # no dequantization after it), 2 the split's partials stored and not added (wrong values both)
+    # no dequantization after it: wrong values)
     """``y.T = W @ x.T`` a tile at a time: BLOCK_N rows of the weight (64 a warpgroup, wgmma's M) by BLOCK_M
     rows of x (wgmma's N). Each step's bytes go from shared memory straight into the registers of wgmma's
     left operand, are dequantized there (no store of a 16-bit tile to shared memory and no read of it back:
@@ -275,7 +270,7 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
         mbarrier.invalidate(landed.index(s))
 
     _split_store(acc, acc_l, y_ptr, ws_ptr, count_ptr, tile, split, M, N, off_m, off_n, stride_ym, BLOCK_N, BLOCK_M,
-                 SPLIT_K, ATOMIC, TIMING, dtype)
+                 SPLIT_K, ATOMIC, dtype)
 
 
 # ---- the next rung, not measured yet: two warpgroups in ping-pong, as lesson 12's attention ----
@@ -356,7 +351,7 @@ def _pp_consumer(x_lo, x_hi, w_ring, ready, empty, turn_mine, turn_other, s_ptr,
             mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     _split_store(acc, acc_l, y_ptr, ws_ptr, count_ptr, 2 * tile + WG, split, M, N, off_m, row0, stride_ym, ROWS,
-                 BLOCK_M, SPLIT_K, ATOMIC, 0, dtype)
+                 BLOCK_M, SPLIT_K, ATOMIC, dtype)
 
 
 @gluon.jit
@@ -438,17 +433,16 @@ def takes(x, packed, scales, group_size) -> bool:
 _WS: dict = {}
 
 
-def _workspace(tiles, config, device, split, atomic):
-    """The fp32 tiles (zero between launches for the atomic split) and a counter a tile, kept a device."""
-    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    cells = (tiles * bm * bn if atomic else tiles * split * bm * bn) if split > 1 else 1
+def _workspace(blocks, block_cells, device, split, atomic):
+    """The fp32 tiles of ``blocks`` output blocks of ``block_cells`` values (zero between launches for the
+    atomic split; ``split`` of them a block for the serial one) and a counter a block, kept a device."""
+    cells = block_cells * blocks * (1 if atomic else split) if split > 1 else 1
     key = (device, atomic)  # the atomic tiles must start at zero: never shared with serial partials
     ws = _WS.get(key)
-    if ws is None or ws[0].numel() < cells or ws[1].numel() < tiles:
+    if ws is None or ws[0].numel() < cells or ws[1].numel() < blocks:
         ws = _WS[key] = (torch.zeros(cells, dtype=torch.float32, device=device),
-                         torch.zeros(max(tiles, 1), dtype=torch.int32, device=device))
+                         torch.zeros(max(blocks, 1), dtype=torch.int32, device=device))
     return ws
-
 
 def descriptors(x2, w, config=CONFIG):
     """Gluon tensor descriptors of x (M, K) and the packed weight as int8 (N, K/2), the blocks of ``config``
@@ -482,17 +476,17 @@ def launch(x2, w, scales, y, group_size, config=CONFIG, timing=0, sms=None):
     # atomic adds only where their order cannot change the sum (two partials: 0 + a + b = 0 + b + a), so a
     # call gives the same bits every time; more partials are added in order by the last program (serial)
     atomic = config.get("ATOMIC", True) and split <= 2
-    if config.get("PINGPONG", False):  # two blocks of 64 rows a tile, each with its counter; 4 warps and workers
-        ws, counts = _workspace(2 * tiles, dict(config, BLOCK_N=config["BLOCK_N"] // 2), x2.device, split, atomic)
-        meta = dict(GROUP=group_size, STAGES=config["STAGES"], SPLIT_K=split, num_warps=4, ATOMIC=atomic,
-                    DEQ=config.get("DEQ", 3))
-        return (tiles * split,), (x2, w, scales, y, ws, counts), (M, N, K, scales.stride(0), y.stride(0)), meta
-    ws, counts = _workspace(tiles, config, x2.device, split, atomic)
-    meta = dict(GROUP=group_size, STAGES=config["STAGES"], SPLIT_K=split, num_warps=config["num_warps"],
-                ATOMIC=atomic, FINE=config.get("FINE", False), DEQ=config.get("DEQ", 3),
-                PERMUTE_K=config.get("PERMUTE_K", False), TIMING=timing)
+    pingpong = config.get("PINGPONG", False)
+    blocks = 2 * tiles if pingpong else tiles  # the ping-pong rung counts each warpgroup's 64 rows apart
+    ws, counts = _workspace(blocks, tiles * config["BLOCK_M"] * config["BLOCK_N"] // blocks, x2.device, split,
+                            atomic)
+    meta = dict(GROUP=group_size, STAGES=config["STAGES"], SPLIT_K=split, ATOMIC=atomic, DEQ=config.get("DEQ", 3))
+    if pingpong:  # the first consumer's 4 warps; the second consumer and the producer are workers
+        meta["num_warps"] = 4
+    else:
+        meta.update(num_warps=config["num_warps"], FINE=config.get("FINE", False),
+                    PERMUTE_K=config.get("PERMUTE_K", False), TIMING=timing)
     return (tiles * split,), (x2, w, scales, y, ws, counts), (M, N, K, scales.stride(0), y.stride(0)), meta
-
 
 def matmul(x, packed, scales, group_size=128, config=CONFIG, timing=0):
     """``x @ dequantize(packed, scales, group_size).T`` as ``solutions.int4_matmul.matmul`` (its checks, its
