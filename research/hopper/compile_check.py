@@ -48,8 +48,9 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
     consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
     kernel = kernel or ga.attention_fwd_kernel
-    if "MASK_ALL" in cfg:  # the ping-pong rung's causal mask on every key block, or on the diagonal's only
-        sig["MASK_ALL"], consts["MASK_ALL"] = "constexpr", cfg["MASK_ALL"]
+    for key in ("MASK_ALL", "REVERSE"):  # the ping-pong rung's switches, where the config sets them
+        if key in cfg:
+            sig[key], consts[key] = "constexpr", cfg[key]
     if "GROUP" in kernel.arg_names:  # grouped-query heads: one K/V head for 4 here
         sig["GROUP"], consts["GROUP"] = "constexpr", 4
     if "LSE" in kernel.arg_names:  # the ping-pong rung writes each row's log-sum-exp

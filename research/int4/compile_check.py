@@ -106,10 +106,13 @@ def gluon_report(dtype: str, split: int, pingpong: bool, workdir: Path) -> str:
     # the operands after the accumulator: a list of registers (the left one), then a descriptor (the right)
     from_registers = bool(mma) and all(re.search(r"\}, \{%r\d+(,%r\d+){3}\}, %rd\d+", line) for line in mma)
     atomic = bool(re.search(r"atom\.global\.[\w.]*add\.(?:v2\.)?f32", ptx))
+    # a wait that leaves wgmma in flight lets the next step's dequantization rewrite their operand's registers
+    pending = sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)} - {0})
     yes = {True: "yes", False: "no"}
     return (f"gluon {'pingpong' if pingpong else 'default'} split {split} {dtype}: shared {k.metadata.shared} B, "
             f"{regs and regs.group(1)} registers, spills {spills} B, wgmma x{len(mma)}, serialized: "
-            f"{yes['C7514' in info]}, left operand from registers: {yes[from_registers]}, atomic adds: {yes[atomic]}")
+            f"{yes['C7514' in info]}, left operand from registers: {yes[from_registers]}, atomic adds: {yes[atomic]}, "
+            f"wgmma left in flight by a wait: {', '.join(map(str, pending)) or 'none'}")
 
 
 def loop_counts(ptx: str, workdir: Path):

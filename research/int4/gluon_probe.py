@@ -1,6 +1,7 @@
 """The Gluon int4 kernel at prefill sizes (``solutions/kernels/gluon_int4.py``) on an H100/H200: right, then
 timed against cuBLAS on the 16-bit weight and the library (``kernels.int4_matmul`` as it ships, which routes
-65-128 rows to the Gluon kernel on Hopper; ``--no-route`` times its Triton kernel there instead).
+``gluon_int4.MIN_M`` + 1 to ``MAX_M`` rows to the Gluon kernel on Hopper; ``--no-route`` times its Triton kernel
+there instead).
 
     PYTHONPATH=$PWD python3 research/int4/gluon_probe.py [OUT] [--m 128 256] [--no-route]
 
@@ -37,20 +38,18 @@ from solutions.kernels import int4_matmul as fast  # noqa: E402
 from tkcourse.bench import graph_ms  # noqa: E402
 
 CONFIGS = {
-    "default": dict(gi.CONFIG),
+    "default": dict(gi.CONFIG),  # the ping-pong kernel, as routed
     "s3": dict(gi.CONFIG, STAGES=3),
-    "fine": dict(gi.CONFIG, FINE=True),
-    "perm": dict(gi.CONFIG, PERMUTE_K=True),
     "deq1": dict(gi.CONFIG, DEQ=1),
     "serial": dict(gi.CONFIG, ATOMIC=False),
     "nosplit": dict(gi.CONFIG, SPLIT_K=1),
-    "pingpong": dict(gi.CONFIG, PINGPONG=True),
-    "pingpong s3": dict(gi.CONFIG, PINGPONG=True, STAGES=3),
+    "wgmma": dict(gi.CONFIG, PINGPONG=False),  # the rung before: both warpgroups dequantize, then both wait
+    "wgmma perm": dict(gi.CONFIG, PINGPONG=False, PERMUTE_K=True),
 }
-#: Where the time goes (wrong values; timed, not checked): the kernel's ``TIMING`` 1 (the first step's
-#: tile reused: no bytes loaded or dequantized after it).
+#: Where the time goes (wrong values; timed, not checked): the rung before's ``TIMING`` 1 (the first step's
+#: tile reused: no bytes loaded or dequantized after it), the loads and MMAs alone.
 TIMED_ONLY = {
-    "no-deq": (dict(gi.CONFIG), 1),
+    "no-deq": (dict(gi.CONFIG, PINGPONG=False), 1),
 }
 
 

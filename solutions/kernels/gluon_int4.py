@@ -1,5 +1,6 @@
 """Weight-only int4 matmul at prefill sizes on Hopper (H100/H200), in Gluon: lesson 10's product with lesson
-12's tools, the kernel ``kernels.int4_matmul`` routes x of 65 to 128 rows to on those GPUs (``ROUTE``).
+12's tools, the kernel ``kernels.int4_matmul`` routes x of ``MIN_M`` + 1 to ``MAX_M`` rows to on those GPUs
+(``ROUTE``).
 
 At a prefill's hundred rows the product is bound by the tensor cores, not the weight's bytes, and each
 step's 16-bit tile has to be made from the int4 bytes first. Triton's kernel waits for each step's
@@ -12,30 +13,28 @@ Here the schedule is the kernel's own, as in the mixed-input GEMMs of Marlin and
   memory into the registers of the operand and are dequantized there (the library's ``DEQ`` 3 PTX: a
   ``lop3`` and a packed subtraction for two values); the tensor cores read only x from shared memory,
   and no 16-bit tile is stored and read back.
-- **The MMAs of one step under the dequantization of the next.** Each step issues its two wgmma (the low
-  nibbles against x's low K half, the high ones against the high half) asynchronously and waits only for
-  the step before's, so a step's bytes are dequantized while the previous step's products run.
-- **TMA loads in a ring** of ``STAGES`` steps (x's two K halves and the weight's bytes), refilled once both
-  warpgroups are done with a stage.
+- **Two warpgroups in ping-pong** (``int4_pingpong_kernel``, FlashAttention-3's schedule, as lesson 12's
+  attention): a producer warp loads each step by TMA into a ring of ``STAGES``, and each consumer
+  warpgroup dequantizes its 64 rows' bytes while the other's MMAs run, their wgmma issued in turns passed
+  by mbarriers. A warpgroup waits for its own MMAs before it dequantizes its next step: a wgmma reads its
+  register operand while it runs, and ptxas puts the next step's operand in the same registers (a wait
+  that left them in flight gave wrong sums on the H200). ``int4_wgmma_kernel`` is the rung before: its two
+  warpgroups dequantize at the same time, then both wait on the tensor cores.
 - **Split-K in one wave.** A layer of 4096 or 8192 outputs makes 32 or 64 tiles of 128 rows, too few for
   132 SMs: K is split over up to 8 programs, as many as keep every program in one wave
   (``split_for``). Two programs add their fp32 partials into a zeroed tile by atomics (the last to count
   in writes y and zeroes the tile again); more park their partials and the last adds them in order, so
   that a call gives the same bits every time (atomic adds of three or more partials would not).
 
-On the H200 (``research/int4/logs/gluon_probe_seventh.log``, bf16 and fp16, M 128, CUDA graphs) it runs
-0.89-1.03x cuBLAS on 16-bit weights where the Triton kernel runs 0.61-0.83x; with the dequantization
-taken out the same loop runs 1.16-1.33x, so the dequantization is still not wholly hidden under the
-MMAs (``research/README.md`` says what was tried).
+On the H200 (``research/int4/logs/gluon_probe_tenth.log``, bf16 and fp16, CUDA graphs) the ping-pong kernel
+runs 0.97-1.12x cuBLAS on 16-bit weights at M 128, where the rung before runs 0.89-1.04x and the Triton
+kernel 0.61-0.83x; with the dequantization taken out the same tile runs 1.14-1.36x, so the dequantization
+is not yet wholly hidden (``research/README.md`` says what was tried). ``PERMUTE_K`` (x's columns permuted
+so a thread's bytes are one 16-byte load), ``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K at any split) and ``TIMING``
+are switches of the rung before that ``research/int4/gluon_probe.py`` measures beside the defaults.
 
-``int4_pingpong_kernel`` is the next rung, written and compiled but not yet run on a GPU: a producer warp and
-two consumer warpgroups in ping-pong, each dequantizing while the other's MMAs run (lesson 12's attention).
-``FINE`` (each 16-wide K slice dequantized just before its wgmma), ``PERMUTE_K`` (x's columns permuted so
-a thread's bytes are one 16-byte load), ``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K at any split) and
-``TIMING`` are what ``research/int4/gluon_probe.py`` measures beside the defaults.
-
-Names: ``matmul``, ``int4_wgmma_kernel``, ``int4_pingpong_kernel``, ``split_for``, ``takes``, ``launch``,
-``CONFIG``, ``ROUTE``, ``permute_k``. Importing needs no GPU.
+Names: ``matmul``, ``int4_wgmma_kernel``, ``int4_pingpong_kernel``, ``kernel_for``, ``split_for``, ``takes``,
+``launch``, ``CONFIG``, ``ROUTE``, ``MIN_M``, ``MAX_M``, ``permute_k``. Importing needs no GPU.
 """
 
 from __future__ import annotations
@@ -50,8 +49,8 @@ from .. import int4_matmul as lesson
 from . import int4_ptx
 from .gluon_matmul import GL_DTYPES, check_device, shared_layout
 
-__all__ = ["matmul", "int4_wgmma_kernel", "int4_pingpong_kernel", "split_for", "takes", "launch", "descriptors",
-           "CONFIG", "ROUTE", "MIN_M", "MAX_M", "permute_k", "forget"]
+__all__ = ["matmul", "int4_wgmma_kernel", "int4_pingpong_kernel", "kernel_for", "split_for", "takes", "launch",
+           "descriptors", "CONFIG", "ROUTE", "MIN_M", "MAX_M", "permute_k", "forget"]
 
 #: A barrier of the program's threads: ``gl.barrier`` from Triton 3.7, ``gl.thread_barrier`` in 3.6.
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
@@ -173,15 +172,16 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
                        M, N, K, stride_sn, stride_ym,
                        GROUP: gl.constexpr, STAGES: gl.constexpr, SPLIT_K: gl.constexpr,
                        num_warps: gl.constexpr, ATOMIC: gl.constexpr = True,
-                       FINE: gl.constexpr = False, DEQ: gl.constexpr = 3, PERMUTE_K: gl.constexpr = False,
+                       DEQ: gl.constexpr = 3, PERMUTE_K: gl.constexpr = False,
                        TIMING: gl.constexpr = 0):  # probes: 1 the first step's tile reused (no loads of the bytes,
     # no dequantization after it: wrong values)
     """``y.T = W @ x.T`` a tile at a time: BLOCK_N rows of the weight (64 a warpgroup, wgmma's M) by BLOCK_M
     rows of x (wgmma's N). Each step's bytes go from shared memory straight into the registers of wgmma's
     left operand, are dequantized there (no store of a 16-bit tile to shared memory and no read of it back:
     the tensor cores read only x from shared memory), and the step's two wgmma (low nibbles against x's low
-    K half, high against the high half) run while the next step's bytes are dequantized. ``SPLIT_K``
-    programs share a tile's K, and the last to finish adds their fp32 partials."""
+    K half, high against the high half) run once both warpgroups have dequantized: the tensor cores and the
+    dequantization take turns, which ``int4_pingpong_kernel`` overlaps. ``SPLIT_K`` programs share a tile's
+    K, and the last to finish adds their fp32 partials."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -238,24 +238,18 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
         s_lo_next = gl.load(s_row + k1 // GROUP)
         s_hi_next = gl.load(s_row + (half + k1) // GROUP)
         mbarrier.wait(landed.index(cur), phase=(j // STAGES) & 1)
-        if FINE:  # 16 values of K at a time: each wgmma's operand made just before it is issued
-            for kb in gl.static_range(BLOCK_K // 16):
-                b = w_ring.index(cur).slice(kb * 16, 16, dim=1).load(a_l)
-                f_lo, f_hi = _operands(b, s_lo, s_hi, DEQ, dtype)
-                acc = warpgroup_mma(f_lo, x_lo.index(cur).slice(kb * 16, 16, dim=1).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma(f_hi, x_hi.index(cur).slice(kb * 16, 16, dim=1).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=2 * (BLOCK_K // 16), deps=(acc,))
-        else:
-            if TIMING != 1:
-                if PERMUTE_K:
-                    b = w_ring.index(cur)._reinterpret(gl.int8, [BLOCK_N, BLOCK_K], w_perm_l).load(a_l)
-                else:
-                    b = w_ring.index(cur).load(a_l)
-                a_lo, a_hi = _operands(b, s_lo, s_hi, DEQ, dtype)
-            acc = warpgroup_mma(a_lo, x_lo.index(cur).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(a_hi, x_hi.index(cur).permute((1, 0)), acc, is_async=True)
-        if not FINE:
-            acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))  # the step before's two are done
+        if TIMING != 1:
+            if PERMUTE_K:
+                b = w_ring.index(cur)._reinterpret(gl.int8, [BLOCK_N, BLOCK_K], w_perm_l).load(a_l)
+            else:
+                b = w_ring.index(cur).load(a_l)
+            a_lo, a_hi = _operands(b, s_lo, s_hi, DEQ, dtype)
+        acc = warpgroup_mma(a_lo, x_lo.index(cur).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a_hi, x_hi.index(cur).permute((1, 0)), acc, is_async=True)
+        # every MMA of the step done before the next step's bytes are dequantized: a wgmma reads its left
+        # operand's registers while it runs, and ptxas writes the next step's operand into the same registers
+        # (leaving this step's MMAs in flight gave wrong sums on the H200, different from call to call)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         _cta_barrier()  # ... in both warpgroups: its stage may be written again
         nxt = j + STAGES - 1
         if nxt < count:
@@ -273,7 +267,7 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
                  SPLIT_K, ATOMIC, dtype)
 
 
-# ---- the next rung, not measured yet: two warpgroups in ping-pong, as lesson 12's attention ----
+# ---- the routed rung: two warpgroups in ping-pong, as lesson 12's attention ----
 @gluon.jit
 def _program_steps(K, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr):
     """(tile, split, first step, steps of this program, all steps, K/2) of this program."""
@@ -313,7 +307,7 @@ def _pp_consumer(x_lo, x_hi, w_ring, ready, empty, turn_mine, turn_other, s_ptr,
                  SPLIT_K: gl.constexpr, ATOMIC: gl.constexpr, DEQ: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup, the program's weight rows ``WG * 64`` on. A step: wait for its bytes, dequantize them
     (the other warpgroup's MMAs run meanwhile), wait for the turn, issue the step's two wgmma, pass the
-    turn, wait for the step before's and free its stage."""
+    turn, wait for them and free the stage."""
     BLOCK_M: gl.constexpr = x_lo.type.shape[1]
     BLOCK_K: gl.constexpr = x_lo.type.shape[2]
     BLOCK_N: gl.constexpr = w_ring.type.shape[1]
@@ -346,10 +340,12 @@ def _pp_consumer(x_lo, x_hi, w_ring, ready, empty, turn_mine, turn_other, s_ptr,
         acc = warpgroup_mma(a_lo, x_lo.index(cur).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma(a_hi, x_hi.index(cur).permute((1, 0)), acc, is_async=True)
         mbarrier.arrive(turn_other, count=1)
-        acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))  # the step before's two are done
-        if j > 0:
-            mbarrier.arrive(empty.index((j - 1) % STAGES), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        # this step's MMAs done before the next step's bytes are dequantized: a wgmma reads its left operand's
+        # registers while it runs, and ptxas writes the next step's operand into the same registers (seen on the
+        # H200 with the wait leaving this step's two in flight: wrong sums, different from call to call). The
+        # tensor cores meanwhile run the other warpgroup's MMAs: that is the ping-pong.
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index(cur), count=1)
     _split_store(acc, acc_l, y_ptr, ws_ptr, count_ptr, 2 * tile + WG, split, M, N, off_m, row0, stride_ym, ROWS,
                  BLOCK_M, SPLIT_K, ATOMIC, dtype)
 
@@ -364,8 +360,7 @@ def int4_pingpong_kernel(x_desc, w_desc, s_ptr, y_ptr, ws_ptr, count_ptr, M, N, 
     so the tensor cores see the two warpgroups' MMAs back to back. Where ``int4_wgmma_kernel``'s two
     warpgroups dequantize at the same time and then both wait on the tensor cores. Launched with
     ``num_warps`` 4 (the first consumer; the second and the producer are workers); its split-K counts a
-    block of 64 rows at a time (``launch`` gives it two counters a tile). Not yet measured on a GPU:
-    ``research/int4/gluon_probe.py`` times it (config key ``PINGPONG``)."""
+    block of 64 rows at a time (``launch`` gives it two counters a tile). ``CONFIG``'s ``PINGPONG``."""
     BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -396,12 +391,14 @@ def int4_pingpong_kernel(x_desc, w_desc, s_ptr, y_ptr, ws_ptr, count_ptr, M, N, 
 
 
 #: The tile: 128 weight rows (two warpgroups), 128 rows of x, 64 bytes of each weight row a step (64 values
-#: of each K half), 4 stages; ``SPLIT_K`` 0: chosen by ``split_for``.
-CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, SPLIT_K=0, num_warps=8)
+#: of each K half), 4 stages; ``SPLIT_K`` 0: chosen by ``split_for``; ``PINGPONG``: the ping-pong kernel
+#: (False: ``int4_wgmma_kernel``, 8 warps).
+CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, SPLIT_K=0, num_warps=8, PINGPONG=True)
 #: ``kernels.int4_matmul`` routes here on Hopper GPUs for x of more than ``MIN_M`` and at most ``MAX_M`` rows:
-#: the rows measured against the Triton kernel (M 128; one 128-row tile, so fewer rows take the same time).
+#: where the ping-pong kernel was measured faster than the Triton kernel (a 128-row tile of x, so fewer rows
+#: take as long as 128; ``research/int4/logs/gluon_probe_tenth.log`` and ``_eleventh``).
 ROUTE = True
-MIN_M, MAX_M = 64, 128
+MIN_M, MAX_M = 32, 256
 
 
 def split_for(M, N, K, config=CONFIG, sms=132):
@@ -484,9 +481,13 @@ def launch(x2, w, scales, y, group_size, config=CONFIG, timing=0, sms=None):
     if pingpong:  # the first consumer's 4 warps; the second consumer and the producer are workers
         meta["num_warps"] = 4
     else:
-        meta.update(num_warps=config["num_warps"], FINE=config.get("FINE", False),
-                    PERMUTE_K=config.get("PERMUTE_K", False), TIMING=timing)
+        meta.update(num_warps=config["num_warps"], PERMUTE_K=config.get("PERMUTE_K", False), TIMING=timing)
     return (tiles * split,), (x2, w, scales, y, ws, counts), (M, N, K, scales.stride(0), y.stride(0)), meta
+
+def kernel_for(config=CONFIG):
+    """The kernel ``config`` runs: ``int4_pingpong_kernel`` with ``PINGPONG``, else ``int4_wgmma_kernel``."""
+    return int4_pingpong_kernel if config.get("PINGPONG", False) else int4_wgmma_kernel
+
 
 def matmul(x, packed, scales, group_size=128, config=CONFIG, timing=0):
     """``x @ dequantize(packed, scales, group_size).T`` as ``solutions.int4_matmul.matmul`` (its checks, its
@@ -505,8 +506,7 @@ def matmul(x, packed, scales, group_size=128, config=CONFIG, timing=0):
     y = torch.empty((x2.shape[0], N), dtype=x.dtype, device=x.device)
     grid, args, static, meta = launch(x2, packed.contiguous().view(torch.int8), scales.contiguous(), y, group_size,
                                       config, timing)
-    kernel = int4_pingpong_kernel if config.get("PINGPONG", False) else int4_wgmma_kernel
-    kernel[grid](*descriptors(args[0], args[1], config), *args[2:], *static, **meta)
+    kernel_for(config)[grid](*descriptors(args[0], args[1], config), *args[2:], *static, **meta)
     return y.reshape(*x.shape[:-1], N)
 
 

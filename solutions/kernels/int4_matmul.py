@@ -455,15 +455,15 @@ def _gluon_takes(x2, packed, scales, group_size) -> bool:
 
 def _gluon_lean():
     """The Gluon kernel's ``Lean``, made on the first call routed to it and listed in ``LEANS``."""
-    if "int4_wgmma" not in LEANS:
+    if "int4_gluon" not in LEANS:
         from . import gluon_int4
 
-        LEANS["int4_wgmma"] = Lean(gluon_int4.int4_wgmma_kernel)
-    return LEANS["int4_wgmma"]
+        LEANS["int4_gluon"] = Lean(gluon_int4.kernel_for(gluon_int4.CONFIG))
+    return LEANS["int4_gluon"]
 
 
 def _gluon_first(key, x2, packed, scales, group_size, y, template, out_shape):
-    """A first call routed to ``kernels.gluon_int4`` (a Hopper GPU, 65 to 128 rows): launched through
+    """A first call routed to ``kernels.gluon_int4`` (a Hopper GPU, ``gluon_int4.takes``): launched through
     its ``Lean``, whose entry is kept in this module's under the same key, so a later call looks once."""
     from . import gluon_int4
 
@@ -485,7 +485,7 @@ LEANS = dict(int4_matmul=_INT4)
 def forget():
     """Drop every kept entry, workspace and fp32 scales: the next call of each key is a first call again."""
     _INT4.entries.clear()
-    if "int4_wgmma" in LEANS:
-        LEANS["int4_wgmma"].entries.clear()
+    if "int4_gluon" in LEANS:
+        LEANS["int4_gluon"].entries.clear()
     _WORKSPACE.clear()
     _SCALES32.clear()
