@@ -396,9 +396,10 @@ def int4_pingpong_kernel(x_desc, w_desc, s_ptr, y_ptr, ws_ptr, count_ptr, M, N, 
 CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, SPLIT_K=0, num_warps=8, PINGPONG=True)
 #: ``kernels.int4_matmul`` routes here on Hopper GPUs for x of more than ``MIN_M`` and at most ``MAX_M`` rows:
 #: where the ping-pong kernel was measured faster than the Triton kernel (a 128-row tile of x, so fewer rows
-#: take as long as 128; ``research/int4/logs/gluon_probe_tenth.log`` and ``_eleventh``).
+#: take as long as 128): at 48 to 2048 rows, not at 24 or 32 (``research/int4/logs/gluon_probe_tenth.log``
+#: to ``_twelfth``); above 2048 not measured.
 ROUTE = True
-MIN_M, MAX_M = 32, 256
+MIN_M, MAX_M = 32, 2048
 
 
 def split_for(M, N, K, config=CONFIG, sms=132):
