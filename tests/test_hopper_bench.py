@@ -193,3 +193,19 @@ def test_pingpong_reverse_order_is_a_config_key():
     assert "REVERSE" not in ga.launch_plan(q, q, q, q, True, 0.125, pp, ga.PP_CONFIG)[2]
     for fn in (pp, ga.pingpong_consumer, ga.pingpong_producer):
         assert [p.default for p in fn.params if p.name == "REVERSE"] == [False], fn
+
+
+def test_the_routed_pingpong_attention_never_rewrites_a_wgmma_operand_in_flight():
+    """The library's ping-pong attention (every dtype, head dim and mask), compiled for sm_90a in a process of
+    its own: no write of a wgmma's register operand (P, for P V) before the wgmma is retired
+    (``research/hopper/wgmma_races.py``), the race that gave wrong int4 sums on the H200."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, str(root / "research/hopper/compile_check.py"), "--pingpong"],
+                         capture_output=True, text=True, timeout=600, cwd=root)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [line for line in run.stdout.splitlines() if line.startswith("ping-pong")]
+    assert len(lines) == 8 and all(line.endswith("register-operand races: none") for line in lines), run.stdout

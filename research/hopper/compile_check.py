@@ -4,7 +4,10 @@ that they build, their shared memory, how many wgmma and waits their PTX holds, 
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
 
-    python research/hopper/compile_check.py
+    python research/hopper/compile_check.py [--pingpong]
+
+Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
+run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles).
 
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
@@ -25,6 +28,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 from triton.runtime.jit import mangle_type  # noqa: E402
 
+from research.hopper import wgmma_races  # noqa: E402
 from solutions.kernels import gluon_attention as ga  # noqa: E402
 from solutions.kernels import gluon_matmul as gm  # noqa: E402
 
@@ -64,21 +68,39 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
 
 
-def serialized(ptx: str) -> bool:
-    """Whether ptxas (the wheel's, for sm_90a) warns that it serializes the PTX's wgmma (C7514)."""
+def ptxas(ptx: str) -> tuple[str, str]:
+    """``(ptxas -v's report, the cubin's SASS)`` of the PTX for sm_90a, with the tools Triton's wheel carries."""
     import subprocess
     import tempfile
 
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    ptxas_bin = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "k.ptx").write_text(ptx)
-        info = subprocess.run([ptxas, "-arch=sm_90a", "-v", "-o", Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"],
+        info = subprocess.run([ptxas_bin, "-arch=sm_90a", "-v", "-o", Path(tmp) / "k.cubin", Path(tmp) / "k.ptx"],
                               capture_output=True, text=True).stderr
-    return "C7514" in info
+        return info, wgmma_races.sass_of(Path(tmp) / "k.cubin")
 
 
-def main():
+def serialized(ptx: str) -> bool:
+    """Whether ptxas (the wheel's, for sm_90a) warns that it serializes the PTX's wgmma (C7514)."""
+    return "C7514" in ptxas(ptx)[0]
+
+
+def report(ptx: str) -> str:
+    """What ptxas says of the PTX: serialized wgmma, and register operands rewritten in flight."""
+    info, sass = ptxas(ptx)
+    n = len(wgmma_races.races(sass))
+    return (f"{', SERIALIZED by ptxas (C7514)' if 'C7514' in info else ''}"
+            f", wgmma register-operand races: {n if n else 'none'}")
+
+
+def main(argv=()):
     print("triton", triton.__version__)
+    if "--pingpong" in argv:
+        for dtype, D, causal in itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True)):
+            k = compile_attention(dtype, ga.PP_CONFIG, D=D, causal=causal, kernel=ga.attention_pingpong_kernel)
+            print(f"ping-pong {str(dtype)[6:]} D {D}{' causal' if causal else ''}{report(k.asm['ptx'])}")
+        return
     rungs = (("pipelined", gm.matmul_kernel, gm.CONFIG), ("persistent, warp-specialized", gm.matmul_ws_kernel, gm.WS_CONFIG))
     for (name, kernel, cfg), dtype in itertools.product(rungs, (torch.float16, torch.bfloat16)):
         k = compile_matmul(dtype, cfg, kernel=kernel)
@@ -99,8 +121,8 @@ def main():
         ptx = k.asm["ptx"]
         print(f"{name} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
               f"wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, wgmma.wait_group {len(re.findall(r'wgmma.wait_group', ptx))}"
-              f"{', SERIALIZED by ptxas (C7514)' if serialized(ptx) else ''}")
+              f"{report(ptx)}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -10,7 +10,8 @@ CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``
 ``gemv_deq1``, ``m16``, ``swap128``; default all. ``--gluon``: the Hopper prefill kernel
 (``solutions/kernels/gluon_int4.py``, ``--pingpong`` its ping-pong rung) at M 128, 8192 x 8192, one line:
 its shared memory, registers, spills, whether ptxas serializes its wgmma (warning C7514), whether they take
-their left operand from registers, and whether its split-K adds by atomics. To check against the
+their left operand from registers, whether its split-K adds by atomics, the waits that leave wgmma in
+flight, and the writes of a wgmma's register operand while it may run (``research/hopper/wgmma_races.py``). To check against the
 Triton the GPU machine runs (3.6), install that wheel apart and put it first on the path:
 ``pip download triton==3.6.0 --no-deps -d W && pip install --no-deps --target T W/triton-*.whl`` then
 ``PYTHONPATH=T python research/int4/compile_check.py``.
@@ -30,6 +31,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from research.hopper import wgmma_races  # noqa: E402
 from solutions.kernels import gluon_int4 as gi  # noqa: E402
 from solutions.kernels import int4_matmul as fast  # noqa: E402
 
@@ -108,11 +110,13 @@ def gluon_report(dtype: str, split: int, pingpong: bool, workdir: Path) -> str:
     atomic = bool(re.search(r"atom\.global\.[\w.]*add\.(?:v2\.)?f32", ptx))
     # a wait that leaves wgmma in flight lets the next step's dequantization rewrite their operand's registers
     pending = sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)} - {0})
+    races = len(wgmma_races.races(wgmma_races.sass_of(workdir / "g.cubin")))
     yes = {True: "yes", False: "no"}
     return (f"gluon {'pingpong' if pingpong else 'default'} split {split} {dtype}: shared {k.metadata.shared} B, "
             f"{regs and regs.group(1)} registers, spills {spills} B, wgmma x{len(mma)}, serialized: "
             f"{yes['C7514' in info]}, left operand from registers: {yes[from_registers]}, atomic adds: {yes[atomic]}, "
-            f"wgmma left in flight by a wait: {', '.join(map(str, pending)) or 'none'}")
+            f"wgmma left in flight by a wait: {', '.join(map(str, pending)) or 'none'}, "
+            f"register-operand races: {races or 'none'}")
 
 
 def loop_counts(ptx: str, workdir: Path):
