@@ -4,7 +4,8 @@ instructions a thread a step. No device time: Triton compiles for a target given
 ships ``ptxas`` and ``cuobjdump``.
 
     python research/int4/compile_check.py [CONFIG ...] [--dtype bf16|fp16] [--fp32-scales] [--out DIR]
-    python research/int4/compile_check.py --gluon [--pingpong] [--split N] [--dtype bf16|fp16]
+    python research/int4/compile_check.py --gluon [--pingpong] [--split N] [--dtype bf16|fp16] [--block-m M]
+        [--stages S]
 
 CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``, ``gemv``, ``gemv32``,
 ``gemv_deq1``, ``m16``, ``swap128``; default all. ``--gluon``: the Hopper prefill kernel
@@ -73,14 +74,17 @@ def compile_one(cfg: dict, dtype: str, fp32_scales: bool):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps, num_stages=stages))
 
 
-def compile_gluon(dtype: str, split: int, pingpong: bool = False):
-    """``gluon_int4``'s kernel as ``gluon_int4.launch`` launches it on x (128, 8192) and an 8192 x 8192 weight."""
+def compile_gluon(dtype: str, split: int, pingpong: bool = False, block_m: int | None = None,
+                  stages: int | None = None):
+    """``gluon_int4``'s kernel as ``gluon_int4.launch`` launches it on x (128, 8192) and an 8192 x 8192 weight;
+    ``block_m`` and ``stages`` in place of ``CONFIG``'s."""
     import torch
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton.runtime.jit import mangle_type
 
     tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     config = dict(gi.CONFIG, SPLIT_K=split, PINGPONG=pingpong)
+    config.update({k: v for k, v in (("BLOCK_M", block_m), ("STAGES", stages)) if v})
     x, w = torch.empty(128, 8192, dtype=tdt), torch.empty(8192, 4096, dtype=torch.int8)
     xd, wd = gi.descriptors(x, w, config)
     sig = dict(x_desc=mangle_type(xd), w_desc=mangle_type(wd), s_ptr=f"*{dtype}", y_ptr=f"*{dtype}", ws_ptr="*fp32",
@@ -95,8 +99,8 @@ def compile_gluon(dtype: str, split: int, pingpong: bool = False):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=meta["num_warps"]))
 
 
-def gluon_report(dtype: str, split: int, pingpong: bool, workdir: Path) -> str:
-    k = compile_gluon(dtype, split, pingpong)
+def gluon_report(dtype: str, split: int, pingpong: bool, workdir: Path, block_m=None, stages=None) -> str:
+    k = compile_gluon(dtype, split, pingpong, block_m, stages)
     ptx = k.asm["ptx"]
     bindir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
     (workdir / "g.ptx").write_text(ptx)
@@ -112,7 +116,9 @@ def gluon_report(dtype: str, split: int, pingpong: bool, workdir: Path) -> str:
     pending = sorted({int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)} - {0})
     races = len(wgmma_races.races(wgmma_races.sass_of(workdir / "g.cubin")))
     yes = {True: "yes", False: "no"}
-    return (f"gluon {'pingpong' if pingpong else 'default'} split {split} {dtype}: shared {k.metadata.shared} B, "
+    tile = f" BLOCK_M {block_m}" if block_m else ""
+    tile += f" STAGES {stages}" if stages else ""
+    return (f"gluon {'pingpong' if pingpong else 'default'}{tile} split {split} {dtype}: shared {k.metadata.shared} B, "
             f"{regs and regs.group(1)} registers, spills {spills} B, wgmma x{len(mma)}, serialized: "
             f"{yes['C7514' in info]}, left operand from registers: {yes[from_registers]}, atomic adds: {yes[atomic]}, "
             f"wgmma left in flight by a wait: {', '.join(map(str, pending)) or 'none'}, "
@@ -146,12 +152,14 @@ def main(argv=None):
     ap.add_argument("--gluon", action="store_true", help="the Hopper prefill kernel (gluon_int4) instead")
     ap.add_argument("--pingpong", action="store_true", help="with --gluon: its ping-pong rung")
     ap.add_argument("--split", type=int, default=1, help="with --gluon: SPLIT_K")
+    ap.add_argument("--block-m", type=int, default=None, help="with --gluon: BLOCK_M (rows of x a tile)")
+    ap.add_argument("--stages", type=int, default=None, help="with --gluon: STAGES")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.gluon:
         print(f"triton {triton.__version__}, sm_90a")
-        print(gluon_report(args.dtype, args.split, args.pingpong, out))
+        print(gluon_report(args.dtype, args.split, args.pingpong, out, args.block_m, args.stages))
         return
     print(f"triton {triton.__version__}, sm_90a, {args.dtype}, scales {'fp32' if args.fp32_scales else args.dtype}")
     for name in args.configs:

@@ -43,6 +43,8 @@ CONFIGS = {
     "deq1": dict(gi.CONFIG, DEQ=1),
     "serial": dict(gi.CONFIG, ATOMIC=False),
     "nosplit": dict(gi.CONFIG, SPLIT_K=1),
+    "m256": dict(gi.CONFIG, BLOCK_M=256, STAGES=3),  # 256 rows of x a tile: each step's dequantization
+    # serves twice the products (compiled for sm_90a, 221 kB of shared memory; not yet run)
     "wgmma": dict(gi.CONFIG, PINGPONG=False),  # the rung before: both warpgroups dequantize, then both wait
     "wgmma perm": dict(gi.CONFIG, PINGPONG=False, PERMUTE_K=True),
 }
