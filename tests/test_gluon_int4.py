@@ -1,9 +1,9 @@
 """The Hopper int4 kernel at prefill sizes (``solutions.kernels.gluon_int4``) and the library's route to it
-(``kernels.int4_matmul`` sends ``MIN_M`` + 1 to ``MAX_M`` rows there on an H100/H200). On a CPU: the plan (the split keeps one
-wave), the launch's arguments and descriptors, x's column order for ``PERMUTE_K``, that the route is never
-taken, and that both kernels compile for sm_90a (Triton's wheel carries ptxas). On a Hopper GPU: the routed
-calls give the lesson's answer, keep one entry a key, leave the split's tiles and counters at zero and replay
-in a CUDA graph, and both kernels give the lesson's answer and the same bits call after call."""
+(``kernels.int4_matmul`` sends ``MIN_M`` + 1 to ``MAX_M`` rows there on an H100/H200). On a CPU: the plan (the
+split keeps one wave), the launch's arguments and descriptors, x's column order for ``PERMUTE_K``, that the
+route is never taken, and that both kernels compile for sm_90a (Triton's wheel carries ptxas). On a Hopper GPU:
+the routed calls give the lesson's answer, keep one entry a key, leave the split's tiles and counters at zero
+and replay in a CUDA graph, and both kernels give the lesson's answer and the same bits call after call."""
 
 import pytest
 import torch

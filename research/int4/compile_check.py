@@ -12,8 +12,9 @@ CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``
 (``solutions/kernels/gluon_int4.py``, ``--pingpong`` its ping-pong rung) at M 128, 8192 x 8192, one line:
 its shared memory, registers, spills, whether ptxas serializes its wgmma (warning C7514), whether they take
 their left operand from registers, whether its split-K adds by atomics, the waits that leave wgmma in
-flight, and the writes of a wgmma's register operand while it may run (``research/hopper/wgmma_races.py``). To check against the
-Triton the GPU machine runs (3.6), install that wheel apart and put it first on the path:
+flight, and the writes of a wgmma's register operand while it may run (``research/hopper/wgmma_races.py``).
+To check against the Triton the GPU machine runs (3.6), install that wheel apart and put it first on the
+path:
 ``pip download triton==3.6.0 --no-deps -d W && pip install --no-deps --target T W/triton-*.whl`` then
 ``PYTHONPATH=T python research/int4/compile_check.py``.
 """

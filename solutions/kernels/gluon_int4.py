@@ -26,12 +26,12 @@ Here the schedule is the kernel's own, as in the mixed-input GEMMs of Marlin and
   in writes y and zeroes the tile again); more park their partials and the last adds them in order, so
   that a call gives the same bits every time (atomic adds of three or more partials would not).
 
-On the H200 (``research/int4/logs/gluon_probe_tenth.log``, bf16 and fp16, CUDA graphs) the ping-pong kernel
-runs 0.97-1.12x cuBLAS on 16-bit weights at M 128, where the rung before runs 0.89-1.04x and the Triton
-kernel 0.61-0.83x; with the dequantization taken out the same tile runs 1.14-1.36x, so the dequantization
-is not yet wholly hidden (``research/README.md`` says what was tried). ``PERMUTE_K`` (x's columns permuted
-so a thread's bytes are one 16-byte load), ``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K at any split) and ``TIMING``
-are switches of the rung before that ``research/int4/gluon_probe.py`` measures beside the defaults.
+On the H200 the ping-pong kernel is the faster of the two, and faster than the library's Triton kernel from a
+few dozen rows of x up; with the dequantization taken out the same tile runs faster still, so the
+dequantization is not yet wholly hidden (``research/README.md``, "The int4 ping-pong on the H200", has the
+figures and what was tried). ``PERMUTE_K`` (x's columns permuted so a thread's bytes are one 16-byte load),
+``DEQ`` 1 (Gluon's own ops), ``ATOMIC`` False (serial split-K at any split) and ``TIMING`` are switches that
+``research/int4/gluon_probe.py`` measures beside the defaults (``PERMUTE_K`` and ``TIMING``: the rung before).
 
 Names: ``matmul``, ``int4_wgmma_kernel``, ``int4_pingpong_kernel``, ``kernel_for``, ``split_for``, ``takes``,
 ``launch``, ``CONFIG``, ``ROUTE``, ``MIN_M``, ``MAX_M``, ``permute_k``. Importing needs no GPU.
@@ -484,6 +484,7 @@ def launch(x2, w, scales, y, group_size, config=CONFIG, timing=0, sms=None):
     else:
         meta.update(num_warps=config["num_warps"], PERMUTE_K=config.get("PERMUTE_K", False), TIMING=timing)
     return (tiles * split,), (x2, w, scales, y, ws, counts), (M, N, K, scales.stride(0), y.stride(0)), meta
+
 
 def kernel_for(config=CONFIG):
     """The kernel ``config`` runs: ``int4_pingpong_kernel`` with ``PINGPONG``, else ``int4_wgmma_kernel``."""
