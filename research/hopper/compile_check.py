@@ -81,11 +81,6 @@ def ptxas(ptx: str) -> tuple[str, str]:
         return info, wgmma_races.sass_of(Path(tmp) / "k.cubin")
 
 
-def serialized(ptx: str) -> bool:
-    """Whether ptxas (the wheel's, for sm_90a) warns that it serializes the PTX's wgmma (C7514)."""
-    return "C7514" in ptxas(ptx)[0]
-
-
 def report(ptx: str) -> str:
     """What ptxas says of the PTX: serialized wgmma, and register operands rewritten in flight."""
     info, sass = ptxas(ptx)

@@ -92,7 +92,7 @@ def compile_gluon(dtype: str, split: int, pingpong: bool = False, block_m: int |
                count_ptr="*i32", M="i32", N="i32", K="i32", stride_sn="i32", stride_ym="i32")
     _, _, _, meta = gi.launch(x, w, torch.empty(8192, 64, dtype=tdt), torch.empty(128, 8192, dtype=tdt), 128, config,
                               sms=132)
-    kernel = gi.int4_pingpong_kernel if pingpong else gi.int4_wgmma_kernel
+    kernel = gi.kernel_for(config)
     consts = {p.name: meta.get(p.name, p.default) for p in kernel.params if p.is_constexpr}
     sig.update({name: "constexpr" for name in consts})
     src = GluonASTSource(kernel, {n: sig[n] for n in kernel.arg_names}, constexprs=consts,

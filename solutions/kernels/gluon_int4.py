@@ -165,6 +165,17 @@ def _split_store(acc, acc_l: gl.constexpr, y_ptr, ws_ptr, count_ptr, sub, split,
 
 
 @gluon.jit
+def _program_steps(K, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr):
+    """(tile, split, first step, steps of this program, all steps, K/2) of this program."""
+    pid = gl.program_id(0)
+    half = K // 2
+    steps = half // BLOCK_K
+    per_split = gl.cdiv(steps, SPLIT_K)
+    first = (pid % SPLIT_K) * per_split
+    return pid // SPLIT_K, pid % SPLIT_K, first, gl.minimum(steps - first, per_split), steps, half
+
+
+@gluon.jit
 def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
                        w_desc,  # packed (N, K/2) as int8, blocks (BLOCK_N, BLOCK_K)
                        s_ptr,  # scales (N, K / GROUP)
@@ -186,18 +197,11 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     dtype: gl.constexpr = x_desc.dtype
-    pid = gl.program_id(0)
-    tile = pid // SPLIT_K
-    split = pid % SPLIT_K
+    tile, split, first, count, steps, half = _program_steps(K, BLOCK_K, SPLIT_K)
+    gl.assume(count > 0)  # the launcher's split leaves every program a step or more
     n_n = gl.cdiv(N, BLOCK_N)
     off_m = (tile // n_n) * BLOCK_M
     off_n = (tile % n_n) * BLOCK_N
-    half = K // 2
-    steps = half // BLOCK_K
-    per_split = gl.cdiv(steps, SPLIT_K)
-    first = split * per_split
-    count = gl.minimum(steps - first, per_split)  # the launcher's split leaves every program a step or more
-    gl.assume(count > 0)
 
     x_lo = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
     x_hi = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], x_desc.layout)
@@ -268,17 +272,6 @@ def int4_wgmma_kernel(x_desc,  # x (M, K), blocks (BLOCK_M, BLOCK_K)
 
 
 # ---- the routed rung: two warpgroups in ping-pong, as lesson 12's attention ----
-@gluon.jit
-def _program_steps(K, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr):
-    """(tile, split, first step, steps of this program, all steps, K/2) of this program."""
-    pid = gl.program_id(0)
-    half = K // 2
-    steps = half // BLOCK_K
-    per_split = gl.cdiv(steps, SPLIT_K)
-    first = (pid % SPLIT_K) * per_split
-    return pid // SPLIT_K, pid % SPLIT_K, first, gl.minimum(steps - first, per_split), steps, half
-
-
 @gluon.jit
 def _pp_producer(x_desc, w_desc, x_lo, x_hi, w_ring, ready, empty, N, K, SPLIT_K: gl.constexpr,
                  STAGES: gl.constexpr):
