@@ -183,3 +183,27 @@ def test_bench_saves_each_row_as_it_is_measured(tmp_path, monkeypatch):
     monkeypatch.setattr(bench.core, "module_for", lambda name: types.SimpleNamespace(cases=lambda: []))
     assert cli.main(["bench", "vector_add", "--out", str(out)]) != 0  # interrupted: says so
     assert [r["shape"] for r in bench.load_records(out)] == ["0", "1"]
+
+
+def test_bench_kernel_and_shape_filters_pick_the_cases_measured(tmp_path, monkeypatch):
+    """``--kernel`` and ``--shape`` keep only their cases (a forward's rows without its backward's); the
+    other cases are never measured, and a filtered run adds no extra rows."""
+    from tkcourse import bench, mode
+
+    monkeypatch.setattr(mode, "INTERPRET", False)
+    cases = [types.SimpleNamespace(kernel=k, shape=s) for k in ("fwd", "bwd") for s in ("a", "b")]
+    measured = []
+
+    def run(cases, on_row=None, **kwargs):
+        measured.extend((c.kernel, c.shape) for c in cases)
+        return []
+
+    monkeypatch.setattr(bench, "run", run)
+    module = types.SimpleNamespace(cases=lambda: iter(cases), extra_rows=lambda prov: pytest.fail("extra rows"))
+    monkeypatch.setattr(bench.core, "module_for", lambda name: module)
+    out = str(tmp_path / "bench.csv")
+    assert cli.main(["bench", "vector_add", "--out", out, "--kernel", "fwd"]) == 0
+    assert measured == [("fwd", "a"), ("fwd", "b")]
+    measured.clear()
+    assert cli.main(["bench", "vector_add", "--out", out, "--kernel", "bwd", "--shape", "b"]) == 0
+    assert measured == [("bwd", "b")]

@@ -193,18 +193,31 @@ def test_pingpong_reverse_order_is_a_config_key():
     assert "REVERSE" not in ga.launch_plan(q, q, q, q, True, 0.125, pp, ga.PP_CONFIG)[2]
     for fn in (pp, ga.pingpong_consumer, ga.pingpong_producer):
         assert [p.default for p in fn.params if p.name == "REVERSE"] == [False], fn
+        assert [p.default for p in fn.params if p.name == "PERSISTENT"] == [False], fn
+
+
+def test_the_library_launches_the_pingpong_rung_persistent():
+    """``LIBRARY_CONFIG``: the lesson's ping-pong tile with ``PERSISTENT`` (one program an SM dealt tile after
+    tile), a constexpr of the launch; the plan's grid is one column of at most the GPU's SMs (on CPU tensors,
+    where no launch follows, a program a tile)."""
+    assert ga.LIBRARY_CONFIG == dict(ga.PP_CONFIG, PERSISTENT=True)
+    q = torch.empty(2, 8, 1024, 64, dtype=torch.float16)
+    grid, _, meta = ga.launch_plan(q, q, q, q, True, 0.125, ga.attention_pingpong_kernel, ga.LIBRARY_CONFIG)
+    assert grid == (1024 // 128 * 16, 1) and meta["PERSISTENT"] is True
+    assert ga.shape_problem(2, 8, 8, 1024, 64, torch.float16, ga.attention_pingpong_kernel, ga.LIBRARY_CONFIG) is None
 
 
 def test_the_routed_pingpong_attention_never_rewrites_a_wgmma_operand_in_flight():
-    """The library's ping-pong attention (every dtype, head dim and mask), compiled for sm_90a in a process of
-    its own: no write of a wgmma's register operand (P, for P V) before the wgmma is retired
+    """The library's ping-pong attention (persistent; every dtype, head dim and mask), compiled for sm_90a in a
+    process of its own: no write of a wgmma's register operand (P, for P V) before the wgmma is retired
     (``research/hopper/wgmma_races.py``), the race that gave wrong int4 sums on the H200."""
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, str(root / "research/hopper/compile_check.py"), "--pingpong"],
+    run = subprocess.run([sys.executable, str(root / "research/hopper/compile_check.py"), "--pingpong",
+                          "--persistent"],
                          capture_output=True, text=True, timeout=600, cwd=root)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [line for line in run.stdout.splitlines() if line.startswith("ping-pong")]

@@ -256,9 +256,11 @@ def test_attention_forward_takes_the_triton_kernel_off_hopper():
     ((1, 32, 4096, 128), (1, 8, 4096, 128), torch.float16, True, "pingpong"),  # grouped-query heads
     ((1, 32, 1024, 128), (1, 8, 1024, 128), torch.float16, False, "triton"),  # under PINGPONG_MIN_FLOPS
     ((4, 32, 4096, 64), None, torch.float16, False, "pingpong"),
-    ((4, 32, 4096, 64), None, torch.float16, True, "triton"),  # D 64 causal: from 8192 tokens
-    ((1, 32, 8192, 64), None, torch.float16, True, "pingpong"),
-    ((16, 32, 1024, 64), None, torch.float16, False, "triton"),  # D 64: from 4096 tokens
+    ((4, 32, 4096, 64), None, torch.float16, True, "pingpong"),
+    ((8, 32, 2048, 64), None, torch.float16, True, "triton"),  # D 64 causal: from 4096 tokens
+    ((16, 32, 1024, 64), None, torch.float16, False, "pingpong"),
+    ((16, 32, 1024, 64), None, torch.float16, True, "triton"),
+    ((2, 32, 1024, 64), None, torch.float16, False, "triton"),  # under PINGPONG_MIN_FLOPS
     ((4, 16, 4000, 128), None, torch.float16, False, "triton"),  # not a multiple of 128 query rows
     ((4, 16, 4096, 128), None, torch.float32, False, "triton"),  # 16-bit only
     ((4, 16, 4096, 96), None, torch.float16, False, "triton"),  # D 64 or 128 only
@@ -488,6 +490,7 @@ def test_the_routes_rule_from_shapes_alone():
     from solutions.kernels import attention as lib
 
     assert lib.pingpong_wanted(1, 16, 16384, 128, True) and lib.pingpong_wanted(16, 16, 1024, 128, False)
-    assert lib.pingpong_wanted(4, 32, 4096, 64, False) and not lib.pingpong_wanted(4, 32, 4096, 64, True)  # D 64 causal
-    assert not lib.pingpong_wanted(16, 32, 1024, 64, False)  # D 64 below its N
+    assert lib.pingpong_wanted(4, 32, 4096, 64, False) and lib.pingpong_wanted(4, 32, 4096, 64, True)
+    assert lib.pingpong_wanted(16, 32, 1024, 64, False) and not lib.pingpong_wanted(16, 32, 1024, 64, True)  # D 64 causal
+    assert not lib.pingpong_wanted(8, 32, 2048, 64, True)  # D 64 causal below its N
     assert not lib.pingpong_wanted(1, 1, 1024, 128, False)  # too few FLOPs: the host's time

@@ -79,8 +79,11 @@ def _bench(args) -> int:
         cases = module.cases()
         if args.shape:  # only the cases of these shapes (the others are built, then dropped unmeasured)
             cases = (c for c in cases if c.shape in args.shape)
+        if args.kernel:  # only the cases of these kernels (a forward's rows without its backward's, say)
+            cases = (c for c in cases if c.kernel in args.kernel)
         new = bench.run(cases, warmup=args.warmup, rep=args.rep, on_row=lambda row: save([row]))
-        extra = module.extra_rows(bench.provenance()) if hasattr(module, "extra_rows") and not args.shape else []
+        filtered = args.shape or args.kernel
+        extra = module.extra_rows(bench.provenance()) if hasattr(module, "extra_rows") and not filtered else []
         if extra or not written:  # (a lesson with no rows still leaves a table behind)
             save(extra)
         path = written[-1]
@@ -171,6 +174,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--rep", type=_nonnegative, default=100)
     b.add_argument("--shape", action="append", default=[], metavar="SHAPE",
                    help="measure only the cases of this shape (as the table writes it, e.g. 1024x1024x1024); repeatable")
+    b.add_argument("--kernel", action="append", default=[], metavar="KERNEL",
+                   help="measure only the cases of this kernel (the table's kernel column, e.g. attention_fwd); "
+                        "repeatable")
     b.set_defaults(fn=_bench)
     d = sub.add_parser("doctor", parents=[common],
                        help="does a kernel run here; GPU or interpreter; versions; JupyterLab's widget extension")

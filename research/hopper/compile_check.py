@@ -4,10 +4,11 @@ that they build, their shared memory, how many wgmma and waits their PTX holds, 
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
 
-    python research/hopper/compile_check.py [--pingpong]
+    python research/hopper/compile_check.py [--pingpong [--persistent]]
 
 Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
-run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles).
+run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles);
+``--pingpong --persistent``: its persistent launch (one program an SM, tile after tile).
 
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
@@ -52,7 +53,7 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
     consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
     kernel = kernel or ga.attention_fwd_kernel
-    for key in ("MASK_ALL", "REVERSE"):  # the ping-pong rung's switches, where the config sets them
+    for key in ("MASK_ALL", "REVERSE", "PERSISTENT"):  # the ping-pong rung's switches, where the config sets them
         if key in cfg:
             sig[key], consts[key] = "constexpr", cfg[key]
     if "GROUP" in kernel.arg_names:  # grouped-query heads: one K/V head for 4 here
@@ -92,9 +93,11 @@ def report(ptx: str) -> str:
 def main(argv=()):
     print("triton", triton.__version__)
     if "--pingpong" in argv:
+        cfg = dict(ga.PP_CONFIG, PERSISTENT=True) if "--persistent" in argv else ga.PP_CONFIG
         for dtype, D, causal in itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True)):
-            k = compile_attention(dtype, ga.PP_CONFIG, D=D, causal=causal, kernel=ga.attention_pingpong_kernel)
-            print(f"ping-pong {str(dtype)[6:]} D {D}{' causal' if causal else ''}{report(k.asm['ptx'])}")
+            k = compile_attention(dtype, cfg, D=D, causal=causal, kernel=ga.attention_pingpong_kernel)
+            print(f"ping-pong {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes"
+                  f"{report(k.asm['ptx'])}")
         return
     rungs = (("pipelined", gm.matmul_kernel, gm.CONFIG), ("persistent, warp-specialized", gm.matmul_ws_kernel, gm.WS_CONFIG))
     for (name, kernel, cfg), dtype in itertools.product(rungs, (torch.float16, torch.bfloat16)):

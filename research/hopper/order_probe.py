@@ -2,10 +2,12 @@
 backend as the yardstick, all in one run. ``--key REVERSE`` (the default): the order of the causal query
 tiles, today's (program m takes a head's m-th pair) against heaviest first (the m-th from the end, which
 read the most keys). ``--key MASK_ALL``: the causal mask on every key block against on the diagonal's only.
+``--key PERSISTENT``: a program a tile against one program an SM taking tile after tile (heaviest first when
+causal), the next tile's loads under this one's last block.
 A new switch of ``attention_pingpong_kernel`` goes in ``KEYS`` (``research/README.md`` has the runs,
 among them one of a switch measured and taken out again).
 
-    PYTHONPATH=$PWD python3 research/hopper/order_probe.py [C] [T] [--key REVERSE|MASK_ALL] \
+    PYTHONPATH=$PWD python3 research/hopper/order_probe.py [C] [T] [--key REVERSE|MASK_ALL|PERSISTENT] \
         [--causal causal|plain|both] [--rounds 5] [--budget 300] [--dtype float16|bfloat16] [--out OUT.json]
 
 C. Correctness on the GPU first: the key off and on against ``gluon_attention.reference`` (max abs error)
@@ -47,9 +49,10 @@ from solutions.kernels import gluon_attention as ga
 from tkcourse.bench import graph_ms
 
 T0 = time.time()
-#: (B, Hq, Hkv, N, D, causal) of the correctness check: 3, 8 and 4 pairs of query tiles a head
+#: (B, Hq, Hkv, N, D, causal) of the correctness check: 3, 8, 4 and 16 pairs of query tiles a head
 CHECK_CASES = ((2, 4, 4, 384, 64, True), (2, 4, 4, 1024, 128, True), (1, 8, 2, 1024, 64, True),
-               (2, 8, 2, 512, 128, True), (1, 4, 4, 384, 128, False))
+               (2, 8, 2, 512, 128, True), (1, 4, 4, 384, 128, False),
+               (4, 16, 4, 2048, 128, True), (4, 16, 16, 2048, 64, False))  # 512 tiles: many a program
 #: (B, Hq, Hkv, N, D) of the timed shapes, all causal
 SHAPES = ((16, 16, 16, 1024, 128), (4, 16, 16, 4096, 128), (16, 16, 16, 1024, 64), (4, 16, 16, 4096, 64),
           (1, 32, 8, 4096, 128), (4, 32, 8, 4096, 128), (1, 16, 16, 16384, 128))
@@ -57,7 +60,7 @@ NAMES = ("off", "on", "cudnn")
 #: the masks each shape is timed with (``--causal``)
 CAUSAL_MODES = {"causal": (True,), "plain": (False,), "both": (False, True)}
 #: the config key under test (``--key``): the ping-pong rung's boolean switches
-KEYS = ("REVERSE", "MASK_ALL")
+KEYS = ("REVERSE", "MASK_ALL", "PERSISTENT")
 KEY = "REVERSE"
 
 

@@ -77,10 +77,11 @@ FWD_PDL = True
 
 #: On Hopper (sm_90) the forward of fp16/bf16 q, k, v runs lesson 12's ping-pong kernel
 #: (``gluon_attention.attention_pingpong_kernel``, FlashAttention-3's schedule) where it takes the shape
-#: (queries and keys of one length, a multiple of its 128 rows a program), the sequence has at least
+#: (queries and keys of one length, a multiple of its 128 rows a program), persistent (``LIBRARY_CONFIG``:
+#: one program an SM, tile after tile), the sequence has at least
 #: ``PINGPONG_MIN_N[(D, causal)]`` tokens and the call at least ``PINGPONG_MIN_FLOPS``: where the H200 runs
 #: put it ahead of the tuned Triton kernel (``research/README.md`` says which runs). Below that, the
-#: Triton kernel's smaller tiles fill the GPU better (D 64, causal, at 4096 tokens), or the call's time
+#: Triton kernel's smaller tiles fill the GPU better (D 64, causal, at 1024 tokens), or the call's time
 #: would be the host's. The kernel writes the log-sum-exp too, so lesson 07's backward follows it as it
 #: follows the Triton forward. Read at a key's first call. A key's first call goes through
 #: ``gluon_attention.attention_forward`` (its checks, its descriptors, ``kernel[grid]``: about a hundred
@@ -88,7 +89,7 @@ FWD_PDL = True
 #: first such call (Gluon is imported only where it runs), whose entries encode the descriptors' maps
 #: from the tensors' addresses as the Triton forward's do.
 PINGPONG = True
-PINGPONG_MIN_N = {(64, False): 4096, (64, True): 8192, (128, False): 1024, (128, True): 1024}
+PINGPONG_MIN_N = {(64, False): 1024, (64, True): 4096, (128, False): 1024, (128, True): 1024}
 PINGPONG_MIN_FLOPS = 3e10
 _PP = None  # the ping-pong kernel's Lean, made by _pingpong_lean()
 
@@ -141,7 +142,7 @@ def _pingpong_first(key, q, k, v, causal, sm_scale):
     (its checks first), through ``_pingpong_lean()``: the entry kept for the key's later calls."""
     from . import gluon_attention as ga
 
-    kernel, cfg = ga.attention_pingpong_kernel, ga.PP_CONFIG
+    kernel, cfg = ga.attention_pingpong_kernel, ga.LIBRARY_CONFIG
     causal, sm_scale = ga.check_inputs(q, k, v, causal, sm_scale, kernel, cfg)
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
     q, k, v = fab.prepare(q), fab.prepare(k), fab.prepare(v)

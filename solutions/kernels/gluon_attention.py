@@ -22,7 +22,8 @@ BLOCK_N: TMA reads a head's rows from one 2-D view of all heads, so a ragged tai
 the next head's rows. ``shape_problem`` says, without tensors, whether a rung takes a shape.
 
 Public names: the four kernels and ``acc_layout``; ``CONFIG`` (128-row query tiles, two warpgroups),
-``PP_CONFIG`` (the ping-pong rung's 64 rows a warpgroup), ``config_for(kernel)``; ``RUNGS``, (name,
+``PP_CONFIG`` (the ping-pong rung's 64 rows a warpgroup), ``LIBRARY_CONFIG`` (the same, persistent: the
+kernel library's), ``config_for(kernel)``; ``RUNGS``, (name,
 kernel, config) of each rung in ladder order; ``GQA_KERNELS``; ``DTYPES``, ``HEAD_DIMS``;
 ``descriptors(q, k, v, o, config)`` (no checks, so that ``research/hopper/compile_check.py`` builds them
 from CPU tensors) and ``launch_plan(...)``, a launch's grid, arguments and constexprs; ``shape_problem(...)``, ``check_inputs(...)``; ``attention_forward`` and ``reference``.
@@ -54,7 +55,7 @@ from .._checks import ConfigSpec, boolean, integer, power_of_two, real
 from .gluon_matmul import GL_DTYPES, check_device, check_tensor, shared_layout
 
 __all__ = ["attention_forward", "descriptors", "launch_plan", "shape_problem", "check_inputs", "reference", "config_for", "CONFIG",
-           "PP_CONFIG", "RUNGS", "GQA_KERNELS", "DTYPES", "HEAD_DIMS", "attention_fwd_kernel", "attention_ws_kernel",
+           "PP_CONFIG", "LIBRARY_CONFIG", "RUNGS", "GQA_KERNELS", "DTYPES", "HEAD_DIMS", "attention_fwd_kernel", "attention_ws_kernel",
            "attention_overlap_kernel", "attention_pingpong_kernel", "acc_layout", "pingpong_consumer",
            "pingpong_producer", "pingpong_softmax"]
 
@@ -389,6 +390,46 @@ def _pingpong_tile_m(BLOCK_M: gl.constexpr, REVERSE: gl.constexpr):
 
 
 @gluon.jit
+def _pingpong_range(desc, N, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
+    """``(tiles, tiles_m, heads)``: how many tiles this program takes, the query tile pairs a head and the
+    (batch, head) count (from ``desc``, a 2-D view of all heads' rows). ``PERSISTENT``: the tiles are dealt
+    out in rounds of one a program (``_pingpong_tile``), so a program takes one in each round the tiles fill
+    for it; else one tile, where the grid places it."""
+    tiles_m = N // (2 * BLOCK_M)
+    if PERSISTENT:
+        heads = desc.shape[0] // N
+        total = tiles_m * heads
+        rounds = total // gl.num_programs(0)  # full rounds; the last one, partial, takes ``rem`` programs
+        rem = total % gl.num_programs(0)
+        seat = gl.program_id(0)  # this program's place in that last round, dealt as _pingpong_tile deals
+        if rounds % 2 == 1:
+            seat = gl.num_programs(0) - 1 - seat
+        return rounds + (seat < rem).to(gl.int32), tiles_m, heads
+    return 1, tiles_m, 1
+
+
+@gluon.jit
+def _pingpong_tile(r, tiles_m, heads, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr,
+                   PERSISTENT: gl.constexpr):
+    """``(first query row, (batch, head) index)`` of this program's tile in round r. ``PERSISTENT``: causal,
+    the tiles are ranked heaviest first (every head's last pair of query tiles, then the pairs before:
+    longest-processing-time first, as FlashAttention-3's causal scheduler), not causal head by head; round r
+    deals the next num_programs of them, to programs 0, 1, ... in even rounds and back from the last program
+    in odd ones, so that the program that got a round's heaviest tile gets the next round's lightest and
+    the sums even out (a fixed deal, where FlashAttention-3 counts tiles out with an atomic). Else the grid's:
+    ``_pingpong_tile_m`` and the program's column."""
+    if PERSISTENT:
+        seat = gl.program_id(0)
+        if r % 2 == 1:
+            seat = gl.num_programs(0) - 1 - seat
+        u = r * gl.num_programs(0) + seat
+        if CAUSAL:
+            return (tiles_m - 1 - u // heads) * (2 * BLOCK_M), u % heads
+        return (u % tiles_m) * (2 * BLOCK_M), u // tiles_m
+    return _pingpong_tile_m(BLOCK_M, REVERSE), gl.program_id(1)
+
+
+@gluon.jit
 def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                      BLOCK_N: gl.constexpr, D: gl.constexpr, dtype: gl.constexpr, num_warps: gl.constexpr,
                      MASK_ALL: gl.constexpr = False):
@@ -413,97 +454,124 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
 
 
 @gluon.jit
-def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, k_ready, k_empty, v_ready, v_empty, turn_mine,
-                      turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                      num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False):
+def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
+                      turn_mine, turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                      STAGES: gl.constexpr, num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False,
+                      REVERSE: gl.constexpr = False, PERSISTENT: gl.constexpr = False):
     """One warpgroup, rows ``WG * BLOCK_M`` on of the program's two query tiles. Turn t: wait for it, issue
     S(t) and P V(t - 1), pass it on, wait for both, then the softmax of block t while the other warpgroup's
     GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them).
-    ``LSE``: where each row's log-sum-exp goes (natural log, fp32, (B, Hq, N)), what a backward needs."""
+    ``LSE``: where each row's log-sum-exp goes (natural log, fp32, (B, Hq, N)), what a backward needs.
+    ``PERSISTENT``: tile after tile (``_pingpong_range``), the ring's slots, the turns and Q's barrier
+    counted on across tiles, Q freed (``q_empty``) once its last S is done, so that the producer loads the
+    next tile's Q and first K while this one's last P V and output run."""
     BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
     D: gl.constexpr = o_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
     dtype: gl.constexpr = o_desc.dtype
     s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
     o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
-    tile_m = _pingpong_tile_m(BLOCK_M, REVERSE)
-    start_m = tile_m + WG * BLOCK_M
-    steps = _kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)  # both warpgroups walk the same key blocks
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout)
     s_zero = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=s_layout)
     qk_scale = sm_scale * 1.4426950408889634
-    mbarrier.wait(q_bar, phase=0)
-    mbarrier.wait(k_ready.index(0), phase=0)
-    if WG == 1:  # warpgroup 0 takes turn 0 without waiting; turn t of warpgroup 1 follows warpgroup 0's
-        mbarrier.wait(turn_mine, phase=0)
-    s_acc = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.arrive(turn_other, count=1)
-    s_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
-    mbarrier.arrive(k_empty.index(0), count=1)
-    p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, D,
-                                             dtype, num_warps, MASK_ALL)
-    for i in range(1, steps):  # each phase a proton scope: what the intra-kernel profiler draws
-        cur = i % STAGES
-        prev = (i - 1) % STAGES
-        with pl.scope("wait"):
-            mbarrier.wait(k_ready.index(cur), phase=(i // STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), phase=((i - 1) // STAGES) & 1)
-            mbarrier.wait(turn_mine, phase=(i - 1 + WG) & 1)
-        with pl.scope("mma"):
-            s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-            acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
-            mbarrier.arrive(turn_other, count=1)
-            s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
-        mbarrier.arrive(k_empty.index(cur), count=1)
-        mbarrier.arrive(v_empty.index(prev), count=1)
-        with pl.scope("softmax"):
-            p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL, BLOCK_M,
-                                                     BLOCK_N, D, dtype, num_warps, MASK_ALL)
-            acc = acc * alpha[:, None]
-    last = steps - 1
-    mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
-    mbarrier.wait(turn_mine, phase=(steps - 1 + WG) & 1)
-    acc = warpgroup_mma(p_op, v_ring.index(last % STAGES), acc, is_async=True)
-    mbarrier.arrive(turn_other, count=1)
-    rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))  # m_i is in log2 units:
-    gl.store(LSE + gl.program_id(1).to(gl.int64) * N + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln
-    _store_o(acc, l_i, o_desc, o_smem, gl.program_id(1) * N + start_m, BLOCK_M, D, num_warps)
+    tiles, tiles_m, heads = _pingpong_range(o_desc, N, BLOCK_M, PERSISTENT)
+    pos = 0  # K/V blocks taken so far: the ring's slot and phase
+    turn = 0  # this warpgroup's turns so far: S(0), each S(i) with P V(i - 1), the last P V (steps + 1 a tile)
+    done = 0  # tiles done: Q's phase
+    for r in range(tiles):
+        tile_m, bh = _pingpong_tile(r, tiles_m, heads, BLOCK_M, CAUSAL, REVERSE, PERSISTENT)
+        start_m = tile_m + WG * BLOCK_M
+        steps = _kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)  # both warpgroups walk the same key blocks
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
+        l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
+        acc = gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout)
+        mbarrier.wait(q_bar, phase=done & 1)
+        mbarrier.wait(k_ready.index(pos % STAGES), phase=(pos // STAGES) & 1)
+        if WG == 1 or turn > 0:  # warpgroup 0 takes its very first turn without waiting; every other turn
+            mbarrier.wait(turn_mine, phase=(turn - 1 + WG) & 1)  # follows the other warpgroup's
+        s_acc = warpgroup_mma(q_smem, k_ring.index(pos % STAGES).permute((1, 0)), s_zero, use_acc=False,
+                              is_async=True)
+        mbarrier.arrive(turn_other, count=1)
+        s_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
+        mbarrier.arrive(k_empty.index(pos % STAGES), count=1)
+        p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
+                                                 D, dtype, num_warps, MASK_ALL)
+        for i in range(1, steps):  # each phase a proton scope: what the intra-kernel profiler draws
+            cur = (pos + i) % STAGES
+            prev = (pos + i - 1) % STAGES
+            with pl.scope("wait"):
+                mbarrier.wait(k_ready.index(cur), phase=((pos + i) // STAGES) & 1)
+                mbarrier.wait(v_ready.index(prev), phase=((pos + i - 1) // STAGES) & 1)
+                mbarrier.wait(turn_mine, phase=(turn + i - 1 + WG) & 1)
+            with pl.scope("mma"):
+                s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_zero, use_acc=False,
+                                      is_async=True)
+                acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
+                mbarrier.arrive(turn_other, count=1)
+                s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
+            mbarrier.arrive(k_empty.index(cur), count=1)
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            with pl.scope("softmax"):
+                p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL, BLOCK_M,
+                                                         BLOCK_N, D, dtype, num_warps, MASK_ALL)
+                acc = acc * alpha[:, None]
+        mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the producer may load the next Q
+        last = pos + steps - 1
+        mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
+        mbarrier.wait(turn_mine, phase=(turn + steps - 1 + WG) & 1)
+        acc = warpgroup_mma(p_op, v_ring.index(last % STAGES), acc, is_async=True)
+        mbarrier.arrive(turn_other, count=1)
+        rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))  # m_i is in log2 units:
+        gl.store(LSE + bh.to(gl.int64) * N + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)  # ln
+        _store_o(acc, l_i, o_desc, o_smem, bh * N + start_m, BLOCK_M, D, num_warps)  # waits for the P V
+        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+        pos += steps
+        turn += steps + 1
+        done += 1
 
 
 @gluon.jit
-def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty, v_ready,
-                       v_empty, N, CAUSAL: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
-                       REVERSE: gl.constexpr = False):
-    """One warp: both query tiles, then K and V, each slot refilled once both warpgroups have freed it."""
+def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, q_empty, k_ready, k_empty,
+                      v_ready, v_empty, N, CAUSAL: gl.constexpr, STAGES: gl.constexpr, GROUP: gl.constexpr,
+                      REVERSE: gl.constexpr = False, PERSISTENT: gl.constexpr = False):
+    """One warp: both query tiles (once both warpgroups are done with the last ones), then K and V, each slot
+    refilled once both warpgroups have freed it; ``PERSISTENT``, tile after tile."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    tile_m = _pingpong_tile_m(BLOCK_M, REVERSE)
-    q_row = gl.program_id(1) * N + tile_m
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem0)
-    tma.async_copy_global_to_shared(q_desc, [q_row + BLOCK_M, 0], q_bar, q_smem1)
-    row0 = gl.program_id(1) // GROUP * N
-    for i in range(_kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)):
-        st = i % STAGES
-        parity = ((i // STAGES) & 1) ^ 1  # a fresh barrier passes parity 1
-        mbarrier.wait(k_empty.index(st), parity)
-        mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row0 + i * BLOCK_N, 0], k_ready.index(st), k_ring.index(st))
-        mbarrier.wait(v_empty.index(st), parity)
-        mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [row0 + i * BLOCK_N, 0], v_ready.index(st), v_ring.index(st))
+    tiles, tiles_m, heads = _pingpong_range(q_desc, N, BLOCK_M, PERSISTENT)
+    pos = 0
+    done = 0
+    for r in range(tiles):
+        tile_m, bh = _pingpong_tile(r, tiles_m, heads, BLOCK_M, CAUSAL, REVERSE, PERSISTENT)
+        q_row = bh * N + tile_m
+        mbarrier.wait(q_empty, (done & 1) ^ 1)  # a fresh barrier passes parity 1
+        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem0)
+        tma.async_copy_global_to_shared(q_desc, [q_row + BLOCK_M, 0], q_bar, q_smem1)
+        row0 = bh // GROUP * N
+        steps = _kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)
+        for i in range(steps):
+            st = (pos + i) % STAGES
+            parity = (((pos + i) // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(st), parity)
+            mbarrier.expect(k_ready.index(st), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row0 + i * BLOCK_N, 0], k_ready.index(st), k_ring.index(st))
+            mbarrier.wait(v_empty.index(st), parity)
+            mbarrier.expect(v_ready.index(st), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [row0 + i * BLOCK_N, 0], v_ready.index(st), v_ring.index(st))
+        pos += steps
+        done += 1
 
 
 @gluon.jit
 def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, CAUSAL: gl.constexpr,
                               STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1,
-                              MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False):
+                              MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False,
+                              PERSISTENT: gl.constexpr = False):
     """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
     worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``). ``MASK_ALL``: with
     ``CAUSAL``, mask every key block rather than only those that cross the diagonal. ``REVERSE``: program
     m takes a head's m-th pair of tiles from the end, the heaviest first when causal (``_pingpong_tile_m``).
+    ``PERSISTENT``: a grid of one program an SM (``launch_plan``), each taking tile after tile.
     ``LSE``: a pointer to (B, Hq, N) fp32 for each row's log-sum-exp."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -516,12 +584,14 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, 
     o_smem0 = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
     o_smem1 = gl.allocate_shared_memory(dtype, [BLOCK_M, D], o_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=2)  # both warpgroups read Q to the tile's last S
     mbarrier.init(turns.index(0), count=1)
     mbarrier.init(turns.index(1), count=1)
     for s in gl.static_range(STAGES):
@@ -530,16 +600,17 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, 
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(v_empty.index(s), count=2)
     gl.warp_specialize([
-        (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, k_ready, k_empty, v_ready, v_empty,
-                             turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps,
-                             MASK_ALL, REVERSE)),
-        (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, k_ready, k_empty, v_ready, v_empty,
-                             turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps,
-                             MASK_ALL, REVERSE)),
-        (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, k_ready, k_empty,
-                             v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE)),
+        (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, q_empty, k_ready, k_empty, v_ready,
+                             v_empty, turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps,
+                             MASK_ALL, REVERSE, PERSISTENT)),
+        (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, q_empty, k_ready, k_empty, v_ready,
+                             v_empty, turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps,
+                             MASK_ALL, REVERSE, PERSISTENT)),
+        (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, q_empty, k_ready,
+                             k_empty, v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE, PERSISTENT)),
     ], [4, 1], [232, 24])
     mbarrier.invalidate(q_bar)
+    mbarrier.invalidate(q_empty)
     mbarrier.invalidate(turns.index(0))
     mbarrier.invalidate(turns.index(1))
     for s in gl.static_range(STAGES):
@@ -556,6 +627,10 @@ CONFIG = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=8)
 #: The ping-pong rung's tile: 64 query rows a warpgroup, two a program (``attention_forward`` launches
 #: N / 128 programs a head for it).
 PP_CONFIG = dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4)
+#: The ping-pong rung as the kernel library launches it (``kernels.attention``): persistent, one program an
+#: SM taking tile after tile, so that each tile's first loads run under the last one's final block
+#: (``research/README.md`` has the A/B against a program a tile).
+LIBRARY_CONFIG = dict(PP_CONFIG, PERSISTENT=True)
 #: (name, kernel, config) of each rung, in the ladder's order.
 RUNGS = (("pipelined", attention_fwd_kernel, CONFIG), ("warp-specialized", attention_ws_kernel, CONFIG),
          ("overlapped", attention_overlap_kernel, CONFIG), ("ping-pong", attention_pingpong_kernel, PP_CONFIG))
@@ -571,7 +646,8 @@ HEAD_DIMS = (64, 128)
 #: 256 (a wgmma's N), at least 2 stages (one landing while one is read).
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
                       "STAGES": (integer, 2, 8), "num_warps": (power_of_two, 4, 8),
-                      "MASK_ALL": (boolean, 0, 1), "REVERSE": (boolean, 0, 1)},  # the ping-pong rung's only
+                      "MASK_ALL": (boolean, 0, 1), "REVERSE": (boolean, 0, 1),  # the ping-pong rung's only
+                      "PERSISTENT": (boolean, 0, 1)},
                      required=("BLOCK_M", "BLOCK_N", "STAGES", "num_warps"))
 
 
@@ -688,7 +764,12 @@ def launch_plan(q, k, v, o, causal, sm_scale, kernel, config) -> tuple[tuple, tu
     if k.shape[1] != H:  # grouped-query heads: program (b, h) reads K/V head h // GROUP
         meta["GROUP"] = H // k.shape[1]
     rows = config["BLOCK_M"] * (2 if kernel is attention_pingpong_kernel else 1)  # query rows a program
-    return (N // rows, B * H), (*descriptors(q, k, v, o, config), N, sm_scale), meta
+    grid = (N // rows, B * H)
+    if config.get("PERSISTENT"):  # one program an SM (registers hold one), each taking tile after tile;
+        # CPU tensors (a compile without a GPU): a program a tile, as no launch follows
+        sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else N // rows * B * H
+        grid = (min(N // rows * B * H, sms), 1)
+    return grid, (*descriptors(q, k, v, o, config), N, sm_scale), meta
 
 
 def reference(q, k, v, causal=False, sm_scale=None):
