@@ -208,8 +208,8 @@ def test_the_library_launches_the_pingpong_rung_persistent():
 
 
 def test_the_routed_pingpong_attention_never_rewrites_a_wgmma_operand_in_flight():
-    """The library's ping-pong attention (persistent; every dtype, head dim and mask), compiled for sm_90a in a
-    process of its own: no write of a wgmma's register operand (P, for P V) before the wgmma is retired
+    """The library's ping-pong attention (both launches, a program a tile and persistent; every dtype, head dim
+    and mask), compiled for sm_90a in a process of its own: no write of a wgmma's register operand (P, for P V) before the wgmma is retired
     (``research/hopper/wgmma_races.py``), the race that gave wrong int4 sums on the H200."""
     import subprocess
     import sys
@@ -221,4 +221,5 @@ def test_the_routed_pingpong_attention_never_rewrites_a_wgmma_operand_in_flight(
                          capture_output=True, text=True, timeout=600, cwd=root)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [line for line in run.stdout.splitlines() if line.startswith("ping-pong")]
-    assert len(lines) == 8 and all(line.endswith("register-operand races: none") for line in lines), run.stdout
+    assert len(lines) == 16 and all(line.endswith("register-operand races: none") for line in lines), run.stdout
+    assert sum(" persistent " in line for line in lines) == 8, run.stdout

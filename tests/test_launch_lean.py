@@ -256,8 +256,8 @@ def test_attention_forward_takes_the_triton_kernel_off_hopper():
     ((1, 32, 4096, 128), (1, 8, 4096, 128), torch.float16, True, "pingpong"),  # grouped-query heads
     ((1, 32, 1024, 128), (1, 8, 1024, 128), torch.float16, False, "triton"),  # under PINGPONG_MIN_FLOPS
     ((4, 32, 4096, 64), None, torch.float16, False, "pingpong"),
-    ((4, 32, 4096, 64), None, torch.float16, True, "pingpong"),
-    ((8, 32, 2048, 64), None, torch.float16, True, "triton"),  # D 64 causal: from 4096 tokens
+    ((4, 32, 4096, 64), None, torch.float16, True, "triton"),  # D 64 causal: from 8192 tokens
+    ((1, 32, 8192, 64), None, torch.float16, True, "pingpong"),
     ((16, 32, 1024, 64), None, torch.float16, False, "pingpong"),
     ((16, 32, 1024, 64), None, torch.float16, True, "triton"),
     ((2, 32, 1024, 64), None, torch.float16, False, "triton"),  # under PINGPONG_MIN_FLOPS
@@ -490,7 +490,17 @@ def test_the_routes_rule_from_shapes_alone():
     from solutions.kernels import attention as lib
 
     assert lib.pingpong_wanted(1, 16, 16384, 128, True) and lib.pingpong_wanted(16, 16, 1024, 128, False)
-    assert lib.pingpong_wanted(4, 32, 4096, 64, False) and lib.pingpong_wanted(4, 32, 4096, 64, True)
-    assert lib.pingpong_wanted(16, 32, 1024, 64, False) and not lib.pingpong_wanted(16, 32, 1024, 64, True)  # D 64 causal
-    assert not lib.pingpong_wanted(8, 32, 2048, 64, True)  # D 64 causal below its N
+    assert lib.pingpong_wanted(4, 32, 4096, 64, False) and not lib.pingpong_wanted(4, 32, 4096, 64, True)  # D 64 causal
+    assert lib.pingpong_wanted(16, 32, 1024, 64, False) and lib.pingpong_wanted(1, 32, 8192, 64, True)
+
+
+def test_the_pingpong_kernel_runs_persistent_where_tiles_are_short():
+    """``pingpong_config``: the persistent launch up to ``PERSISTENT_MAX_N`` (1024 tokens, 4096 causal), a
+    program a tile above, the lesson's tile either way."""
+    from solutions.kernels import attention as lib
+    from solutions.kernels import gluon_attention as ga
+
+    assert lib.pingpong_config(1024, False) == lib.pingpong_config(4096, True) == ga.LIBRARY_CONFIG
+    assert lib.pingpong_config(4096, False) == lib.pingpong_config(16384, True) == ga.PP_CONFIG
+    assert ga.LIBRARY_CONFIG["PERSISTENT"] and "PERSISTENT" not in ga.PP_CONFIG
     assert not lib.pingpong_wanted(1, 1, 1024, 128, False)  # too few FLOPs: the host's time

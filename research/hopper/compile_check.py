@@ -8,7 +8,8 @@ be in flight, and every wgmma of the kernel then waits for the one before).
 
 Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
 run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles);
-``--pingpong --persistent``: its persistent launch (one program an SM, tile after tile).
+``--pingpong --persistent``: its persistent launch too (one program an SM, tile after tile: the library's at short
+lengths).
 
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
@@ -93,11 +94,12 @@ def report(ptx: str) -> str:
 def main(argv=()):
     print("triton", triton.__version__)
     if "--pingpong" in argv:
-        cfg = dict(ga.PP_CONFIG, PERSISTENT=True) if "--persistent" in argv else ga.PP_CONFIG
-        for dtype, D, causal in itertools.product((torch.float16, torch.bfloat16), (64, 128), (False, True)):
+        launches = [("", ga.PP_CONFIG)] + ([(" persistent", ga.LIBRARY_CONFIG)] if "--persistent" in argv else [])
+        for (how, cfg), dtype, D, causal in itertools.product(launches, (torch.float16, torch.bfloat16), (64, 128),
+                                                              (False, True)):
             k = compile_attention(dtype, cfg, D=D, causal=causal, kernel=ga.attention_pingpong_kernel)
-            print(f"ping-pong {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes"
-                  f"{report(k.asm['ptx'])}")
+            print(f"ping-pong{how} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} "
+                  f"bytes{report(k.asm['ptx'])}")
         return
     rungs = (("pipelined", gm.matmul_kernel, gm.CONFIG), ("persistent, warp-specialized", gm.matmul_ws_kernel, gm.WS_CONFIG))
     for (name, kernel, cfg), dtype in itertools.product(rungs, (torch.float16, torch.bfloat16)):

@@ -170,7 +170,7 @@ def _fmt(s, digits=3):
 
 def part_time(args, dtype):
     rows = []
-    for (B, Hq, Hkv, N, D), causal in itertools.product(SHAPES, CAUSAL_MODES[args.causal]):
+    for (B, Hq, Hkv, N, D), causal in itertools.product(args.shape or SHAPES, CAUSAL_MODES[args.causal]):
         name = label(B, Hq, Hkv, N, D, causal)
         row = dict(shape=name, dtype=str(dtype)[6:])
         if over_budget(args):
@@ -229,6 +229,8 @@ def parse(argv):
     p.add_argument("--eager-rep", type=int, default=50, help="do_bench's milliseconds a measurement (50)")
     p.add_argument("--out", help="write every number (each round's too) to this JSON file")
     p.add_argument("--key", default="REVERSE", choices=KEYS, help="the switch to A/B (default REVERSE)")
+    p.add_argument("--shape", action="append", type=lambda s: tuple(int(x) for x in s.split(",")), metavar="B,HQ,HKV,N,D",
+                   help="time this shape instead of SHAPES (repeatable)")
     p.add_argument("--causal", default="causal", choices=tuple(CAUSAL_MODES),
                    help="time causal (default), plain (not causal) or both")
     args = p.parse_args(argv)

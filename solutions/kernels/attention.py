@@ -77,11 +77,10 @@ FWD_PDL = True
 
 #: On Hopper (sm_90) the forward of fp16/bf16 q, k, v runs lesson 12's ping-pong kernel
 #: (``gluon_attention.attention_pingpong_kernel``, FlashAttention-3's schedule) where it takes the shape
-#: (queries and keys of one length, a multiple of its 128 rows a program), persistent (``LIBRARY_CONFIG``:
-#: one program an SM, tile after tile), the sequence has at least
+#: (queries and keys of one length, a multiple of its 128 rows a program), the sequence has at least
 #: ``PINGPONG_MIN_N[(D, causal)]`` tokens and the call at least ``PINGPONG_MIN_FLOPS``: where the H200 runs
 #: put it ahead of the tuned Triton kernel (``research/README.md`` says which runs). Below that, the
-#: Triton kernel's smaller tiles fill the GPU better (D 64, causal, at 1024 tokens), or the call's time
+#: Triton kernel's smaller tiles fill the GPU better (D 64, causal, at 4096 tokens), or the call's time
 #: would be the host's. The kernel writes the log-sum-exp too, so lesson 07's backward follows it as it
 #: follows the Triton forward. Read at a key's first call. A key's first call goes through
 #: ``gluon_attention.attention_forward`` (its checks, its descriptors, ``kernel[grid]``: about a hundred
@@ -89,7 +88,11 @@ FWD_PDL = True
 #: first such call (Gluon is imported only where it runs), whose entries encode the descriptors' maps
 #: from the tensors' addresses as the Triton forward's do.
 PINGPONG = True
-PINGPONG_MIN_N = {(64, False): 1024, (64, True): 4096, (128, False): 1024, (128, True): 1024}
+PINGPONG_MIN_N = {(64, False): 1024, (64, True): 8192, (128, False): 1024, (128, True): 1024}
+#: The ping-pong kernel runs persistent (``gluon_attention.LIBRARY_CONFIG``: one program an SM, tile after
+#: tile) up to ``PERSISTENT_MAX_N[causal]`` tokens, where a tile reads few key blocks and its start and end
+#: weigh; above, a program a tile (``PP_CONFIG``), which tied or won the H200 A/B there.
+PERSISTENT_MAX_N = {False: 1024, True: 4096}
 PINGPONG_MIN_FLOPS = 3e10
 _PP = None  # the ping-pong kernel's Lean, made by _pingpong_lean()
 
@@ -127,6 +130,13 @@ def _takes_pingpong(q, k, v, causal, impl):
     return ga.shape_problem(B, Hq, k.shape[1], N, D, q.dtype, ga.attention_pingpong_kernel) is None
 
 
+def pingpong_config(N, causal) -> dict:
+    """The ping-pong kernel's config for N tokens: persistent up to ``PERSISTENT_MAX_N[causal]``."""
+    from . import gluon_attention as ga
+
+    return ga.LIBRARY_CONFIG if N <= PERSISTENT_MAX_N[bool(causal)] else ga.PP_CONFIG
+
+
 def _pingpong_lean():
     """The ping-pong kernel's ``Lean``, made on the first call that takes it and listed in ``LEANS``."""
     global _PP
@@ -142,7 +152,7 @@ def _pingpong_first(key, q, k, v, causal, sm_scale):
     (its checks first), through ``_pingpong_lean()``: the entry kept for the key's later calls."""
     from . import gluon_attention as ga
 
-    kernel, cfg = ga.attention_pingpong_kernel, ga.LIBRARY_CONFIG
+    kernel, cfg = ga.attention_pingpong_kernel, pingpong_config(q.shape[2], causal)
     causal, sm_scale = ga.check_inputs(q, k, v, causal, sm_scale, kernel, cfg)
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
     q, k, v = fab.prepare(q), fab.prepare(k), fab.prepare(v)

@@ -23,7 +23,7 @@ the next head's rows. ``shape_problem`` says, without tensors, whether a rung ta
 
 Public names: the four kernels and ``acc_layout``; ``CONFIG`` (128-row query tiles, two warpgroups),
 ``PP_CONFIG`` (the ping-pong rung's 64 rows a warpgroup), ``LIBRARY_CONFIG`` (the same, persistent: the
-kernel library's), ``config_for(kernel)``; ``RUNGS``, (name,
+kernel library's at short lengths), ``config_for(kernel)``; ``RUNGS``, (name,
 kernel, config) of each rung in ladder order; ``GQA_KERNELS``; ``DTYPES``, ``HEAD_DIMS``;
 ``descriptors(q, k, v, o, config)`` (no checks, so that ``research/hopper/compile_check.py`` builds them
 from CPU tensors) and ``launch_plan(...)``, a launch's grid, arguments and constexprs; ``shape_problem(...)``, ``check_inputs(...)``; ``attention_forward`` and ``reference``.
@@ -627,9 +627,9 @@ CONFIG = dict(BLOCK_M=128, BLOCK_N=128, STAGES=2, num_warps=8)
 #: The ping-pong rung's tile: 64 query rows a warpgroup, two a program (``attention_forward`` launches
 #: N / 128 programs a head for it).
 PP_CONFIG = dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4)
-#: The ping-pong rung as the kernel library launches it (``kernels.attention``): persistent, one program an
-#: SM taking tile after tile, so that each tile's first loads run under the last one's final block
-#: (``research/README.md`` has the A/B against a program a tile).
+#: The ping-pong rung as the kernel library launches it for short tiles (``kernels.attention.pingpong_config``):
+#: persistent, one program an SM taking tile after tile, so that each tile's first loads run under the last
+#: one's final block (``research/README.md`` has the A/B against a program a tile).
 LIBRARY_CONFIG = dict(PP_CONFIG, PERSISTENT=True)
 #: (name, kernel, config) of each rung, in the ladder's order.
 RUNGS = (("pipelined", attention_fwd_kernel, CONFIG), ("warp-specialized", attention_ws_kernel, CONFIG),
