@@ -15,8 +15,8 @@ every thread (``TMA_REDUCE=False``, the interpreter's path).
   Hq a multiple of Hkv (a program keeps its K/V block and loops over the GROUP query heads that read it,
   summing their dK and dV in registers), the causal mask aligned to the end (query i sees keys
   j <= i + N_KV - N_Q). Equal shapes are GROUP 1.
-- ``attn_bwd_prepare`` computes Δ = rowsum(dO ∘ O) and zeroes the fp32 dQ; ``attn_bwd_dq_cast`` scales it
-  and casts it to the inputs' dtype. Three launches, as lesson 07's backward.
+- Lesson 07's preprocess computes Δ = rowsum(dO ∘ O), the fp32 dQ starts at zero, and ``attn_bwd_dq_cast``
+  scales it and casts it to the inputs' dtype.
 - The programs of a head start their query loops at different blocks (``STAGGER``), so that they do not
   all add into the same rows of dQ at once.
 - dQ is not bitwise repeatable: the adds come in a different order from call to call.
@@ -26,9 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from solutions._checks import validate
-from solutions.flash_attention_backward import PREPROCESS_BLOCK, checked_config, tma_scratch
-from solutions.kernels import attention_forward as forward
+from solutions.flash_attention_backward import checked_config, compute_delta, tma_scratch
+from solutions.kernels import attention_backward as fbt
 from tkcourse.mode import INTERPRET
 
 #: The autotuned kernel's configs (GPU only): BLOCK_N keys a program (dK and dV on chip), BLOCK_M queries
@@ -48,26 +47,6 @@ AUTOTUNE_MIN_N = 512
 TMA_REDUCE = not INTERPRET
 #: Elements a program of ``attn_bwd_dq_cast``.
 CAST_BLOCK = 1024
-
-
-@triton.jit
-def attn_bwd_prepare(
-    O,  # pointer to the forward's output o, contiguous (B, Hq, N_Q, D)
-    DO,  # pointer to dO, same layout
-    Delta,  # pointer to Δ, fp32 (B, Hq, N_Q): written here
-    DQ,  # pointer to dQ's fp32 accumulator, (B, Hq, N_Q, D): zeroed here
-    N_Q,  # queries a head
-    HEAD_DIM: tl.constexpr,  # D
-    BLOCK_M: tl.constexpr,  # rows a program
-):
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    bh = tl.program_id(1).to(tl.int64)
-    offs = bh * N_Q * HEAD_DIM + offs_m[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-    row = offs_m[:, None] < N_Q
-    o = tl.load(O + offs, mask=row, other=0.0).to(tl.float32)
-    do = tl.load(DO + offs, mask=row, other=0.0).to(tl.float32)
-    tl.store(Delta + bh * N_Q + offs_m, tl.sum(o * do, axis=1), mask=offs_m < N_Q)
-    tl.store(DQ + offs, tl.zeros([BLOCK_M, HEAD_DIM], tl.float32), mask=row)
 
 
 @triton.jit
@@ -204,36 +183,22 @@ if not INTERPRET:
                                        reset_to_zero=["DQ"])(attn_bwd_atomic)
 
 
-def check_inputs(do, q, k, v, o, lse, causal, sm_scale, config):
-    """The arguments of ``attention_backward`` checked (a ValueError names what is wrong) and prepared:
-    ``(tensors, causal, sm_scale, config)``, the tensors contiguous and 16-byte aligned."""
-    sm_scale, causal = forward.check_gqa_inputs(q, k, v, causal, sm_scale)
-    validate(do, q, o, names=["do", "q", "o"], ndim=4, same_shape=True)
-    validate(lse, names=["lse"], ndim=3, dtypes=(torch.float32,))
-    if tuple(lse.shape) != tuple(q.shape[:3]) or lse.device != q.device:
-        raise ValueError(f"lse must be the forward's fp32 log-sum-exp of shape {tuple(q.shape[:3])} on {q.device}, "
-                         f"got shape {tuple(lse.shape)} on {lse.device}")
-    if config is not None:
-        config = checked_config(config, "config")
-    return [forward.prepare(t) for t in (do, q, k, v, o, lse)], causal, sm_scale, config
-
-
 def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=None):
     """``(dq, dk, dv)`` in one pass over the blocks, dQ added by atomics (not bitwise repeatable).
 
     q, do, o: (B, Hq, N_Q, D); k, v: (B, Hkv, N_KV, D), Hq a multiple of Hkv (dk and dv summed over each
     KV head's query heads); ``lse`` the forward's fp32 log-sum-exp (B, Hq, N_Q); the causal mask aligned to
-    the end. ``config`` ({BLOCK_M, BLOCK_N, num_warps, num_stages}) launches exactly that config.
+    the end. ``config`` ({BLOCK_M, BLOCK_N, num_warps, num_stages}) launches exactly that config (its errors
+    name it ``dkdv_config``, as the two-pass backward's checks do).
     """
-    (do, q, k, v, o, lse), causal, sm_scale, config = check_inputs(do, q, k, v, o, lse, causal, sm_scale, config)
+    (do, q, k, v, o, lse), causal, sm_scale, config, _ = fbt.check_gqa_backward(do, q, k, v, o, lse, causal,
+                                                                              sm_scale, config, None)
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1:3]
     if not INTERPRET:
         triton.set_allocator(tma_scratch)  # descriptors made in the kernel
-    delta = torch.empty_like(lse)
-    dq32 = torch.empty(q.shape, device=q.device, dtype=torch.float32)
-    attn_bwd_prepare[(triton.cdiv(Nq, PREPROCESS_BLOCK), B * Hq)](o, do, delta, dq32, Nq, HEAD_DIM=D,
-                                                                  BLOCK_M=PREPROCESS_BLOCK)
+    delta = compute_delta(o, do, lse)  # Δ = rowsum(dO ∘ O), lesson 07's preprocess
+    dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     args = (q, k, v, do, dk, dv, dq32, lse, delta, Nq, Nk, Hq // Hkv, sm_scale)
     meta = dict(HEAD_DIM=D, CAUSAL=causal, TMA_REDUCE=TMA_REDUCE)

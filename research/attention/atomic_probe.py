@@ -101,16 +101,15 @@ def check(aba, fat, results):
 
 def _nostagger(aba, do, q, k, v, o, lse, causal, cfg):
     """The kernel with STAGGER off: its launch as ``attention_backward`` makes it, the constexpr given."""
-    (do, q, k, v, o, lse), causal, sm_scale, cfg = aba.check_inputs(do, q, k, v, o, lse, causal, None, cfg)
-    from solutions.flash_attention_backward import PREPROCESS_BLOCK, tma_scratch
+    from solutions.flash_attention_backward import compute_delta, tma_scratch
+    from solutions.kernels.attention_backward import check_gqa_backward
 
+    (do, q, k, v, o, lse), causal, sm_scale, cfg, _ = check_gqa_backward(do, q, k, v, o, lse, causal, None, cfg, None)
     triton.set_allocator(tma_scratch)
     B, Hq, Nq, D = q.shape
     Hkv, Nk = k.shape[1:3]
-    delta = torch.empty_like(lse)
-    dq32 = torch.empty(q.shape, device=q.device, dtype=torch.float32)
-    aba.attn_bwd_prepare[(triton.cdiv(Nq, PREPROCESS_BLOCK), B * Hq)](o, do, delta, dq32, Nq, HEAD_DIM=D,
-                                                                      BLOCK_M=PREPROCESS_BLOCK)
+    delta = compute_delta(o, do, lse)
+    dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     aba.attn_bwd_atomic[(triton.cdiv(Nk, cfg["BLOCK_N"]), B * Hkv)](
         q, k, v, do, dk, dv, dq32, lse, delta, Nq, Nk, Hq // Hkv, sm_scale, HEAD_DIM=D, CAUSAL=causal,
