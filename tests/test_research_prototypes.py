@@ -1,23 +1,39 @@
 """Research prototypes that have only been compiled (no GPU has run them yet): they still compile for an
 H100/H200 (sm_90a) with the installed Triton, as their probes will need, and within the registers they were
-built for. A change in Triton's Gluon API shows here before a GPU session is spent on it."""
+built for. A change in Triton's Gluon API shows here before a GPU session is spent on it.
 
-import torch
+Each compile runs in a process of its own with ``TRITON_INTERPRET=0``: this process runs Triton's
+interpreter (``tkcourse.mode``), which cannot build a Gluon kernel for a GPU."""
 
-from research.decode import gluon_decode
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compiled(code: str) -> str:
+    """What ``code`` prints, run from the checkout in a process that compiles for the GPU."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         env=dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout
 
 
 def test_the_gluon_decode_prototype_compiles_for_sm90_without_spills():
-    shared, ptxas_line = gluon_decode.compile_for_sm90(torch.float16, 128, 16, 4, 64, 3)[:2]
-    assert shared <= 227 * 1024, shared  # what an H100/H200 gives one program
-    assert "0 bytes spill stores" in ptxas_line, ptxas_line
+    out = compiled("import torch\nfrom research.decode import gluon_decode as g\n"
+                   "shared, line = g.compile_for_sm90(torch.float16, 128, 16, 4, 64, 3)[:2]\nprint(shared)\nprint(line)")
+    shared, line = out.splitlines()[-2:]
+    assert int(shared) <= 227 * 1024, shared  # what an H100/H200 gives one program
+    assert "0 bytes spill stores" in line, line
 
 
 def test_the_gluon_backward_prototype_compiles_clean_for_sm90():
     """``research/hopper/gluon_backward.py`` at D 64, causal: no spills, no wgmma serialized by ptxas, and no
     write of a wgmma's register operand while that wgmma may run (the race ``wgmma_races.py`` finds)."""
-    from research.hopper import gluon_backward
-
-    summary = gluon_backward.ptxas_summary(gluon_backward.compile_for_sm90(torch.float16, 64, True).asm["ptx"])
+    summary = compiled("import torch\nfrom research.hopper import gluon_backward as g\n"
+                       "print(g.ptxas_summary(g.compile_for_sm90(torch.float16, 64, True).asm['ptx']))")
+    summary = summary.splitlines()[-1]
     assert "spill stores/loads 0/0 bytes" in summary and "not serialized" in summary, summary
     assert summary.endswith("register-operand races: none"), summary
