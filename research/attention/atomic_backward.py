@@ -183,13 +183,14 @@ if not INTERPRET:
                                        reset_to_zero=["DQ"])(attn_bwd_atomic)
 
 
-def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=None):
+def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=None, tma_reduce=None, stagger=True):
     """``(dq, dk, dv)`` in one pass over the blocks, dQ added by atomics (not bitwise repeatable).
 
     q, do, o: (B, Hq, N_Q, D); k, v: (B, Hkv, N_KV, D), Hq a multiple of Hkv (dk and dv summed over each
     KV head's query heads); ``lse`` the forward's fp32 log-sum-exp (B, Hq, N_Q); the causal mask aligned to
     the end. ``config`` ({BLOCK_M, BLOCK_N, num_warps, num_stages}) launches exactly that config (its errors
-    name it ``dkdv_config``, as the two-pass backward's checks do).
+    name it ``dkdv_config``, as the two-pass backward's checks do). ``tma_reduce`` (default ``TMA_REDUCE``)
+    and ``stagger``: the kernel's ``TMA_REDUCE`` and ``STAGGER``, the variants ``atomic_probe.py`` times.
     """
     (do, q, k, v, o, lse), causal, sm_scale, config, _ = fbt.check_gqa_backward(do, q, k, v, o, lse, causal,
                                                                               sm_scale, config, None)
@@ -201,12 +202,12 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=
     dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     args = (q, k, v, do, dk, dv, dq32, lse, delta, Nq, Nk, Hq // Hkv, sm_scale)
-    meta = dict(HEAD_DIM=D, CAUSAL=causal, TMA_REDUCE=TMA_REDUCE)
+    meta = dict(HEAD_DIM=D, CAUSAL=causal, TMA_REDUCE=TMA_REDUCE if tma_reduce is None else bool(tma_reduce),
+                STAGGER=bool(stagger))
     if config is None and atomic_autotuned is not None and max(Nq, Nk) >= AUTOTUNE_MIN_N:
         atomic_autotuned[lambda m: (triton.cdiv(Nk, m["BLOCK_N"]), B * Hkv)](*args, **meta)
     else:
-        cfg = checked_config(config if config is not None else INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG,
-                             "config")
+        cfg = config or checked_config(INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG, "config")
         attn_bwd_atomic[(triton.cdiv(Nk, cfg["BLOCK_N"]), B * Hkv)](*args, **meta, **cfg)
     dq = torch.empty_like(q)
     attn_bwd_dq_cast[(triton.cdiv(dq.numel(), CAST_BLOCK),)](dq32, dq, dq.numel(), sm_scale, BLOCK=CAST_BLOCK)

@@ -86,9 +86,7 @@ def check(aba, fat, results):
                 continue  # the other variants at the shapes the timing compiles anyway
             label = f"B{B} Hq{Hq} Hkv{Hkv} Nq{Nq} Nk{Nk} D{D}{' causal' if causal else ''} {dt} {name}"
             try:
-                aba.TMA_REDUCE = tma
-                got = (aba.attention_backward(do, q, k, v, o, lse, causal, config=cfg) if stagger
-                       else _nostagger(aba, do, q, k, v, o, lse, causal, cfg))
+                got = aba.attention_backward(do, q, k, v, o, lse, causal, config=cfg, tma_reduce=tma, stagger=stagger)
                 errs = [(a.double() - r).abs().max().item() for a, r in zip(got, ref)]
                 ok = all(e <= t for e, t in zip(errs, tol))
                 results["check"].append(dict(case=label, ok=ok, errs=errs, tol=tol))
@@ -96,28 +94,21 @@ def check(aba, fat, results):
             except Exception as e:  # noqa: BLE001 (say what failed, and go on)
                 results["check"].append(dict(case=label, ok=False, error=repr(e)[:300]))
                 say("FAIL", label, type(e).__name__, str(e)[:200])
-    aba.TMA_REDUCE = True
 
 
-def _nostagger(aba, do, q, k, v, o, lse, causal, cfg):
-    """The kernel with STAGGER off: its launch as ``attention_backward`` makes it, the constexpr given."""
-    from solutions.flash_attention_backward import compute_delta, tma_scratch
-    from solutions.kernels.attention_backward import check_gqa_backward
-
-    (do, q, k, v, o, lse), causal, sm_scale, cfg, _ = check_gqa_backward(do, q, k, v, o, lse, causal, None, cfg, None)
-    triton.set_allocator(tma_scratch)
-    B, Hq, Nq, D = q.shape
-    Hkv, Nk = k.shape[1:3]
-    delta = compute_delta(o, do, lse)
-    dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    aba.attn_bwd_atomic[(triton.cdiv(Nk, cfg["BLOCK_N"]), B * Hkv)](
-        q, k, v, do, dk, dv, dq32, lse, delta, Nq, Nk, Hq // Hkv, sm_scale, HEAD_DIM=D, CAUSAL=causal,
-        TMA_REDUCE=aba.TMA_REDUCE, STAGGER=False, **cfg)
-    dq = torch.empty_like(q)
-    aba.attn_bwd_dq_cast[(triton.cdiv(dq.numel(), aba.CAST_BLOCK),)](dq32, dq, dq.numel(), sm_scale,
-                                                                     BLOCK=aba.CAST_BLOCK)
-    return dq, dk, dv
+def interleaved_medians(fns, rounds=2, label=""):
+    """``{name: median ms}`` of each ``fns[name]()`` by ``triton.testing.do_bench``, the names taken in turn
+    in each of ``rounds`` rounds (what drifts during a run then drifts for all); a call that fails is said and
+    counts as NaN. ``gluon_backward_probe.py`` times with it too."""
+    times = {n: [] for n in fns}
+    for _ in range(rounds):
+        for n, fn in fns.items():
+            try:
+                times[n].append(triton.testing.do_bench(fn))
+            except Exception as e:  # noqa: BLE001 (say what failed, and go on)
+                say(label, n, "FAIL", type(e).__name__, str(e)[:160])
+                times[n].append(float("nan"))
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def time_shapes(aba, fat, budget, results):
@@ -143,22 +134,9 @@ def time_shapes(aba, fat, budget, results):
         o, lse = fat.attention_forward(q.detach(), k.detach(), v.detach(), causal)
         fns = {"cudnn": cudnn}
         for vname, (cfg, tma, stagger) in VARIANTS.items():
-            def run(cfg=cfg, tma=tma, stagger=stagger):
-                aba.TMA_REDUCE = tma
-                if stagger:
-                    return aba.attention_backward(do, q.detach(), k.detach(), v.detach(), o, lse, causal, config=cfg)
-                return _nostagger(aba, do, q.detach(), k.detach(), v.detach(), o, lse, causal, cfg)
-            fns[vname] = run
-        times = {n: [] for n in fns}
-        for r in range(2):
-            for n, fn in fns.items():
-                try:
-                    times[n].append(triton.testing.do_bench(fn))
-                except Exception as e:  # noqa: BLE001
-                    say(name, n, "FAIL", type(e).__name__, str(e)[:160])
-                    times[n].append(float("nan"))
-        aba.TMA_REDUCE = True
-        med = {n: statistics.median(t) for n, t in times.items()}
+            fns[vname] = (lambda cfg=cfg, tma=tma, stagger=stagger: aba.attention_backward(
+                do, q.detach(), k.detach(), v.detach(), o, lse, causal, config=cfg, tma_reduce=tma, stagger=stagger))
+        med = interleaved_medians(fns, 2, name)
         row = dict(shape=name, ms=med, tflops={n: flops / t / 1e9 for n, t in med.items()},
                    x_cudnn={n: med["cudnn"] / t for n, t in med.items() if n != "cudnn"})
         results["time"].append(row)

@@ -24,7 +24,6 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ import tkcourse  # noqa: F401  (first: the mode, before triton is imported)
 import torch
 import triton
 # isort: on
+
+from research.attention.atomic_probe import interleaved_medians, reference_grads  # noqa: E402
 
 T0 = time.time()
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,18 +66,6 @@ def forward(q, k, v, causal):
         from solutions.kernels import attention_forward as fat
 
         return fat.attention_forward(q, k, v, causal)
-
-
-def reference_grads(q, k, v, do, causal, dtype):
-    """(dq, dk, dv) by torch's autograd in ``dtype`` (float64 for the reference)."""
-    q, k, v = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
-    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    if causal:
-        n = q.shape[2]
-        keep = torch.arange(n, device=q.device)[None, :] <= torch.arange(n, device=q.device)[:, None]
-        s = s.masked_fill(~keep, float("-inf"))
-    (s.float().softmax(-1).to(dtype) @ v).backward(do.to(dtype))
-    return q.grad, k.grad, v.grad
 
 
 def save(results, path):
@@ -140,15 +129,7 @@ def time_shapes(gb, budget, results, path):
                      for a, b in zip(ours, theirs)]
             say(name, "gluon vs library, max|diff|/max|library|:",
                 " ".join(f"d{n} {x:.1e}" for n, x in zip("qkv", agree)))
-            times = {n: [] for n in fns}
-            for _ in range(2):
-                for n, fn in fns.items():
-                    try:
-                        times[n].append(triton.testing.do_bench(fn))
-                    except Exception as e:  # noqa: BLE001
-                        say(name, n, "FAIL", type(e).__name__, str(e)[:160])
-                        times[n].append(float("nan"))
-            med = {n: statistics.median(t) for n, t in times.items()}
+            med = interleaved_medians(fns, 2, name)
             row = dict(shape=name, ms=med, tflops={n: flops / t / 1e9 for n, t in med.items()},
                        x_cudnn={n: med["cudnn"] / t for n, t in med.items() if n != "cudnn"}, vs_library=agree)
             results["time"].append(row)
