@@ -2,6 +2,7 @@
 before this probe, checked for its numbers and timed against SDPA's cuDNN backward and the library's.
 
     PYTHONPATH=$PWD python3 research/hopper/gluon_backward_probe.py [C] [T] [--budget 300] [--out OUT.json]
+        [--shape B,H,N,D[,causal][,bf16] ...] [--config NAME:STAGES,STAGGER ...]
 
 C. Correctness first (B 2, H 4, N 256 and 512, D 64 and 128, causal or not, fp16 and bf16) against an fp64
    reference by FlashAttention's rule for gradients: each of dq, dk, dv within 3x the error of torch's own
@@ -13,6 +14,8 @@ T. Time at lesson 07's shapes (fp16, causal and not): cuDNN's backward through a
    delta, zeroing, kernel and cast), eagerly with ``triton.testing.do_bench``, interleaved over two rounds;
    ``x cuDNN`` is cuDNN's time over the other's (above 1: faster). FLOPs 2.5x the forward's (4·B·H·N²·D, half
    when causal). Each shape's gradients are also compared with the library's (max |diff| / max |library|).
+   ``--shape`` replaces the shapes (``4,16,4096,128,causal,bf16``); ``--config s3:3,1`` adds the kernel
+   under another config (STAGES 3, STAGGER on) to the interleaved rounds, as ``gluon s3``.
 
 A kernel that never ran may hang (a deadlock of its mbarriers) or fault: each part runs in a child process
 with a time limit, so that a hang costs that part only, and its results are saved case by case (what a
@@ -99,20 +102,34 @@ def check(gb, results, path):
         save(results, path)
 
 
-def time_shapes(gb, budget, results, path):
+def parse_shape(text):
+    """``B,H,N,D[,causal][,bf16]`` -> (B, H, N, D, causal, dtype name)."""
+    parts = text.split(",")
+    B, H, N, D = (int(x) for x in parts[:4])
+    return B, H, N, D, "causal" in parts[4:], "bfloat16" if "bf16" in parts[4:] else "float16"
+
+
+def parse_config(text):
+    """``NAME:STAGES,STAGGER`` -> (name, config dict)."""
+    name, _, rest = text.partition(":")
+    stages, stagger = rest.split(",")
+    return name, dict(STAGES=int(stages), STAGGER=bool(int(stagger)))
+
+
+def time_shapes(gb, budget, results, path, shapes=None, configs=()):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from solutions.kernels import attention_backward as lib
 
-    for B, H, N, D, causal in SHAPES:
+    for B, H, N, D, causal, dt in shapes or [(*s, "float16") for s in SHAPES]:
         if time.time() - T0 > budget:
-            say("budget spent: stopping before", (B, H, N, D, causal))
+            say("budget spent: stopping before", (B, H, N, D, causal, dt))
             break
-        name = f"B{B}-H{H}-N{N}-D{D}{'-causal' if causal else ''} fp16"
+        name = f"B{B}-H{H}-N{N}-D{D}{'-causal' if causal else ''} {'fp16' if dt == 'float16' else 'bf16'}"
         try:
             flops = 2.5 * 4 * B * H * N * N * D / (2 if causal else 1)
-            q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=torch.float16, requires_grad=True)
+            q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=getattr(torch, dt), requires_grad=True)
                        for _ in range(3))
             do = torch.randn_like(q)
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -122,6 +139,9 @@ def time_shapes(gb, budget, results, path):
             fns = {"cudnn": lambda: oc.backward(do, retain_graph=True),
                    "library": lambda: lib.attention_backward(do, qd, kd, vd, o, lse, causal),
                    "gluon": lambda: gb.attention_backward(do, qd, kd, vd, o, lse, causal)}
+            for cname, cfg in configs:
+                fns[f"gluon {cname}"] = (lambda c: lambda: gb.attention_backward(do, qd, kd, vd, o, lse, causal,
+                                                                                 config=c))(cfg)
             say("run ", name)  # a hang shows after this line
             ours = gb.attention_backward(do, qd, kd, vd, o, lse, causal)
             theirs = lib.attention_backward(do, qd, kd, vd, o, lse, causal)
@@ -135,7 +155,8 @@ def time_shapes(gb, budget, results, path):
             results["time"].append(row)
             say(name, f"cuDNN {med['cudnn']:.3f} ms {row['tflops']['cudnn']:.0f} TFLOP/s;",
                 f"gluon {med['gluon']:.3f} ms x cuDNN {row['x_cudnn']['gluon']:.2f};",
-                f"library {med['library']:.3f} ms x cuDNN {row['x_cudnn']['library']:.2f}")
+                f"library {med['library']:.3f} ms x cuDNN {row['x_cudnn']['library']:.2f}",
+                *(f"{n} x cuDNN {x:.2f};" for n, x in row["x_cudnn"].items() if n.startswith("gluon ")))
         except Exception as e:  # noqa: BLE001
             results["time"].append(dict(shape=name, error=repr(e)[:300]))
             say(name, "FAIL", type(e).__name__, str(e)[:200])
@@ -144,7 +165,7 @@ def time_shapes(gb, budget, results, path):
         torch.cuda.empty_cache()
 
 
-def child(part, budget, path):
+def child(part, budget, path, shapes=None, configs=()):
     """One part in this process (the parent's child): results saved to ``path`` case by case."""
     from research.hopper import gluon_backward as gb
 
@@ -153,15 +174,15 @@ def child(part, budget, path):
     if part == "C":
         check(gb, results, path)
     else:
-        time_shapes(gb, budget, results, path)
+        time_shapes(gb, budget, results, path, shapes, configs)
     return 0
 
 
-def run_part(part, limit, budget):
+def run_part(part, limit, budget, extra=()):
     """The part in a child process of at most ``limit`` seconds: its results, and whether it finished."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "part.json")
-        cmd = [sys.executable, __file__, part, "--child", "--budget", str(budget), "--out", path]
+        cmd = [sys.executable, __file__, part, "--child", "--budget", str(budget), "--out", path, *extra]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         try:
             rc = subprocess.run(cmd, timeout=limit, env=env).returncode
@@ -182,13 +203,18 @@ def main():
     p.add_argument("parts", nargs="*", default=["C", "T"])
     p.add_argument("--budget", type=float, default=300)
     p.add_argument("--out", default=None)
+    p.add_argument("--shape", action="append", default=[], help="B,H,N,D[,causal][,bf16]: time these shapes")
+    p.add_argument("--config", action="append", default=[], help="NAME:STAGES,STAGGER: time this config too")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
+    shapes = [parse_shape(t) for t in a.shape]
+    configs = [parse_config(t) for t in a.config]
+    extra = [x for t in a.shape for x in ("--shape", t)] + [x for t in a.config for x in ("--config", t)]
     if not torch.cuda.is_available():
         print("no CUDA GPU: this probe needs a GPU (an H100/H200) to run the Gluon backward; nothing to do")
         return 0
     if a.child:
-        return child(a.parts[0], a.budget, a.out)
+        return child(a.parts[0], a.budget, a.out, shapes, configs)
     major, minor = torch.cuda.get_device_capability()
     print(f"GPU {torch.cuda.get_device_name()} (sm_{major}{minor}), torch {torch.__version__}, triton "
           f"{triton.__version__}, {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC", flush=True)
@@ -206,7 +232,7 @@ def main():
         if left <= 30:
             say("budget spent before the timing")
         else:  # the child stops starting shapes at the budget; the limit leaves it one shape's time past it
-            got, results["status"]["T"] = run_part("T", left + 120, left)
+            got, results["status"]["T"] = run_part("T", left + 120, left, extra)
             results["time"] = got["time"]
     if a.out:
         save(results, a.out)
@@ -222,7 +248,8 @@ def main():
             continue
         print(r["shape"], "|", f"{r['ms']['cudnn']:.3f}", "|", f"{r['tflops']['cudnn']:.0f}", "|",
               f"{r['ms']['gluon']:.3f}", "|", f"{r['x_cudnn']['gluon']:.2f}", "|", f"{r['x_cudnn']['library']:.2f}",
-              "|", " ".join(f"{x:.1e}" for x in r["vs_library"]))
+              "|", " ".join(f"{x:.1e}" for x in r["vs_library"]),
+              *(f"| {n} {x:.2f}" for n, x in r["x_cudnn"].items() if n.startswith("gluon ")))
     print("status:", results["status"])
     return 0
 
