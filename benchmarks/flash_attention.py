@@ -128,6 +128,10 @@ def peak_memory_gb(f, B: int, H: int, N: int, D: int, causal: bool) -> float:
     return (torch.cuda.max_memory_allocated() - base) / 1e9
 
 
+#: The kernels of ``extra_rows``, which ``tkcourse bench --kernel`` may name.
+EXTRA_KERNELS = ("attention_memory",)
+
+
 def extra_rows(prov: dict) -> list[dict]:
     """Peak GPU memory (GB) of one forward + backward, ours against SDPA's, at each shape."""
     rows = []

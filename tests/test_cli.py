@@ -186,12 +186,13 @@ def test_bench_saves_each_row_as_it_is_measured(tmp_path, monkeypatch):
 
 
 def test_bench_kernel_and_shape_filters_pick_the_cases_measured(tmp_path, monkeypatch):
-    """``--kernel`` and ``--shape`` keep only their cases (a forward's rows without its backward's); the
+    """``--kernel``, ``--shape`` and ``--provider`` keep only their cases (a forward's rows without its backward's); the
     other cases are never measured, and a filtered run adds no extra rows."""
     from tkcourse import bench, mode
 
     monkeypatch.setattr(mode, "INTERPRET", False)
-    cases = [types.SimpleNamespace(kernel=k, shape=s) for k in ("fwd", "bwd") for s in ("a", "b")]
+    cases = [types.SimpleNamespace(kernel=k, shape=s, provider=p) for k in ("fwd", "bwd") for s in ("a", "b")
+             for p in ("ours", "peer")]
     measured = []
 
     def run(cases, on_row=None, **kwargs):
@@ -203,7 +204,31 @@ def test_bench_kernel_and_shape_filters_pick_the_cases_measured(tmp_path, monkey
     monkeypatch.setattr(bench.core, "module_for", lambda name: module)
     out = str(tmp_path / "bench.csv")
     assert cli.main(["bench", "vector_add", "--out", out, "--kernel", "fwd"]) == 0
-    assert measured == [("fwd", "a"), ("fwd", "b")]
+    assert measured == [("fwd", "a"), ("fwd", "a"), ("fwd", "b"), ("fwd", "b")]
     measured.clear()
     assert cli.main(["bench", "vector_add", "--out", out, "--kernel", "bwd", "--shape", "b"]) == 0
-    assert measured == [("bwd", "b")]
+    assert measured == [("bwd", "b")] * 2
+    measured.clear()
+    assert cli.main(["bench", "vector_add", "--out", out, "--provider", "peer", "--shape", "a"]) == 0
+    assert measured == [("fwd", "a"), ("bwd", "a")]
+
+
+def test_bench_kernel_filter_names_a_modules_extra_rows(tmp_path, monkeypatch):
+    """``--kernel`` may name a module's extra rows (``EXTRA_KERNELS``, e.g. attention_memory): they are
+    measured and written, filtered by ``--shape`` too, beside the named cases' rows."""
+    from tkcourse import bench, mode
+
+    monkeypatch.setattr(mode, "INTERPRET", False)
+    monkeypatch.setattr(bench, "run", lambda cases, on_row=None, **kwargs: [])
+    row = dict(provider="p", dtype="float16", metric="GB", median=0.5, p20=0.5, p80=0.5, ms=0.0, bytes=0, flops=0)
+    extra = [dict(row, kernel="mem", shape=s) for s in ("a", "b")]
+    module = types.SimpleNamespace(cases=lambda: iter([]), extra_rows=lambda prov: [dict(r, **prov) for r in extra],
+                                   EXTRA_KERNELS=("mem",))
+    monkeypatch.setattr(bench.core, "module_for", lambda name: module)
+    out = tmp_path / "bench.csv"
+    assert cli.main(["bench", "vector_add", "--out", str(out), "--kernel", "mem", "--shape", "b"]) == 0
+    assert [(r["kernel"], r["shape"]) for r in bench.load_records(out)] == [("mem", "b")]
+    assert cli.main(["bench", "vector_add", "--out", str(out), "--kernel", "mem", "--provider", "other"]) == 0
+    assert bench.load_records(out) == []
+    assert cli.main(["bench", "vector_add", "--out", str(out), "--kernel", "fwd"]) == 0
+    assert bench.load_records(out) == []

@@ -324,6 +324,84 @@ def test_gpu_long_attention_takes_the_pingpong_kernel(dtype, heads, causal):
         _close(g, r, 5e-2)
 
 
+@pytest.mark.parametrize("q_shape, kv_shape, dtype, route", [
+    ((4, 16, 4096, 128), None, torch.float16, "gluon"),  # lesson 07's shapes
+    ((16, 32, 1024, 64), None, torch.bfloat16, "gluon"),
+    ((64, 16, 256, 64), None, torch.float16, "gluon"),  # GLUON_BACKWARD_MIN_N
+    ((64, 16, 128, 64), None, torch.float16, "triton"),  # under GLUON_BACKWARD_MIN_N
+    ((4, 32, 4096, 128), (4, 8, 4096, 128), torch.float16, "triton"),  # grouped-query heads: MHA only
+    ((4, 16, 2048, 128), (4, 16, 4096, 128), torch.float16, "triton"),  # N_Q != N_KV
+    ((4, 16, 4000, 128), None, torch.float16, "triton"),  # not a multiple of 128 keys
+    ((4, 16, 4096, 96), None, torch.float16, "triton"),  # D 64 or 128 only
+    ((4, 16, 4096, 128), None, torch.float32, "triton"),  # 16-bit only
+])
+def test_which_attention_backwards_the_gluon_route_takes(monkeypatch, q_shape, kv_shape, dtype, route):
+    """The backward route's rules on shapes alone, as on a Hopper GPU (the device check stood in for): the
+    one-pass Gluon kernel where it takes the shape, lesson 07's kernels elsewhere, under torch's determinism
+    switch and when a config is passed."""
+    monkeypatch.setattr(lean_attention, "INTERPRET", False)
+    monkeypatch.setattr(lean_attention, "_hopper", lambda device: True)
+    q = torch.empty(q_shape, dtype=dtype, device="meta")
+    kv = torch.empty(kv_shape or q_shape, dtype=dtype, device="meta")
+    lse = torch.empty(q_shape[:3], dtype=torch.float32, device="meta")
+    assert lean_attention.backward_route(q, q, kv, kv, q, lse) == route
+    assert lean_attention.gluon_backward_wanted(*q_shape[:2], kv.shape[1], q_shape[2], kv.shape[2], q_shape[3],
+                                                dtype) == (route == "gluon")
+    if route == "gluon":
+        assert lean_attention.backward_route(q, q, kv, kv, q, lse, dkdv_config=dict(BLOCK_N=64)) == "triton"
+        assert lean_attention.backward_route(q, q, kv, kv, q, lse[..., :-1]) == "triton"  # the lse of another shape
+        assert lean_attention.backward_route(q, q, kv, kv, q, lse.half()) == "triton"
+        monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+        assert lean_attention.backward_route(q, q, kv, kv, q, lse) == "triton"
+
+
+def test_attention_backward_takes_the_triton_kernels_off_hopper():
+    """In the interpreter or on a CPU tensor, lesson 07's kernels run, whatever the shape."""
+    q = torch.randn(1, 2, 256, 64, device=DEVICE)
+    lse = torch.zeros(1, 2, 256, device=DEVICE)
+    assert lean_attention.backward_route(q, q, q, q, q, lse) == "triton"
+
+
+@pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("dtype, D, causal", [(torch.float16, 128, True), (torch.bfloat16, 64, False)])
+def test_gpu_attention_backward_takes_the_gluon_kernel(dtype, D, causal):
+    """On Hopper, the backward of MHA at D 64 or 128 runs the one-pass Gluon kernel: its gradients those of
+    lesson 07's kernels (through autograd and called directly), replayed from a CUDA graph, and lesson 07's
+    kernels again under ``torch.use_deterministic_algorithms(True)``."""
+    B, H, N = 2, 4, 1024
+    q, k, v = (torch.randn(B, H, N, D, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    o, lse = lean_attention.attention_forward(q.detach(), k.detach(), v.detach(), causal)
+    do = torch.randn_like(o)
+    args = (do, q.detach(), k.detach(), v.detach(), o, lse)
+    assert lean_attention.backward_route(*args) == "gluon"
+    lean_attention.GLUON_BACKWARD = False
+    try:
+        assert lean_attention.backward_route(*args) == "triton"
+        ref = lean_attention.attention_backward(*args, causal)
+    finally:
+        lean_attention.GLUON_BACKWARD = True
+    got = lean_attention.attention_backward(*args, causal)
+    for g, r in zip(got, ref):
+        _close(g, r, 2e-2)
+    grads = torch.autograd.grad(lean_attention.attention(q, k, v, causal=causal), (q, k, v), do)
+    for g, r in zip(grads, ref):
+        _close(g, r, 2e-2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = lean_attention.attention_backward(*args, causal)
+    for t in out:
+        t.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    for g, r in zip(out, ref):
+        _close(g, r, 2e-2)
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert lean_attention.backward_route(*args) == "triton"
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 @pytest.mark.skipif(not GPU, reason="needs a GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gpu_decode_step_kernels_in_a_graph_at_new_inputs(dtype):

@@ -1,4 +1,4 @@
-"""Research prototypes that have only been compiled (no GPU has run them yet): they still compile for an
+"""Gluon kernels that a CPU test can only compile (a research prototype, and the library's Gluon backward): they still compile for an
 H100/H200 (sm_90a) with the installed Triton, as their probes will need, and within the registers they were
 built for. A change in Triton's Gluon API shows here before a GPU session is spent on it.
 
@@ -29,11 +29,12 @@ def test_the_gluon_decode_prototype_compiles_for_sm90_without_spills():
     assert "0 bytes spill stores" in line, line
 
 
-def test_the_gluon_backward_prototype_compiles_clean_for_sm90():
-    """``research/hopper/gluon_backward.py`` at D 64, causal: no spills, no wgmma serialized by ptxas, and no
-    write of a wgmma's register operand while that wgmma may run (the race ``wgmma_races.py`` finds)."""
-    summary = compiled("import torch\nfrom research.hopper import gluon_backward as g\n"
-                       "print(g.ptxas_summary(g.compile_for_sm90(torch.float16, 64, True).asm['ptx']))")
+def test_the_gluon_attention_backward_compiles_clean_for_sm90():
+    """The library's Gluon backward (``solutions/kernels/gluon_attention_backward.py``) at D 64, causal: no
+    spills, no wgmma serialized by ptxas, and no write of a wgmma's register operand while that wgmma may run
+    (the race ``wgmma_races.py`` finds)."""
+    summary = compiled("import torch\nfrom research.hopper import compile_check as c\n"
+                       "print(c.ptxas_summary(c.compile_backward(torch.float16, 64, True).asm['ptx']))")
     summary = summary.splitlines()[-1]
     assert "spill stores/loads 0/0 bytes" in summary and "not serialized" in summary, summary
     assert summary.endswith("register-operand races: none"), summary

@@ -81,9 +81,16 @@ def _bench(args) -> int:
             cases = (c for c in cases if c.shape in args.shape)
         if args.kernel:  # only the cases of these kernels (a forward's rows without its backward's, say)
             cases = (c for c in cases if c.kernel in args.kernel)
+        if args.provider:  # only these providers' cases (a changed kernel's rows and its peers', say)
+            cases = (c for c in cases if c.provider in args.provider)
         new = bench.run(cases, warmup=args.warmup, rep=args.rep, on_row=lambda row: save([row]))
-        filtered = args.shape or args.kernel
-        extra = module.extra_rows(bench.provenance()) if hasattr(module, "extra_rows") and not filtered else []
+        extra = []
+        # extra rows (a module's ``EXTRA_KERNELS``, e.g. peak memory): in an unfiltered run, or named by --kernel
+        wanted = set(args.kernel) & set(getattr(module, "EXTRA_KERNELS", ()))
+        if hasattr(module, "extra_rows") and (not (args.shape or args.kernel or args.provider) or wanted):
+            extra = [r for r in module.extra_rows(bench.provenance())
+                     if (not args.kernel or r["kernel"] in wanted) and (not args.shape or r["shape"] in args.shape)
+                     and (not args.provider or r["provider"] in args.provider)]
         if extra or not written:  # (a lesson with no rows still leaves a table behind)
             save(extra)
         path = written[-1]
@@ -175,8 +182,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--shape", action="append", default=[], metavar="SHAPE",
                    help="measure only the cases of this shape (as the table writes it, e.g. 1024x1024x1024); repeatable")
     b.add_argument("--kernel", action="append", default=[], metavar="KERNEL",
-                   help="measure only the cases of this kernel (the table's kernel column, e.g. attention_fwd); "
-                        "repeatable")
+                   help="measure only the cases of this kernel (the table's kernel column, e.g. attention_fwd, "
+                        "or attention_memory, a lesson's extra rows); repeatable")
+    b.add_argument("--provider", action="append", default=[], metavar="PROVIDER",
+                   help="measure only this provider's cases (the table's provider column, e.g. triton or "
+                        "sdpa-cudnn); repeatable")
     b.set_defaults(fn=_bench)
     d = sub.add_parser("doctor", parents=[common],
                        help="does a kernel run here; GPU or interpreter; versions; JupyterLab's widget extension")

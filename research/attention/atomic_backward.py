@@ -15,7 +15,7 @@ every thread (``TMA_REDUCE=False``, the interpreter's path).
   Hq a multiple of Hkv (a program keeps its K/V block and loops over the GROUP query heads that read it,
   summing their dK and dV in registers), the causal mask aligned to the end (query i sees keys
   j <= i + N_KV - N_Q). Equal shapes are GROUP 1.
-- Lesson 07's preprocess computes Δ = rowsum(dO ∘ O), the fp32 dQ starts at zero, and ``attn_bwd_dq_cast``
+- Lesson 07's preprocess computes Δ = rowsum(dO ∘ O), the fp32 dQ starts at zero, and ``attention_backward.attn_bwd_dq_cast``
   scales it and casts it to the inputs' dtype.
 - The programs of a head start their query loops at different blocks (``STAGGER``), so that they do not
   all add into the same rows of dQ at once.
@@ -45,8 +45,6 @@ SMALL_N_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32, "num_warps": 4, "num_stages": 2}
 AUTOTUNE_MIN_N = 512
 #: dQ's adds as one TMA reduction a step (Hopper; the interpreter has none) or atomics from every thread.
 TMA_REDUCE = not INTERPRET
-#: Elements a program of ``attn_bwd_dq_cast``.
-CAST_BLOCK = 1024
 
 
 @triton.jit
@@ -155,14 +153,6 @@ def attn_bwd_atomic(
     desc_dv.store([start_n, 0], dv.to(DV.dtype.element_ty))
 
 
-@triton.jit
-def attn_bwd_dq_cast(DQ32, DQ, numel, sm_scale, BLOCK: tl.constexpr):
-    """dQ = sm_scale · (the fp32 sum), in the inputs' dtype."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(DQ32 + offs, mask=offs < numel)
-    tl.store(DQ + offs, (x * sm_scale).to(DQ.dtype.element_ty), mask=offs < numel)
-
-
 def _prune(configs, named_args, **kwargs):
     """Configs whose key tile fits the sequence and whose dK, dV accumulators fit in registers."""
     a = {**named_args, **kwargs}
@@ -210,5 +200,6 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=
         cfg = config or checked_config(INTERPRET_CONFIG if INTERPRET else SMALL_N_CONFIG, "config")
         attn_bwd_atomic[(triton.cdiv(Nk, cfg["BLOCK_N"]), B * Hkv)](*args, **meta, **cfg)
     dq = torch.empty_like(q)
-    attn_bwd_dq_cast[(triton.cdiv(dq.numel(), CAST_BLOCK),)](dq32, dq, dq.numel(), sm_scale, BLOCK=CAST_BLOCK)
+    fbt.attn_bwd_dq_cast[(triton.cdiv(dq.numel(), fbt.CAST_BLOCK),)](dq32, dq, dq.numel(), sm_scale,
+                                                                     BLOCK=fbt.CAST_BLOCK)
     return dq, dk, dv

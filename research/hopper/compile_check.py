@@ -4,12 +4,13 @@ that they build, their shared memory, how many wgmma and waits their PTX holds, 
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
 
-    python research/hopper/compile_check.py [--pingpong [--persistent]]
+    python research/hopper/compile_check.py [--pingpong [--persistent]] [--backward]
 
 Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
 run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles);
 ``--pingpong --persistent``: its persistent launch too (one program an SM, tile after tile: the library's at short
-lengths).
+lengths). ``--backward``: the library's Gluon attention backward (``gluon_attention_backward.py``) at fp16/bf16 x
+D 64/128 x causal or not, with ptxas's registers and spills.
 
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
@@ -32,6 +33,7 @@ from triton.runtime.jit import mangle_type  # noqa: E402
 
 from research.hopper import wgmma_races  # noqa: E402
 from solutions.kernels import gluon_attention as ga  # noqa: E402
+from solutions.kernels import gluon_attention_backward as gab  # noqa: E402
 from solutions.kernels import gluon_matmul as gm  # noqa: E402
 
 
@@ -70,6 +72,37 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
 
 
+def compile_backward(dtype=torch.float16, D=128, causal=False, cfg=gab.CONFIG, B=2, H=4, N=4096):
+    """The Gluon attention backward compiled for sm_90a from CPU tensors' types (no GPU needed)."""
+    q = torch.empty(B, H, N, D, dtype=dtype)
+    lse = torch.empty(B, H, N, dtype=torch.float32)
+    descs = gab.descriptors(q, q, q, q, q, q, lse, lse, cfg)
+    names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc", "lse_desc", "delta_desc")
+    sig = {name: mangle_type(d) for name, d in zip(names, descs)}
+    sig.update(DQ="*fp32", N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", STAGGER="constexpr",
+               num_warps="constexpr")
+    consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], STAGGER=cfg["STAGGER"], num_warps=cfg["num_warps"])
+    kernel = gab.attention_bwd_kernel
+    sig = {name: sig[name] for name in kernel.arg_names}
+    src = GluonASTSource(kernel, sig, constexprs=consts,
+                         attrs={(8,): [["tt.divisibility", 16]], (9,): [["tt.divisibility", 16]]})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
+
+
+def ptxas_summary(ptx: str) -> str:
+    """ptxas -v's registers and spills of each function, C7514 / C7512 (serialized wgmma; C7512 for want of
+    registers) and the SASS's wgmma register-operand races."""
+    info, sass = ptxas(ptx)
+    used = re.findall(r"Used (\d+) registers", info)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", info)
+    spill = ", ".join(f"{st}/{ld}" for st, ld in spills) or "?"
+    races = wgmma_races.races(sass)
+    serial = [c for c in ("C7514", "C7512") if c in info]
+    return (f"registers {'/'.join(used) or '?'} at launch, spill stores/loads {spill} bytes"
+            f"{', SERIALIZED by ptxas (' + ', '.join(serial) + ')' if serial else ', wgmma not serialized'}"
+            f", wgmma register-operand races: {len(races) if races else 'none'}")
+
+
 def ptxas(ptx: str) -> tuple[str, str]:
     """``(ptxas -v's report, the cubin's SASS)`` of the PTX for sm_90a, with the tools Triton's wheel carries."""
     import subprocess
@@ -93,6 +126,12 @@ def report(ptx: str) -> str:
 
 def main(argv=()):
     print("triton", triton.__version__)
+    if "--backward" in argv:
+        for dtype, D, causal in itertools.product((torch.float16, torch.bfloat16), gab.HEAD_DIMS, (False, True)):
+            k = compile_backward(dtype, D, causal)
+            print(f"backward {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
+                  f"{ptxas_summary(k.asm['ptx'])}", flush=True)
+        return
     if "--pingpong" in argv:
         launches = [("", ga.PP_CONFIG)] + ([(" persistent", ga.LIBRARY_CONFIG)] if "--persistent" in argv else [])
         for (how, cfg), dtype, D, causal in itertools.product(launches, (torch.float16, torch.bfloat16), (64, 128),

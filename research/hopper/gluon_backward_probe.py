@@ -167,7 +167,7 @@ def time_shapes(gb, budget, results, path, shapes=None, configs=()):
 
 def child(part, budget, path, shapes=None, configs=()):
     """One part in this process (the parent's child): results saved to ``path`` case by case."""
-    from research.hopper import gluon_backward as gb
+    from solutions.kernels import gluon_attention_backward as gb
 
     results = dict(check=[], time=[])
     save(results, path)

@@ -1,5 +1,6 @@
 """Attention forward (lesson 06's tuned kernel; on Hopper, for long 16-bit sequences, lesson 12's ping-pong
-kernel, ``PINGPONG``) and backward (lesson 07's autotuned kernels) behind lean launches, with the APIs
+kernel, ``PINGPONG``) and backward (lesson 07's autotuned kernels; on Hopper, where it takes the shape, the
+one-pass Gluon kernel of ``gluon_attention_backward``, ``GLUON_BACKWARD``) behind lean launches, with the APIs
 of ``attention_forward`` and ``attention_backward``: q, k, v of one shape (B, H, N, D), or grouped-query heads and a query shorter than its keys (q (B, Hq, N_Q, D), k and v
 (B, Hkv, N_KV, D), the causal mask aligned to the end; ``attention_forward.check_gqa_inputs``). The mechanism and
 the keys are those of ``lean`` and the package's other modules (dtypes, shapes, strides, alignment,
@@ -25,7 +26,8 @@ from . import attention_forward as fat
 from .lean import DIRECT, Lean, pdl_meta
 from .lean import tensor_key as _t
 
-__all__ = ["attention_forward", "attention", "attention_backward", "forward_route", "pingpong_wanted", "LEANS"]
+__all__ = ["attention_forward", "attention", "attention_backward", "forward_route", "pingpong_wanted",
+           "backward_route", "gluon_backward_wanted", "LEANS"]
 
 
 # ---- lessons 06 and 07: attention forward (tuned kernel), backward (autotuned kernels) ----
@@ -306,13 +308,60 @@ def _gqa_first(key, q, k, v, causal, sm_scale, host_descriptors=None):
     return o, lse
 
 
+#: On Hopper the backward of q, k, v of one shape (B, H, N, D) goes to the one-pass Gluon kernel
+#: (``gluon_attention_backward``: five matmuls a step where lesson 07's two kernels do seven, dQ added by
+#: atomics) from ``GLUON_BACKWARD_MIN_N`` tokens, where it takes the shape (MHA, D 64 or 128, N a multiple of
+#: 128, 16-bit): it beat the two kernels at every shape the H200 timed, 256 to 16384 tokens. Lesson 07's
+#: kernels keep the rest, and every call under ``torch.use_deterministic_algorithms(True)``: the atomics'
+#: adds come in any order, so dQ is not bitwise repeatable.
+GLUON_BACKWARD = True
+GLUON_BACKWARD_MIN_N = 256
+
+
+def gluon_backward_wanted(B, H, Hkv, N_Q, N_KV, D, dtype) -> bool:
+    """The backward route's rule from shapes and dtype alone (``GLUON_BACKWARD``, ``GLUON_BACKWARD_MIN_N``,
+    ``gluon_attention_backward.shape_problem``): whether a Hopper GPU's backward of q (B, H, N_Q, D) and k, v
+    (B, Hkv, N_KV, D) goes to the Gluon kernel."""
+    if not GLUON_BACKWARD or N_Q != N_KV or N_Q < GLUON_BACKWARD_MIN_N:
+        return False
+    from . import gluon_attention_backward as gab  # Gluon: imported where it runs
+
+    return gab.shape_problem(B, H, Hkv, N_Q, D, dtype) is None
+
+
+def backward_route(do, q, k, v, o, lse, dkdv_config=None, dq_config=None) -> str:
+    """Which kernels ``attention_backward(do, q, k, v, o, lse, ...)`` takes: "gluon" (``GLUON_BACKWARD``) or
+    "triton" (lesson 07's two). Shapes, dtypes, the device and torch's determinism switch: the inputs' checks
+    come with the call."""
+    return "gluon" if _takes_gluon_backward(do, q, k, v, o, lse, dkdv_config, dq_config) else "triton"
+
+
+def _takes_gluon_backward(do, q, k, v, o, lse, dkdv_config, dq_config):
+    if INTERPRET or not GLUON_BACKWARD or dkdv_config is not None or dq_config is not None:
+        return False
+    if not all(isinstance(t, torch.Tensor) for t in (do, q, k, v, o, lse)) or q.dim() != 4 or k.dim() != 4:
+        return False
+    if do.shape != q.shape or o.shape != q.shape or v.shape != k.shape or tuple(lse.shape) != tuple(q.shape[:3]):
+        return False
+    if any(t.dtype != q.dtype for t in (do, k, v, o)) or lse.dtype != torch.float32:
+        return False
+    if not _hopper(q.device) or torch.are_deterministic_algorithms_enabled():
+        return False
+    B, H, N, D = q.shape
+    return gluon_backward_wanted(B, H, k.shape[1], N, k.shape[2], D, q.dtype)
+
+
 _DELTA = Lean(fab.attn_bwd_preprocess)
 _DKDV = {True: Lean(fabt.dkdv_autotuned or fab.attn_bwd_dkdv), False: Lean(fab.attn_bwd_dkdv)}
 _DQ = {True: Lean(fabt.dq_autotuned or fab.attn_bwd_dq), False: Lean(fab.attn_bwd_dq)}
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
-    """``(dq, dk, dv)``, as ``attention_backward.attention_backward``."""
+    """``(dq, dk, dv)``, as ``attention_backward.attention_backward`` (``backward_route`` says which kernels)."""
+    if _takes_gluon_backward(do, q, k, v, o, lse, dkdv_config, dq_config):
+        from . import gluon_attention_backward as gab
+
+        return gab.attention_backward(do, q, k, v, o, lse, causal, sm_scale)
     hit = key = None
     try:
         if dkdv_config is None and dq_config is None and (sm_scale is None or type(sm_scale) in (float, int)):

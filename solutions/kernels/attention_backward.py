@@ -52,6 +52,17 @@ INTERPRET_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32}
 AUTOTUNE_MIN_N = 512
 SMALL_N_DKDV_CONFIG = {"BLOCK_N": 64, "BLOCK_M": 32, "num_warps": 4, "num_stages": 2}
 SMALL_N_DQ_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+#: Elements a program of ``attn_bwd_dq_cast``.
+CAST_BLOCK = 1024
+
+
+@triton.jit
+def attn_bwd_dq_cast(DQ32, DQ, numel, sm_scale, BLOCK: tl.constexpr):
+    """dQ = sm_scale · (an fp32 sum), in the inputs' dtype: the last step of a backward that adds dQ's shares
+    by atomics into fp32 (``gluon_attention_backward.py``)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(DQ32 + offs, mask=offs < numel)
+    tl.store(DQ + offs, (x * sm_scale).to(DQ.dtype.element_ty), mask=offs < numel)
 
 
 def _prune(configs, named_args, kwargs, rows, cols, n_acc):

@@ -1,17 +1,11 @@
-"""FlashAttention's backward on Hopper in Gluon, in one pass: a research prototype that has NEVER RUN.
+"""FlashAttention's backward on Hopper in Gluon, in one pass: ``attention_backward(do, q, k, v, o, lse,
+causal)`` on an H100/H200 (sm_90) only. The kernel library's backward (``solutions.kernels.attention``)
+takes it where it takes the shape (``shape_problem``); elsewhere lesson 07's two Triton kernels.
 
-It was written and compiled on a machine without a GPU (for sm_90a, with Triton 3.6 and 3.7: ``python
-research/hopper/gluon_backward.py`` prints the compile table). Nothing here has been checked for its
-numbers or timed: ``gluon_backward_probe.py`` is the first run to make, on an H200, and until it passes
-this module is a sketch that compiles, not a kernel to use.
-
-Why: lesson 07's backward (``solutions/flash_attention_backward.py``, autotuned in
-``solutions/kernels/attention_backward.py``) runs two Triton kernels that both recompute S = Q K^T and
-dP = dO V^T, 7 matmuls' worth where 5 are needed; ``research/attention/atomic_backward.py`` computes dQ
-inside the dK/dV loop with atomics (5 matmuls) but Triton's code for it spills at D 128 and serializes
-its wgmma, so it was slower. Here the schedule is the kernel's own, after FlashAttention-3's backward
-(Shah et al. 2024): warp specialization, wgmma, dK and dV accumulated in the registers of the MMA
-warpgroups.
+Why: lesson 07's backward runs two kernels that both recompute S = Q K^T and dP = dO V^T, seven matmuls'
+worth where five are needed. Here one kernel does the five, on FlashAttention-3's schedule (Shah et al.
+2024, section 3 and appendix B): warp specialization, wgmma, dK and dV accumulated in the registers of the
+MMA warpgroups, dQ added into an fp32 buffer.
 
 The math (P recomputed from the forward's log-sum-exp, everything transposed so that a key block's rows
 are wgmma's M):
@@ -28,10 +22,10 @@ causal: all, each program of a head starting at its own block, ``STAGGER``, so t
 - **a producer warp** (``_bwd_producer``) loads K and V once, then Q_i, dO_i, lse_i and Δ_i of each step by
   TMA into a ring of ``STAGES`` slots (ready / empty mbarriers; empty counts both warpgroups). lse and Δ
   go through shared memory rather than ``gl.load``: held in registers along S^T's columns (16 values a
-  thread each) they pushed D 128 into 188-240 bytes of spills.
-- **two consumer warpgroups** (``_bwd_consumer``: the kernel's 4 warps and a worker of 4, 248 and 232
-  registers by ``setmaxnreg``, the producer 24), each owning 64 of the keys (wgmma's M = 64) and its own
-  dK_w and dV_w in registers (64 x D fp32 each: 128 registers a thread at D 128). A step of warpgroup w:
+  thread each) they pushed D 128 into spills.
+- **two consumer warpgroups** (``_bwd_consumer``: the kernel's 4 warps and a worker of 4, 232 registers
+  by ``setmaxnreg``, the producer 24), each owning 64 of the keys (wgmma's M = 64) and its own dK_w and
+  dV_w in registers (64 x D fp32 each: 128 registers a thread at D 128). A step of warpgroup w:
 
   1. S^T and dP^T on two wgmma (A = K_w, V_w from shared memory; B = the slot's Q, dO permuted), both
      waited for;
@@ -48,52 +42,33 @@ causal: all, each program of a head starting at its own block, ``STAGGER``, so t
      a zeroed fp32 dQ in global memory with relaxed ``gl.atomic_add`` (ptxas makes them
      ``REDG.E.ADD.F32x2``); after the last chunk, ``ds_empty``. Gluon's Hopper ``tma`` module has no
      reduction in Triton 3.6, where FlashAttention-3 uses ``cp.reduce.async.bulk``.
-- Finally dK_w * sm_scale and dV_w go out through shared memory by TMA, and ``attn_bwd_dq_cast`` (from
-  ``research/attention/atomic_backward.py``) casts dQ * sm_scale to the inputs' dtype.
+- Finally dK_w * sm_scale and dV_w go out through shared memory by TMA, and
+  ``attention_backward.attn_bwd_dq_cast`` casts dQ * sm_scale to the inputs' dtype.
 
-Register-operand rule (``research/hopper/wgmma_races.py``; ``solutions/kernels/gluon_int4.py``): a wgmma
-reads its register operand while it runs, so both wgmma that take P^T or dS^T from registers are waited
-for (step 5) before anything else of the step; every accumulator is waited for before it is read
-(ptxas's C7514 otherwise serializes every wgmma of the kernel). Schedules tried and left: dK_w still in
-flight across the dQ wgmma (step 5 after step 6) was a register too many at D 128 and ptxas serialized
-every wgmma of the kernel for want of registers (its C7512); S^T alone before dP^T gained nothing.
-
-What the compile table says (Triton 3.6.0 and 3.7.1 alike): shared memory 116 KB at D 64 and 198 KB at
-D 128; no C7514 or C7512; no register-operand race in the SASS; no spills at D 64; at D 128 4-8 bytes of
-spills (28 causal): a few loop-invariant scalars of the 232-register worker warpgroup reloaded from the
-stack a few times a step, outside the math. What only a GPU can say: whether it is right (the dS buffer
-read transposed as wgmma's A, the D-slice of K at D 128, the 1-D TMA loads of lse and Δ, the barriers'
-phases: a mistake there hangs rather than fails), and whether it is fast (one warpgroup does a step's dQ
-while the other goes on, with no turns between them as the forward's ping-pong has; 64 x D fp32 atomics a
-step a program, as many as ``atomic_backward.py``'s).
+Register-operand rule (``research/hopper/wgmma_races.py``; ``gluon_int4.py``): a wgmma reads its register
+operand while it runs, so both wgmma that take P^T or dS^T from registers are waited for (step 5) before
+anything else of the step; every accumulator is waited for before it is read (ptxas's C7514 otherwise
+serializes every wgmma of the kernel). Schedules tried and left: dK_w still in flight across the dQ wgmma
+(step 5 after step 6) was a register too many at D 128, and ptxas serialized every wgmma of the kernel for
+want of registers (its C7512); S^T alone before dP^T gained nothing.
+``python research/hopper/compile_check.py --backward`` compiles it for sm_90a on a machine without a GPU
+and reports shared memory, registers, spills, serialized wgmma and register-operand races.
 
 Shapes taken: MHA only (q, k, v, o, do all (B, H, N, D)), fp16 or bf16, D 64 or 128, N a multiple of
 ``BLOCK_N`` (128), causal or not (the mask aligned at the diagonal: key j <= query i). ``shape_problem``
-says why a shape is refused. dQ is not bitwise repeatable (the adds come in any order).
+says why a shape is refused. dQ is not bitwise repeatable (the adds come in any order): the library keeps
+lesson 07's kernels when ``torch.use_deterministic_algorithms(True)`` is set.
 
-Names: ``attention_bwd_kernel``, ``attention_backward``, ``shape_problem``, ``descriptors``,
-``compile_for_sm90``, ``CONFIG``. ``python research/hopper/gluon_backward.py`` compiles fp16/bf16 x D 64/128 x
-causal or not for sm_90a on the CPU and prints shared memory, ptxas's registers (the launch's: the
-partitions then take theirs by ``setmaxnreg``) and spills, whether ptxas serialized the wgmma (C7514, or
-C7512 for want of registers) and the wgmma register-operand races found in the SASS.
+Names: ``attention_bwd_kernel``, ``attention_backward``, ``shape_problem``, ``descriptors``, ``CONFIG``,
+``DTYPES``, ``HEAD_DIMS``. Importing this module needs no GPU: the kernel compiles on its first launch.
 """
 from __future__ import annotations
 
-import itertools
-import os
-import re
-import sys
-from pathlib import Path
-
-if __name__ == "__main__":  # the table compiles for the GPU even without one, from the checkout
-    os.environ["TRITON_INTERPRET"] = "0"
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import torch  # noqa: E402
-import triton  # noqa: E402
-from triton.experimental import gluon  # noqa: E402
-from triton.experimental.gluon import language as gl  # noqa: E402
-from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
     tma,
@@ -101,10 +76,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (  # noqa: E402
     warpgroup_mma_wait,
 )
 
-from solutions.kernels.gluon_matmul import GL_DTYPES, check_device, check_tensor, shared_layout  # noqa: E402
+from ..flash_attention_backward import compute_delta
+from .attention_backward import CAST_BLOCK, attn_bwd_dq_cast
+from .gluon_matmul import GL_DTYPES, check_device, check_tensor, shared_layout
 
-__all__ = ["attention_bwd_kernel", "attention_backward", "shape_problem", "descriptors", "compile_for_sm90",
-           "CONFIG", "DTYPES", "HEAD_DIMS"]
+__all__ = ["attention_bwd_kernel", "attention_backward", "shape_problem", "descriptors", "CONFIG", "DTYPES",
+           "HEAD_DIMS"]
 
 #: A barrier of one partition's threads: ``gl.barrier`` from Triton 3.7, ``gl.thread_barrier`` in 3.6.
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
@@ -416,13 +393,10 @@ def _check(do, q, k, v, o, lse, causal, sm_scale, config):
 
 
 def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=None):
-    """``(dq, dk, dv)`` of FlashAttention, one pass over the blocks on the Gluon kernel (never run: see the
-    module's docstring), dQ added by atomics (not bitwise repeatable). q, k, v, o, do: (B, H, N, D), one dtype
+    """``(dq, dk, dv)`` of FlashAttention, one pass over the blocks on the Gluon kernel, dQ added by atomics
+    (not bitwise repeatable). q, k, v, o, do: (B, H, N, D), one dtype
     (fp16/bf16); ``lse``: the forward's natural-log log-sum-exp, fp32 (B, H, N). ``sm_scale`` defaults to
     1/sqrt(D). ``config``: ``CONFIG``'s keys (only ``STAGES`` and ``STAGGER`` may differ)."""
-    from research.attention.atomic_backward import CAST_BLOCK, attn_bwd_dq_cast
-    from solutions.flash_attention_backward import compute_delta
-
     causal, sm_scale, cfg = _check(do, q, k, v, o, lse, causal, sm_scale, config)
     do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
     B, H, N, D = q.shape
@@ -435,60 +409,3 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=
     dq = torch.empty_like(q)
     attn_bwd_dq_cast[(triton.cdiv(dq.numel(), CAST_BLOCK),)](dq32, dq, dq.numel(), sm_scale, BLOCK=CAST_BLOCK)
     return dq, dk, dv
-
-
-# ---- compiling on a machine without a GPU ----
-def compile_for_sm90(dtype=torch.float16, D=128, causal=False, config=CONFIG, B=2, H=4, N=4096):
-    """The kernel compiled for an H100/H200 (sm_90a) from CPU tensors' types, no GPU needed (as
-    ``research/hopper/compile_check.py`` compiles the forward): Triton's compiled kernel (``.asm['ptx']``,
-    ``.metadata.shared``)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    cfg = _config(config)
-    q = torch.empty(B, H, N, D, dtype=dtype)
-    lse = torch.empty(B, H, N, dtype=torch.float32)
-    descs = descriptors(q, q, q, q, q, q, lse, lse, cfg)
-    names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc", "lse_desc", "delta_desc")
-    sig = {name: mangle_type(d) for name, d in zip(names, descs)}
-    sig.update(DQ="*fp32", N="i32", sm_scale="fp32", CAUSAL="constexpr",
-               STAGES="constexpr", STAGGER="constexpr", num_warps="constexpr")
-    consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], STAGGER=cfg["STAGGER"], num_warps=cfg["num_warps"])
-    sig = {name: sig[name] for name in attention_bwd_kernel.arg_names}
-    src = GluonASTSource(attention_bwd_kernel, sig, constexprs=consts,
-                         attrs={(8,): [["tt.divisibility", 16]], (9,): [["tt.divisibility", 16]]})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
-
-
-def ptxas_summary(ptx: str) -> str:
-    """ptxas -v's registers and spills of each function, C7514 (serialized wgmma) and the SASS's wgmma
-    register-operand races (``research/hopper/compile_check.py``'s ``ptxas``, ``wgmma_races.races``)."""
-    from research.hopper import compile_check, wgmma_races
-
-    info, sass = compile_check.ptxas(ptx)
-    used = re.findall(r"Used (\d+) registers", info)
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", info)
-    spill = ", ".join(f"{s}/{ld}" for s, ld in spills) or "?"
-    races = wgmma_races.races(sass)
-    serial = [c for c in ("C7514", "C7512") if c in info]  # C7512: for want of registers
-    return (f"registers {'/'.join(used) or '?'} at launch, spill stores/loads {spill} bytes"
-            f"{', SERIALIZED by ptxas (' + ', '.join(serial) + ')' if serial else ', wgmma not serialized'}"
-            f", wgmma register-operand races: {len(races) if races else 'none'}")
-
-
-def main():
-    print("triton", triton.__version__, "(compiled for sm_90a on the CPU; the kernel has never run)")
-    for dtype, D, causal in itertools.product(DTYPES, HEAD_DIMS, (False, True)):
-        label = f"{str(dtype)[6:]} D {D}{' causal' if causal else ''}"
-        try:
-            k = compile_for_sm90(dtype, D, causal)
-            ptx = k.asm["ptx"]
-            print(f"{label}: shared {k.metadata.shared} bytes, wgmma {len(re.findall(r'wgmma.mma_async', ptx))}, "
-                  f"{ptxas_summary(ptx)}", flush=True)
-        except Exception as e:  # noqa: BLE001 (say what failed, and go on)
-            print(f"{label}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
-
-
-if __name__ == "__main__":
-    main()
