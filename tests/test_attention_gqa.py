@@ -24,6 +24,8 @@ from tkcourse import mode
 #: atol beside the 2x/3x rule: fp32 tl.dot is exact in the interpreter and TF32 on a GPU, where torch's
 #: fp32 matmul is not; fp16 rounds the output once.
 ATOL = {torch.float32: 2e-5 if mode.INTERPRET else 5e-3, torch.float16: 2e-4}
+#: assert_close's tolerances for an fp32 kernel against float64 (the same TF32 allowance on a GPU)
+FP32 = dict(atol=1e-5, rtol=1e-5) if mode.INTERPRET else dict(atol=ATOL[torch.float32], rtol=ATOL[torch.float32])
 
 
 def reference(q, k, v, causal=False, sm_scale=None):
@@ -123,7 +125,7 @@ def test_reference_agrees_with_sdpa():
     """This file's reference against SDPA with ``enable_gqa`` and the same bottom-right mask."""
     q, k, v, _ = _inputs(2, 6, 2, 5, 9, 16, torch.float64)
     for causal in (False, True):
-        mask = causal_mask(5, 9) if causal else None
+        mask = causal_mask(5, 9, q.device) if causal else None
         sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         torch.testing.assert_close(reference(q, k, v, causal), sdpa)
 
@@ -137,9 +139,9 @@ def test_lse_and_the_mask_alignment():
         kk = k.double().repeat_interleave(2, dim=1)
         s = q.double() @ kk.transpose(-2, -1) / 4.0
         if causal:
-            s = s.masked_fill(causal_mask(6, 10).logical_not(), float("-inf"))
+            s = s.masked_fill(causal_mask(6, 10, q.device).logical_not(), float("-inf"))
         assert lse.shape == (1, 4, 6) and lse.dtype == torch.float32
-        torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lse.double(), torch.logsumexp(s, -1), **FP32)
     assert causal_mask(3, 3).equal(torch.ones(3, 3, dtype=torch.bool).tril())
     assert causal_mask(2, 5)[-1].all() and causal_mask(2, 5)[0].sum() == 4
 
@@ -159,7 +161,7 @@ def test_lean_entries_and_host_made_descriptors():
         want = reference(*(t.double() for t in (q, k, v)), causal)
         for _ in range(2):
             o = lean_attention.attention_forward(q, k, v, causal, impl="tuned")[0]
-            torch.testing.assert_close(o.double(), want, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(o.double(), want, **FP32)
         inkernel = fat.attention_forward(q, k, v, causal=causal, host_descriptors=False)[0]
         torch.testing.assert_close(inkernel, o)
     assert table.compiles == compiles + 2  # one first call per causal, then hits
@@ -171,14 +173,13 @@ def test_explicit_configs(config):
     q, k, v, _ = _inputs(1, 3, 1, 21, 50, 16, torch.float32, seed=4)
     for causal in (False, True):
         o = fat.attention_forward(q, k, v, causal=causal, config=config)[0]
-        torch.testing.assert_close(o.double(), reference(*(t.double() for t in (q, k, v)), causal),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(o.double(), reference(*(t.double() for t in (q, k, v)), causal), **FP32)
     do = torch.randn_like(q)
     o, lse = fat.attention_forward(q, k, v, causal=True)
     got = fbt.attention_backward(do, q, k, v, o, lse, True, dkdv_config=config, dq_config=config)
     want = _grads(reference, *(t.double() for t in (q, k, v, do)), True)[1:]
     for g, w in zip(got, want):
-        torch.testing.assert_close(g.double(), w, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(g.double(), w, **FP32)
 
 
 def test_equal_shapes_keep_their_path():

@@ -380,9 +380,25 @@ def test_gpu_attention_backward_takes_the_gluon_kernel(dtype, D, causal):
         ref = lean_attention.attention_backward(*args, causal)
     finally:
         lean_attention.GLUON_BACKWARD = True
+    lean_attention.forget()
     got = lean_attention.attention_backward(*args, causal)
     for g, r in zip(got, ref):
         _close(g, r, 2e-2)
+    gluon = lean_attention.LEANS["bwd_gluon"]
+    compiles = gluon.compiles
+    # a kept key's later calls: the three entries' launches, at new addresses (maps of their own) and on
+    # inputs that are not contiguous (a key of their own, copied on every call)
+    flipped = [t.flip(0).contiguous() for t in args]
+    strided = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in args[:5]] + [lse]
+    for _ in range(2):
+        for g, r in zip(lean_attention.attention_backward(*args, causal), ref):
+            _close(g, r, 2e-2)
+        for g, r in zip(lean_attention.attention_backward(*flipped, causal), ref):
+            _close(g.flip(0), r, 2e-2)
+        for g, r in zip(lean_attention.attention_backward(*strided, causal), ref):
+            _close(g, r, 2e-2)
+    assert (len(gluon.entries), gluon.compiles) == (2, compiles + 1)  # one more key: the strided inputs'
+    assert len(lean_attention.LEANS["bwd_gluon_delta"].entries) == len(lean_attention.LEANS["bwd_gluon_cast"].entries) == 2
     grads = torch.autograd.grad(lean_attention.attention(q, k, v, causal=causal), (q, k, v), do)
     for g, r in zip(grads, ref):
         _close(g, r, 2e-2)

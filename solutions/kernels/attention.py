@@ -12,6 +12,8 @@ their base changes from call to call.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 
@@ -105,8 +107,17 @@ def forward_route(q, k, v, causal=False, impl="auto") -> str:
     return "pingpong" if _takes_pingpong(q, k, v, causal, impl) else "triton"
 
 
+_CAPABILITY: dict = {}  # device index -> compute capability, asked once (the route asks on every call)
+
+
 def _hopper(device) -> bool:
-    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+    if device.type != "cuda":
+        return False
+    index = torch.cuda.current_device() if device.index is None else device.index
+    capability = _CAPABILITY.get(index)
+    if capability is None:
+        capability = _CAPABILITY[index] = torch.cuda.get_device_capability(index)
+    return capability == (9, 0)
 
 
 def pingpong_wanted(B, Hq, N, D, causal) -> bool:
@@ -356,19 +367,88 @@ _DKDV = {True: Lean(fabt.dkdv_autotuned or fab.attn_bwd_dkdv), False: Lean(fab.a
 _DQ = {True: Lean(fabt.dq_autotuned or fab.attn_bwd_dq), False: Lean(fab.attn_bwd_dq)}
 
 
-def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
-    """``(dq, dk, dv)``, as ``attention_backward.attention_backward`` (``backward_route`` says which kernels)."""
-    if _takes_gluon_backward(do, q, k, v, o, lse, dkdv_config, dq_config):
+#: The Gluon backward's lean path: the kernel's ``Lean`` (``_GB``, made on the first call that takes it: Gluon
+#: is imported only where it runs) and the two Triton kernels around it, Δ before and dQ's cast after, keyed
+#: as lesson 07's kernels are. A key's first call checks the inputs (``gluon_attention_backward.check_inputs``)
+#: and launches each kernel through ``kernel[grid]``; later calls launch the three kept entries, the kernel's
+#: descriptor maps encoded once an address. The ordinary launch (``gluon_attention_backward.attention_backward``)
+#: spends about half a millisecond of Python a call, most of it making eight descriptors and binding them.
+_GB = None
+_GB_DELTA = Lean(fab.attn_bwd_preprocess)
+_GB_CAST = Lean(fabt.attn_bwd_dq_cast)
+
+
+def _gluon_backward_lean():
+    """The Gluon backward kernel's ``Lean``, made on the first call that takes it and listed in ``LEANS``."""
+    global _GB
+    if _GB is None:
         from . import gluon_attention_backward as gab
 
+        _GB = LEANS["bwd_gluon"] = Lean(gab.attention_bwd_kernel)
+    return _GB
+
+
+def _gluon_backward(key, do, q, k, v, o, lse, causal, sm_scale):
+    """``(dq, dk, dv)`` by the Gluon kernel: a kept key's three launches, else its first call."""
+    entry = None if key is None else _gluon_backward_lean().get(key)
+    if entry is None:
+        return _gluon_backward_first(key, do, q, k, v, o, lse, causal, sm_scale)
+    prepared, delta_entry, cast_entry, make_descriptors = entry.info
+    if not prepared:
+        do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
+    delta = torch.empty_like(lse)
+    delta_entry(o, do, delta)
+    dq32 = torch.zeros_like(q, dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    if entry.tensor_descriptors:  # the entry encodes each address's map itself
+        entry(q, k, v, do, dk, dv, lse, delta, dq32)
+    else:
+        entry(*make_descriptors(q, k, v, do, dk, dv, lse, delta), dq32)
+    dq = torch.empty_like(q)
+    cast_entry(dq32, dq)
+    return dq, dk, dv
+
+
+def _gluon_backward_first(key, do, q, k, v, o, lse, causal, sm_scale):
+    """A key's first call of the Gluon backward, launched as ``gluon_attention_backward.attention_backward``
+    launches it (its checks first), each kernel's entry kept; no key (a tensor ``sm_scale``, say): that
+    ordinary launch itself."""
+    from . import gluon_attention_backward as gab
+
+    if key is None:
         return gab.attention_backward(do, q, k, v, o, lse, causal, sm_scale)
+    causal, sm_scale, cfg = gab.check_inputs(do, q, k, v, o, lse, causal, sm_scale)
+    prepared = all(t.is_contiguous() for t in (do, q, k, v, o, lse))  # the key holds the strides
+    do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
+    B, H, N, D = q.shape
+    delta = torch.empty_like(lse)
+    delta_entry = _GB_DELTA.first(key, (o, do, delta), (N,), (triton.cdiv(N, fab.PREPROCESS_BLOCK), B * H),
+                                  dict(HEAD_DIM=D, BLOCK_M=fab.PREPROCESS_BLOCK))
+    dq32 = torch.zeros_like(q, dtype=torch.float32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    grid, args, meta = gab.launch_plan(q, k, v, do, dk, dv, lse, delta, dq32, causal, sm_scale, cfg)
+    entry = _gluon_backward_lean().first(
+        key, args[:9], args[9:], grid, meta,
+        templates=lambda m: dict(enumerate(gab.descriptors(q, k, v, do, dk, dv, lse, delta, cfg))))
+    dq = torch.empty_like(q)
+    cast_entry = _GB_CAST.first(key, (dq32, dq), (dq.numel(), sm_scale), (triton.cdiv(dq.numel(), fabt.CAST_BLOCK),),
+                                dict(BLOCK=fabt.CAST_BLOCK))
+    entry.info = (prepared, delta_entry, cast_entry, functools.partial(gab.descriptors, config=cfg))
+    return dq, dk, dv
+
+
+def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, dkdv_config=None, dq_config=None):
+    """``(dq, dk, dv)``, as ``attention_backward.attention_backward`` (``backward_route`` says which kernels)."""
     hit = key = None
     try:
         if dkdv_config is None and dq_config is None and (sm_scale is None or type(sm_scale) in (float, int)):
             key = (_t(do), _t(q), _t(k), _t(v), _t(o), _t(lse), causal, type(causal), sm_scale, type(sm_scale))
-            hit = _DELTA.get(key)
     except (AttributeError, TypeError):
         key = None
+    if _takes_gluon_backward(do, q, k, v, o, lse, dkdv_config, dq_config):
+        return _gluon_backward(key, do, q, k, v, o, lse, causal, sm_scale)
+    if key is not None:
+        hit = _DELTA.get(key)
     if hit is None:
         return _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_config)
     prepared, dkdv, dq_entry = hit.info  # the three kernels' entries, made together
@@ -415,7 +495,7 @@ attention = trainable(attention_forward, attention_backward)
 
 LEANS = dict(fwd_small=_FWD_SMALL, fwd_large=_FWD_LARGE, fwd_fixed=_FWD_FIXED, fwd_gqa=_FWD_GQA,
              fwd_gqa_fixed=_FWD_GQA_FIXED, delta=_DELTA, dkdv=_DKDV[True], dkdv_fixed=_DKDV[False], dq=_DQ[True],
-             dq_fixed=_DQ[False])
+             dq_fixed=_DQ[False], bwd_gluon_delta=_GB_DELTA, bwd_gluon_cast=_GB_CAST)
 
 
 def forget():

@@ -80,8 +80,8 @@ from ..flash_attention_backward import compute_delta
 from .attention_backward import CAST_BLOCK, attn_bwd_dq_cast
 from .gluon_matmul import GL_DTYPES, check_device, check_tensor, shared_layout
 
-__all__ = ["attention_bwd_kernel", "attention_backward", "shape_problem", "descriptors", "CONFIG", "DTYPES",
-           "HEAD_DIMS"]
+__all__ = ["attention_bwd_kernel", "attention_backward", "check_inputs", "launch_plan", "shape_problem", "descriptors",
+           "CONFIG", "DTYPES", "HEAD_DIMS"]
 
 #: A barrier of one partition's threads: ``gl.barrier`` from Triton 3.7, ``gl.thread_barrier`` in 3.6.
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
@@ -356,7 +356,7 @@ def descriptors(q, k, v, do, dk, dv, lse, delta, config=CONFIG):
             row_desc(lse, bm), row_desc(delta, bm))
 
 
-def _check(do, q, k, v, o, lse, causal, sm_scale, config):
+def check_inputs(do, q, k, v, o, lse, causal=False, sm_scale=None, config=None):
     """``(causal, sm_scale, config)`` checked, the arguments first, then where they are: ValueError naming the
     argument, RuntimeError for a GPU (or a mode) that cannot run the kernel."""
     for name, t in (("do", do), ("q", q), ("k", k), ("v", v), ("o", o)):
@@ -397,15 +397,23 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=
     (not bitwise repeatable). q, k, v, o, do: (B, H, N, D), one dtype
     (fp16/bf16); ``lse``: the forward's natural-log log-sum-exp, fp32 (B, H, N). ``sm_scale`` defaults to
     1/sqrt(D). ``config``: ``CONFIG``'s keys (only ``STAGES`` and ``STAGGER`` may differ)."""
-    causal, sm_scale, cfg = _check(do, q, k, v, o, lse, causal, sm_scale, config)
+    causal, sm_scale, cfg = check_inputs(do, q, k, v, o, lse, causal, sm_scale, config)
     do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
-    B, H, N, D = q.shape
     delta = compute_delta(o, do, lse)  # Δ = rowsum(dO ∘ O), lesson 07's preprocess
     dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    attention_bwd_kernel[(N // cfg["BLOCK_N"], B * H)](
-        *descriptors(q, k, v, do, dk, dv, lse, delta, cfg), dq32, N, sm_scale, CAUSAL=causal, STAGES=cfg["STAGES"],
-        STAGGER=cfg["STAGGER"], num_warps=cfg["num_warps"])
+    grid, args, meta = launch_plan(q, k, v, do, dk, dv, lse, delta, dq32, causal, sm_scale, cfg)
+    attention_bwd_kernel[grid](*args, **meta)
     dq = torch.empty_like(q)
     attn_bwd_dq_cast[(triton.cdiv(dq.numel(), CAST_BLOCK),)](dq32, dq, dq.numel(), sm_scale, BLOCK=CAST_BLOCK)
     return dq, dk, dv
+
+
+def launch_plan(q, k, v, do, dk, dv, lse, delta, dq32, causal, sm_scale, config=CONFIG) -> tuple[tuple, tuple, dict]:
+    """``(grid, args, meta)`` of ``attention_bwd_kernel`` for checked, contiguous inputs (``check_inputs``):
+    ``attention_bwd_kernel[grid](*args, **meta)``, as ``attention_backward`` launches it and the kernel
+    library's lean path launches it once. ``args``: the eight descriptors, ``dq32``, N and ``sm_scale``."""
+    B, H, N, _ = q.shape
+    meta = dict(CAUSAL=causal, STAGES=config["STAGES"], STAGGER=config["STAGGER"], num_warps=config["num_warps"])
+    args = (*descriptors(q, k, v, do, dk, dv, lse, delta, config), dq32, N, sm_scale)
+    return (N // config["BLOCK_N"], B * H), args, meta
