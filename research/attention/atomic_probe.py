@@ -128,7 +128,8 @@ def time_shapes(aba, fat, budget, results):
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             oc = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=Hq != Hkv)
 
-        def cudnn():
+        def cudnn():  # the gradients not summed into .grad: one backward's work, as the bench times it
+            q.grad = k.grad = v.grad = None
             oc.backward(do, retain_graph=True)
 
         o, lse = fat.attention_forward(q.detach(), k.detach(), v.detach(), causal)

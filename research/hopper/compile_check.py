@@ -4,13 +4,13 @@ that they build, their shared memory, how many wgmma and waits their PTX holds, 
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
 
-    python research/hopper/compile_check.py [--pingpong [--persistent]] [--backward [--tma-dq]]
+    python research/hopper/compile_check.py [--pingpong [--persistent]] [--backward]
 
 Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
 run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles);
 ``--pingpong --persistent``: its persistent launch too (one program an SM, tile after tile: the library's at short
 lengths). ``--backward``: the library's Gluon attention backward (``gluon_attention_backward.py``) at fp16/bf16 x
-D 64/128 x causal or not, with ptxas's registers and spills (``--tma-dq``: its ``TMA_DQ`` switch on).
+D 64/128 x causal or not, with ptxas's registers and spills.
 
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
@@ -76,18 +76,16 @@ def compile_backward(dtype=torch.float16, D=128, causal=False, cfg=gab.CONFIG, B
     """The Gluon attention backward compiled for sm_90a from CPU tensors' types (no GPU needed)."""
     q = torch.empty(B, H, N, D, dtype=dtype)
     lse = torch.empty(B, H, N, dtype=torch.float32)
-    dq32 = torch.empty(B, H, N, D, dtype=torch.float32)
-    descs = gab.descriptors(q, q, q, q, q, q, lse, lse, dq32, cfg)
-    names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc", "lse_desc", "delta_desc", "dq_desc")
+    descs = gab.descriptors(q, q, q, q, q, q, lse, lse, cfg)
+    names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc", "lse_desc", "delta_desc")
     sig = {name: mangle_type(d) for name, d in zip(names, descs)}
     sig.update(DQ="*fp32", N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", STAGGER="constexpr",
-               TMA_DQ="constexpr", num_warps="constexpr")
-    consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], STAGGER=cfg["STAGGER"], TMA_DQ=cfg["TMA_DQ"],
-                  num_warps=cfg["num_warps"])
+               num_warps="constexpr")
+    consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], STAGGER=cfg["STAGGER"], num_warps=cfg["num_warps"])
     kernel = gab.attention_bwd_kernel
     sig = {name: sig[name] for name in kernel.arg_names}
     src = GluonASTSource(kernel, sig, constexprs=consts,
-                         attrs={(9,): [["tt.divisibility", 16]], (10,): [["tt.divisibility", 16]]})
+                         attrs={(8,): [["tt.divisibility", 16]], (9,): [["tt.divisibility", 16]]})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=cfg["num_warps"]))
 
 
@@ -129,11 +127,9 @@ def report(ptx: str) -> str:
 def main(argv=()):
     print("triton", triton.__version__)
     if "--backward" in argv:
-        cfg = dict(gab.CONFIG, TMA_DQ="--tma-dq" in argv)
         for dtype, D, causal in itertools.product((torch.float16, torch.bfloat16), gab.HEAD_DIMS, (False, True)):
-            k = compile_backward(dtype, D, causal, cfg)
-            print(f"backward{' TMA_DQ' if cfg['TMA_DQ'] else ''} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: "
-                  f"shared {k.metadata.shared} bytes, "
+            k = compile_backward(dtype, D, causal)
+            print(f"backward {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
                   f"{ptxas_summary(k.asm['ptx'])}", flush=True)
         return
     if "--pingpong" in argv:

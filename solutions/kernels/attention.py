@@ -401,9 +401,9 @@ def _gluon_backward(key, do, q, k, v, o, lse, causal, sm_scale):
     dq32 = torch.zeros_like(q, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     if entry.tensor_descriptors:  # the entry encodes each address's map itself
-        entry(q, k, v, do, dk, dv, lse, delta, dq32, dq32)
+        entry(q, k, v, do, dk, dv, lse, delta, dq32)
     else:
-        entry(*make_descriptors(q, k, v, do, dk, dv, lse, delta, dq32), dq32)
+        entry(*make_descriptors(q, k, v, do, dk, dv, lse, delta), dq32)
     dq = torch.empty_like(q)
     cast_entry(dq32, dq)
     return dq, dk, dv
@@ -428,8 +428,8 @@ def _gluon_backward_first(key, do, q, k, v, o, lse, causal, sm_scale):
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     grid, args, meta = gab.launch_plan(q, k, v, do, dk, dv, lse, delta, dq32, causal, sm_scale, cfg)
     entry = _gluon_backward_lean().first(
-        key, args[:10], args[10:], grid, meta,
-        templates=lambda m: dict(enumerate(gab.descriptors(q, k, v, do, dk, dv, lse, delta, dq32, cfg))))
+        key, args[:9], args[9:], grid, meta,
+        templates=lambda m: dict(enumerate(gab.descriptors(q, k, v, do, dk, dv, lse, delta, cfg))))
     dq = torch.empty_like(q)
     cast_entry = _GB_CAST.first(key, (dq32, dq), (dq.numel(), sm_scale), (triton.cdiv(dq.numel(), fabt.CAST_BLOCK),),
                                 dict(BLOCK=fabt.CAST_BLOCK))

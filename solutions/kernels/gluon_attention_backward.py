@@ -68,7 +68,6 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -87,28 +86,14 @@ __all__ = ["attention_bwd_kernel", "attention_backward", "check_inputs", "launch
 #: A barrier of one partition's threads: ``gl.barrier`` from Triton 3.7, ``gl.thread_barrier`` in 3.6.
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 
-
-@builtin
-def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """``cp.reduce.async.bulk.tensor ... add``: the shared-memory tile ``src`` added into global memory at
-    ``coord`` by the TMA (one instruction for the tile, where ``gl.atomic_add`` is one a thread and register
-    pair). Gluon's Hopper ``tma`` module has no wrapper for it in triton 3.6 and 3.7; their builder has the op."""
-    from triton._C.libtriton import ir
-
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
-
 #: The tile: 128 keys a program (two warpgroups of 64, wgmma's M), 64 queries a step, 2 slots of Q and dO,
 #: 4 warps a consumer warpgroup; ``STAGGER``: non-causal programs of a head start their query walk at
-#: different blocks so that their dQ adds do not all hit the same rows at once (as atomic_backward's);
-#: ``TMA_DQ``: dQ's shares added by TMA reductions from shared memory, not by atomics from registers.
-CONFIG = dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4, STAGGER=True, TMA_DQ=False)
+#: different blocks so that their dQ adds do not all hit the same rows at once (as atomic_backward's).
+CONFIG = dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4, STAGGER=True)
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 #: Columns of D a dQ wgmma takes: a 64 x 64 fp32 accumulator (32 registers a thread) at a time.
 DQ_CHUNK = gl.constexpr(64)
-#: dQ's columns a TMA reduction: 32 fp32 are one 128-byte swizzled row, the widest a swizzled TMA box takes
-TMA_DQ_CHUNK = 32
 
 
 @gluon.constexpr_function
@@ -166,20 +151,18 @@ def _bwd_producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_ring,
 
 
 @gluon.jit
-def _bwd_consumer(q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, dq_smem, kv_bar, ready,
-                  empty, ds_full, ds_empty, dk_desc, dv_desc, dq_desc, DQ, N, sm_scale, WG: gl.constexpr,
-                  CAUSAL: gl.constexpr, STAGGER: gl.constexpr, STAGES: gl.constexpr, TMA_DQ: gl.constexpr,
-                  num_warps: gl.constexpr):
+def _bwd_consumer(q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, kv_bar, ready, empty,
+                  ds_full, ds_empty, dk_desc, dv_desc, DQ, N, sm_scale, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                  STAGGER: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup: keys ``WG * 64`` on of the program's key block. A step: S^T and dP^T on two wgmma,
     P^T and dS^T in registers, dV_w += P^T dO and dK_w += dS^T Q on two more (register operands), dS^T into
     the shared dS buffer; on every other step (its parity) dQ_i's share dS K from that buffer, added into
-    global memory by atomics (``TMA_DQ``: each chunk through this warpgroup's ``dq_smem`` tile by a TMA
-    reduction). At the end dK_w * sm_scale and dV_w out by TMA."""
+    global memory by atomics. At the end dK_w * sm_scale and dV_w out by TMA."""
     BLOCK_M: gl.constexpr = q_ring.type.shape[1]
     D: gl.constexpr = q_ring.type.shape[2]
     BLOCK_N: gl.constexpr = k_smem.type.shape[0]
     ROWS: gl.constexpr = BLOCK_N // 2  # this warpgroup's keys: wgmma's M
-    CHUNK: gl.constexpr = dq_smem.type.shape[2] if TMA_DQ else (DQ_CHUNK if D > DQ_CHUNK else D)
+    CHUNK: gl.constexpr = DQ_CHUNK if D > DQ_CHUNK else D
     dtype: gl.constexpr = q_ring.dtype
     s_layout: gl.constexpr = _acc_layout(ROWS, BLOCK_M, num_warps)  # S^T, dP^T: [keys, queries]
     o_layout: gl.constexpr = _acc_layout(ROWS, D, num_warps)  # dK_w, dV_w: [keys, D]
@@ -245,19 +228,10 @@ def _bwd_consumer(q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))  # all of this warpgroup's wgmma done
                 if c == D // CHUNK - 1:
                     mbarrier.arrive(ds_empty.index(buf), count=1)  # the buffer may be written again
-                if TMA_DQ:
-                    dq_s = dq_smem.index(WG)
-                    tma.store_wait(pendings=0)  # the last reduction has read the tile
-                    dq_s.store(dq)
-                    fence_async_shared()
-                    _tma_reduce_add(dq_desc, [(head + start_m).to(gl.int32), c * CHUNK], dq_s)
-                else:
-                    gl.atomic_add(dq_ptrs + c * CHUNK, dq, sem="relaxed")
+                gl.atomic_add(dq_ptrs + c * CHUNK, dq, sem="relaxed")
 
     out = out_smem.index(WG)
     row = bh * N + start_n + WG * ROWS
-    if TMA_DQ:
-        tma.store_wait(pendings=0)
     out.store(dv.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dv_desc, [row, 0], out)
@@ -269,16 +243,14 @@ def _bwd_consumer(q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem
 
 
 @gluon.jit
-def attention_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, dq_desc, DQ, N,
-                         sm_scale, CAUSAL: gl.constexpr, STAGES: gl.constexpr, STAGGER: gl.constexpr,
-                         TMA_DQ: gl.constexpr, num_warps: gl.constexpr):
+def attention_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQ, N, sm_scale,
+                         CAUSAL: gl.constexpr, STAGES: gl.constexpr, STAGGER: gl.constexpr, num_warps: gl.constexpr):
     """Program (n, b * H + h): keys n * BLOCK_N on of head (b, h). q_desc, do_desc: TMA descriptors of q and
     dO as (B * H * N, D), blocks of BLOCK_M rows; k_desc, v_desc: of k and v, blocks of BLOCK_N rows;
     dk_desc, dv_desc: of dK and dV, blocks of BLOCK_N // 2 rows (a warpgroup's); lse_desc, delta_desc: 1-D
     descriptors (B * H * N,) of the forward's log-sum-exp (natural log) and of rowsum(dO ∘ O), fp32, blocks
-    of BLOCK_M. DQ: fp32 (B, H, N, D), zeroed, into which dS K is added (dQ / sm_scale); dq_desc: the same
-    as (B * H * N, D), blocks of BLOCK_M x ``TMA_DQ_CHUNK``, what ``TMA_DQ`` adds through. Two consumer
-    warpgroups (the kernel's ``num_warps`` = 4 and a worker of 4) and a producer warp."""
+    of BLOCK_M. DQ: fp32 (B, H, N, D), zeroed, into which dS K is added (dQ / sm_scale). Two consumer warpgroups (the kernel's ``num_warps`` = 4 and a
+    worker of 4) and a producer warp."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -292,8 +264,6 @@ def attention_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_
     v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, D], v_desc.layout)
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], ds_layout)
     out_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N // 2, D], dk_desc.layout)
-    DQ_ROWS: gl.constexpr = BLOCK_M if TMA_DQ else 8  # a warpgroup's dQ chunk; a stub where atomics add it
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2, DQ_ROWS, dq_desc.block_type.shape[1]], dq_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -307,12 +277,12 @@ def attention_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_
         mbarrier.init(ds_full.index(b), count=2)  # both warpgroups write their rows of dS^T
         mbarrier.init(ds_empty.index(b), count=1)  # the one warpgroup whose dQ read it
     gl.warp_specialize([
-        (_bwd_consumer, (q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, dq_smem, kv_bar,
-                         ready, empty, ds_full, ds_empty, dk_desc, dv_desc, dq_desc, DQ, N, sm_scale, 0, CAUSAL,
-                         STAGGER, STAGES, TMA_DQ, num_warps)),
-        (_bwd_consumer, (q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, dq_smem, kv_bar,
-                         ready, empty, ds_full, ds_empty, dk_desc, dv_desc, dq_desc, DQ, N, sm_scale, 1, CAUSAL,
-                         STAGGER, STAGES, TMA_DQ, num_warps)),
+        (_bwd_consumer, (q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, kv_bar, ready,
+                         empty, ds_full, ds_empty, dk_desc, dv_desc, DQ, N, sm_scale, 0, CAUSAL, STAGGER, STAGES,
+                         num_warps)),
+        (_bwd_consumer, (q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, kv_bar, ready,
+                         empty, ds_full, ds_empty, dk_desc, dv_desc, DQ, N, sm_scale, 1, CAUSAL, STAGGER, STAGES,
+                         num_warps)),
         (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_ring, do_ring, lse_ring,
                          delta_ring, k_smem, v_smem, kv_bar, ready, empty, N, CAUSAL, STAGGER, STAGES)),
     ], [4, 1], [232, 24])
@@ -360,32 +330,30 @@ def _config(config) -> dict:
                              "(two warpgroups of 64 keys, 64 queries a step)")
     if type(cfg["STAGES"]) is not int or not 2 <= cfg["STAGES"] <= 4:
         raise ValueError(f"config STAGES = {cfg['STAGES']!r}: an int from 2 to 4")
-    for key in ("STAGGER", "TMA_DQ"):
-        if cfg[key] not in (True, False):
-            raise ValueError(f"config {key} = {cfg[key]!r}: True or False")
+    if cfg["STAGGER"] not in (True, False):
+        raise ValueError(f"config STAGGER = {cfg['STAGGER']!r}: True or False")
     return cfg
 
 
-def descriptors(q, k, v, do, dk, dv, lse, delta, dq32, config=CONFIG):
+def descriptors(q, k, v, do, dk, dv, lse, delta, config=CONFIG):
     """Gluon tensor descriptors of q, k, v, dO, dK, dV (B, H, N, D), contiguous, as 2-D views (B * H * N, D):
     q's and dO's blocks of BLOCK_M rows, k's and v's of BLOCK_N, dK's and dV's of BLOCK_N // 2 (a warpgroup's
-    keys); of lse and Δ as one row; of the fp32 dQ, blocks of BLOCK_M x ``TMA_DQ_CHUNK``. No checks (CPU
-    tensors give descriptors a compile can read)."""
+    keys). No checks (CPU tensors give descriptors a compile can read)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     dt = GL_DTYPES[q.dtype]
     D = q.shape[-1]
 
-    def desc(t, rows, cols=D, dtype=dt):
+    def desc(t, rows):
         t2 = t.reshape(-1, D)
-        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols], shared_layout((rows, cols), dtype))
+        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, D], shared_layout((rows, D), dt))
     def row_desc(t, rows):  # fp32 (B, H, N) as one row of B * H * N, blocks of ``rows``
         t1 = t.reshape(-1)
         return TensorDescriptor(t1, [t1.numel()], [1], [rows],
                                 gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1))
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     return (desc(q, bm), desc(k, bn), desc(v, bn), desc(do, bm), desc(dk, bn // 2), desc(dv, bn // 2),
-            row_desc(lse, bm), row_desc(delta, bm), desc(dq32, bm, TMA_DQ_CHUNK, gl.float32))
+            row_desc(lse, bm), row_desc(delta, bm))
 
 
 def check_inputs(do, q, k, v, o, lse, causal=False, sm_scale=None, config=None):
@@ -444,9 +412,8 @@ def attention_backward(do, q, k, v, o, lse, causal=False, sm_scale=None, config=
 def launch_plan(q, k, v, do, dk, dv, lse, delta, dq32, causal, sm_scale, config=CONFIG) -> tuple[tuple, tuple, dict]:
     """``(grid, args, meta)`` of ``attention_bwd_kernel`` for checked, contiguous inputs (``check_inputs``):
     ``attention_bwd_kernel[grid](*args, **meta)``, as ``attention_backward`` launches it and the kernel
-    library's lean path launches it once. ``args``: the nine descriptors, ``dq32``, N and ``sm_scale``."""
+    library's lean path launches it once. ``args``: the eight descriptors, ``dq32``, N and ``sm_scale``."""
     B, H, N, _ = q.shape
-    meta = dict(CAUSAL=causal, STAGES=config["STAGES"], STAGGER=config["STAGGER"], TMA_DQ=config["TMA_DQ"],
-                num_warps=config["num_warps"])
-    args = (*descriptors(q, k, v, do, dk, dv, lse, delta, dq32, config), dq32, N, sm_scale)
+    meta = dict(CAUSAL=causal, STAGES=config["STAGES"], STAGGER=config["STAGGER"], num_warps=config["num_warps"])
+    args = (*descriptors(q, k, v, do, dk, dv, lse, delta, config), dq32, N, sm_scale)
     return (N // config["BLOCK_N"], B * H), args, meta
