@@ -372,7 +372,8 @@ _DQ = {True: Lean(fabt.dq_autotuned or fab.attn_bwd_dq), False: Lean(fab.attn_bw
 #: as lesson 07's kernels are. A key's first call checks the inputs (``gluon_attention_backward.check_inputs``)
 #: and launches each kernel through ``kernel[grid]``; later calls launch the three kept entries, the kernel's
 #: descriptor maps encoded once an address. The ordinary launch (``gluon_attention_backward.attention_backward``)
-#: spends about half a millisecond of Python a call, most of it making eight descriptors and binding them.
+#: makes eight descriptors and has Gluon bind them on every call: hundreds of microseconds of Python, which a
+#: short backward does not hide (``research/README.md`` has the H200's figures).
 _GB = None
 _GB_DELTA = Lean(fab.attn_bwd_preprocess)
 _GB_CAST = Lean(fabt.attn_bwd_dq_cast)
