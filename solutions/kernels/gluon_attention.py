@@ -457,14 +457,18 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
 def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
                       turn_mine, turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr,
                       STAGES: gl.constexpr, num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False,
-                      REVERSE: gl.constexpr = False, PERSISTENT: gl.constexpr = False):
+                      REVERSE: gl.constexpr = False, PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False):
     """One warpgroup, rows ``WG * BLOCK_M`` on of the program's two query tiles. Turn t: wait for it, issue
     S(t) and P V(t - 1), pass it on, wait for both, then the softmax of block t while the other warpgroup's
     GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them).
     ``LSE``: where each row's log-sum-exp goes (natural log, fp32, (B, Hq, N)), what a backward needs.
     ``PERSISTENT``: tile after tile (``_pingpong_range``), the ring's slots, the turns and Q's barrier
     counted on across tiles, Q freed (``q_empty``) once its last S is done, so that the producer loads the
-    next tile's Q and first K while this one's last P V and output run."""
+    next tile's Q and first K while this one's last P V and output run.
+    ``EARLY``: the softmax of block i starts once S(i) is done, while P V(i - 1) still runs (wgmma groups
+    retire in order, S being issued first); O is rescaled after P V(i - 1) is waited for. The P that P V(i - 1)
+    reads from registers is passed to that wait (``deps``), which keeps its registers from being reused by
+    the new P while the wgmma reads them (``research/hopper/wgmma_races.py`` checks the SASS)."""
     BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
     D: gl.constexpr = o_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
@@ -507,13 +511,25 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
                                       is_async=True)
                 acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
                 mbarrier.arrive(turn_other, count=1)
-                s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
+                if EARLY:
+                    s_acc = warpgroup_mma_wait(num_outstanding=1, deps=(s_acc,))  # S(i) done, P V(i - 1) runs
+                else:
+                    s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
             mbarrier.arrive(k_empty.index(cur), count=1)
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            with pl.scope("softmax"):
-                p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL, BLOCK_M,
-                                                         BLOCK_N, D, dtype, num_warps, MASK_ALL)
+            if EARLY:
+                p_prev = p_op
+                with pl.scope("softmax"):
+                    p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
+                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
+                acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
+                mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * alpha[:, None]
+            else:
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                with pl.scope("softmax"):
+                    p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
+                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
+                    acc = acc * alpha[:, None]
         mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the producer may load the next Q
         last = pos + steps - 1
         mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
@@ -566,12 +582,13 @@ def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, 
 def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, CAUSAL: gl.constexpr,
                               STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1,
                               MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False,
-                              PERSISTENT: gl.constexpr = False):
+                              PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False):
     """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
     worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``). ``MASK_ALL``: with
     ``CAUSAL``, mask every key block rather than only those that cross the diagonal. ``REVERSE``: program
     m takes a head's m-th pair of tiles from the end, the heaviest first when causal (``_pingpong_tile_m``).
-    ``PERSISTENT``: a grid of one program an SM (``launch_plan``), each taking tile after tile.
+    ``PERSISTENT``: a grid of one program an SM (``launch_plan``), each taking tile after tile. ``EARLY``: each
+    softmax starts under its warpgroup's own last P V (``pingpong_consumer``).
     ``LSE``: a pointer to (B, Hq, N) fp32 for each row's log-sum-exp."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -602,10 +619,10 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, 
     gl.warp_specialize([
         (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, q_empty, k_ready, k_empty, v_ready,
                              v_empty, turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps,
-                             MASK_ALL, REVERSE, PERSISTENT)),
+                             MASK_ALL, REVERSE, PERSISTENT, EARLY)),
         (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, q_empty, k_ready, k_empty, v_ready,
                              v_empty, turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps,
-                             MASK_ALL, REVERSE, PERSISTENT)),
+                             MASK_ALL, REVERSE, PERSISTENT, EARLY)),
         (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, q_empty, k_ready,
                              k_empty, v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE, PERSISTENT)),
     ], [4, 1], [232, 24])
