@@ -664,7 +664,7 @@ HEAD_DIMS = (64, 128)
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
                       "STAGES": (integer, 2, 8), "num_warps": (power_of_two, 4, 8),
                       "MASK_ALL": (boolean, 0, 1), "REVERSE": (boolean, 0, 1),  # the ping-pong rung's only
-                      "PERSISTENT": (boolean, 0, 1)},
+                      "PERSISTENT": (boolean, 0, 1), "EARLY": (boolean, 0, 1)},
                      required=("BLOCK_M", "BLOCK_N", "STAGES", "num_warps"))
 
 
