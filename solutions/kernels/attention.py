@@ -97,6 +97,10 @@ PINGPONG_MIN_N = {(64, False): 1024, (64, True): 8192, (128, False): 1024, (128,
 #: tile) up to ``PERSISTENT_MAX_N[causal]`` tokens, where a tile reads few key blocks and its start and end
 #: weigh; above, a program a tile (``PP_CONFIG``), which tied or won the H200 A/B there.
 PERSISTENT_MAX_N = {False: 1024, True: 4096}
+#: (D, causal) -> whether each softmax starts under its own warpgroup's last P V (``gluon_attention``'s
+#: ``EARLY``): on where the H200 A/B found it faster (causal, and D 128), off at D 64 without a mask, where the
+#: P V it waits on is short and the later rescale cost more than it hid (``research/README.md``).
+EARLY = {(64, False): False, (64, True): True, (128, False): True, (128, True): True}
 PINGPONG_MIN_FLOPS = 3e10
 _PP = None  # the ping-pong kernel's Lean, made by _pingpong_lean()
 
@@ -143,11 +147,13 @@ def _takes_pingpong(q, k, v, causal, impl):
     return ga.shape_problem(B, Hq, k.shape[1], N, D, q.dtype, ga.attention_pingpong_kernel) is None
 
 
-def pingpong_config(N, causal) -> dict:
-    """The ping-pong kernel's config for N tokens: persistent up to ``PERSISTENT_MAX_N[causal]``."""
+def pingpong_config(N, causal, D=128) -> dict:
+    """The ping-pong kernel's config for N tokens of head dim D: persistent up to ``PERSISTENT_MAX_N[causal]``,
+    ``EARLY`` where ``EARLY[(D, causal)]`` says so."""
     from . import gluon_attention as ga
 
-    return ga.LIBRARY_CONFIG if N <= PERSISTENT_MAX_N[bool(causal)] else ga.PP_CONFIG
+    cfg = ga.LIBRARY_CONFIG if N <= PERSISTENT_MAX_N[bool(causal)] else ga.PP_CONFIG
+    return dict(cfg, EARLY=True) if EARLY.get((D, bool(causal))) else cfg
 
 
 def _pingpong_lean():
@@ -165,7 +171,7 @@ def _pingpong_first(key, q, k, v, causal, sm_scale):
     (its checks first), through ``_pingpong_lean()``: the entry kept for the key's later calls."""
     from . import gluon_attention as ga
 
-    kernel, cfg = ga.attention_pingpong_kernel, pingpong_config(q.shape[2], causal)
+    kernel, cfg = ga.attention_pingpong_kernel, pingpong_config(q.shape[2], causal, q.shape[3])
     causal, sm_scale = ga.check_inputs(q, k, v, causal, sm_scale, kernel, cfg)
     prepared = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
     q, k, v = fab.prepare(q), fab.prepare(k), fab.prepare(v)
