@@ -9,7 +9,7 @@ A new switch of ``attention_pingpong_kernel`` goes in ``KEYS`` (``research/READM
 among them one of a switch measured and taken out again).
 
     PYTHONPATH=$PWD python3 research/hopper/order_probe.py [C] [T] [--key REVERSE|MASK_ALL|PERSISTENT|EARLY] \
-        [--causal causal|plain|both] [--rounds 5] [--budget 300] [--dtype float16|bfloat16] [--out OUT.json]
+        [--causal causal|plain|both] [--persistent] [--rounds 5] [--budget 300] [--dtype float16|bfloat16] [--out OUT.json]
 
 C. Correctness on the GPU first: the key off and on against ``gluon_attention.reference`` (max abs error)
    and against each other (each switch changes which program computes a tile or when, never the
@@ -63,6 +63,7 @@ CAUSAL_MODES = {"causal": (True,), "plain": (False,), "both": (False, True)}
 #: the config key under test (``--key``): the ping-pong rung's boolean switches
 KEYS = ("REVERSE", "MASK_ALL", "PERSISTENT", "EARLY")
 KEY = "REVERSE"
+BASE = dict(ga.PP_CONFIG)  # the config the key is switched on (``--persistent``: the library's persistent one)
 
 
 def log(msg):
@@ -75,7 +76,7 @@ def over_budget(args) -> bool:
 
 def pingpong(q, k, v, causal, on, return_lse=False):
     return ga.attention_forward(q, k, v, causal, kernel=ga.attention_pingpong_kernel,
-                                config=dict(ga.PP_CONFIG, **{KEY: on}), return_lse=return_lse)
+                                config=dict(BASE, **{KEY: on}), return_lse=return_lse)
 
 
 def cudnn(q, k, v, causal):
@@ -229,6 +230,8 @@ def parse(argv):
     p.add_argument("--graph-rep", type=int, default=30, help="graph_ms's timed replays a measurement (30)")
     p.add_argument("--eager-rep", type=int, default=50, help="do_bench's milliseconds a measurement (50)")
     p.add_argument("--out", help="write every number (each round's too) to this JSON file")
+    p.add_argument("--persistent", action="store_true",
+                   help="switch the key on the library's persistent launch (LIBRARY_CONFIG), not PP_CONFIG")
     p.add_argument("--key", default="REVERSE", choices=KEYS, help="the switch to A/B (default REVERSE)")
     p.add_argument("--shape", action="append", type=lambda s: tuple(int(x) for x in s.split(",")), metavar="B,HQ,HKV,N,D",
                    help="time this shape instead of SHAPES (repeatable)")
@@ -241,9 +244,10 @@ def parse(argv):
 
 
 def main(argv):
-    global KEY
+    global KEY, BASE
     args = parse(argv)
     KEY = args.key
+    BASE = dict(ga.LIBRARY_CONFIG if args.persistent else ga.PP_CONFIG)
     parts = args.parts or ["C", "T"]
     if not torch.cuda.is_available():
         print("order_probe needs a GPU (an H100/H200): none here, nothing run")
@@ -253,7 +257,7 @@ def main(argv):
         return 0
     dtype = getattr(torch, args.dtype)
     header = (f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
-              f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {args.dtype} key {KEY} {args.causal} rounds {args.rounds} "
+              f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {args.dtype} key {KEY} {args.causal}{' persistent' if args.persistent else ''} rounds {args.rounds} "
               f"budget {args.budget:.0f}s")
     print(header, flush=True)
     result = dict(header=header, argv=list(argv))
