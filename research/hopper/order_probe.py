@@ -9,7 +9,7 @@ A new switch of ``attention_pingpong_kernel`` goes in ``KEYS`` (``research/READM
 among them one of a switch measured and taken out again).
 
     PYTHONPATH=$PWD python3 research/hopper/order_probe.py [C] [T] [--key REVERSE|MASK_ALL|PERSISTENT|EARLY] \
-        [--causal causal|plain|both] [--persistent] [--rounds 5] [--budget 300] [--dtype float16|bfloat16] [--out OUT.json]
+        [--causal causal|plain|both] [--persistent] [--on KEY ...] [--rounds 5] [--budget 300] [--dtype float16|bfloat16] [--out OUT.json]
 
 C. Correctness on the GPU first: the key off and on against ``gluon_attention.reference`` (max abs error)
    and against each other (each switch changes which program computes a tile or when, never the
@@ -232,6 +232,8 @@ def parse(argv):
     p.add_argument("--out", help="write every number (each round's too) to this JSON file")
     p.add_argument("--persistent", action="store_true",
                    help="switch the key on the library's persistent launch (LIBRARY_CONFIG), not PP_CONFIG")
+    p.add_argument("--on", action="append", default=[], choices=KEYS, metavar="KEY",
+                   help="another switch, on for both sides of the A/B (repeatable)")
     p.add_argument("--key", default="REVERSE", choices=KEYS, help="the switch to A/B (default REVERSE)")
     p.add_argument("--shape", action="append", type=lambda s: tuple(int(x) for x in s.split(",")), metavar="B,HQ,HKV,N,D",
                    help="time this shape instead of SHAPES (repeatable)")
@@ -247,7 +249,7 @@ def main(argv):
     global KEY, BASE
     args = parse(argv)
     KEY = args.key
-    BASE = dict(ga.LIBRARY_CONFIG if args.persistent else ga.PP_CONFIG)
+    BASE = dict(ga.LIBRARY_CONFIG if args.persistent else ga.PP_CONFIG, **{key: True for key in args.on})
     parts = args.parts or ["C", "T"]
     if not torch.cuda.is_available():
         print("order_probe needs a GPU (an H100/H200): none here, nothing run")
@@ -257,7 +259,7 @@ def main(argv):
         return 0
     dtype = getattr(torch, args.dtype)
     header = (f"{torch.cuda.get_device_name()} torch {torch.__version__} triton {triton.__version__} "
-              f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {args.dtype} key {KEY} {args.causal}{' persistent' if args.persistent else ''} rounds {args.rounds} "
+              f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {args.dtype} key {KEY} {args.causal}{' persistent' if args.persistent else ''}{''.join(' on ' + k for k in args.on)} rounds {args.rounds} "
               f"budget {args.budget:.0f}s")
     print(header, flush=True)
     result = dict(header=header, argv=list(argv))
