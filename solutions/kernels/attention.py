@@ -95,8 +95,8 @@ PINGPONG = True
 PINGPONG_MIN_N = {(64, False): 1024, (64, True): 8192, (128, False): 1024, (128, True): 1024}
 #: The ping-pong kernel runs persistent (``gluon_attention.LIBRARY_CONFIG``: one program an SM, tile after
 #: tile) up to ``PERSISTENT_MAX_N[causal]`` tokens, where a tile reads few key blocks and its start and end
-#: weigh; above, a program a tile (``PP_CONFIG``), which tied or won the H200 A/B there.
-PERSISTENT_MAX_N = {False: 1024, True: 4096}
+#: weigh; above, a program a tile (``PP_CONFIG``), which tied the H200 A/B there (``research/README.md``).
+PERSISTENT_MAX_N = {False: 4096, True: 4096}
 #: (D, causal) -> whether each softmax starts under its own warpgroup's last P V (``gluon_attention``'s
 #: ``EARLY``): on where the H200 A/B found it faster (causal, and D 128), off at D 64 without a mask, where the
 #: P V it waits on is short and the later rescale cost more than it hid (``research/README.md``).
