@@ -4,14 +4,14 @@ that they build, their shared memory, how many wgmma and waits their PTX holds, 
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
 
-    python research/hopper/compile_check.py [--pingpong [--persistent] [--early]] [--backward [--early]]
+    python research/hopper/compile_check.py [--pingpong [--persistent] [--early]] [--backward]
 
 Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
 run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles);
 ``--pingpong --persistent``: its persistent launch too (one program an SM, tile after tile: the library's at short
 lengths); ``--pingpong --early``: each launch with ``EARLY`` on too, with ptxas's registers and spills.
 ``--backward``: the library's Gluon attention backward (``gluon_attention_backward.py``) at fp16/bf16 x
-D 64/128 x causal or not, with ptxas's registers and spills (``--early``: with ``EARLY`` on too).
+D 64/128 x causal or not, with ptxas's registers and spills.
 
 With the GPU machine's Triton (3.6) installed apart, ``PYTHONPATH=T python ...`` checks that version
 (``research/int4/compile_check.py`` says how to install it).
@@ -81,9 +81,8 @@ def compile_backward(dtype=torch.float16, D=128, causal=False, cfg=gab.CONFIG, B
     names = ("q_desc", "k_desc", "v_desc", "do_desc", "dk_desc", "dv_desc", "lse_desc", "delta_desc")
     sig = {name: mangle_type(d) for name, d in zip(names, descs)}
     sig.update(DQ="*fp32", N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", STAGGER="constexpr",
-               num_warps="constexpr", EARLY="constexpr")
-    consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], STAGGER=cfg["STAGGER"], num_warps=cfg["num_warps"],
-                  EARLY=cfg.get("EARLY", False))
+               num_warps="constexpr")
+    consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], STAGGER=cfg["STAGGER"], num_warps=cfg["num_warps"])
     kernel = gab.attention_bwd_kernel
     sig = {name: sig[name] for name in kernel.arg_names}
     src = GluonASTSource(kernel, sig, constexprs=consts,
@@ -129,11 +128,9 @@ def report(ptx: str) -> str:
 def main(argv=()):
     print("triton", triton.__version__)
     if "--backward" in argv:
-        configs = [("", gab.CONFIG)] + ([(" early", dict(gab.CONFIG, EARLY=True))] if "--early" in argv else [])
-        for (how, cfg), dtype, D, causal in itertools.product(configs, (torch.float16, torch.bfloat16), gab.HEAD_DIMS,
-                                                              (False, True)):
-            k = compile_backward(dtype, D, causal, cfg)
-            print(f"backward{how} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
+        for dtype, D, causal in itertools.product((torch.float16, torch.bfloat16), gab.HEAD_DIMS, (False, True)):
+            k = compile_backward(dtype, D, causal)
+            print(f"backward {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} bytes, "
                   f"{ptxas_summary(k.asm['ptx'])}", flush=True)
         return
     if "--pingpong" in argv:

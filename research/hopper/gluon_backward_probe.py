@@ -2,7 +2,7 @@
 before this probe, checked for its numbers and timed against SDPA's cuDNN backward and the library's.
 
     PYTHONPATH=$PWD python3 research/hopper/gluon_backward_probe.py [C] [T] [--budget 300] [--out OUT.json]
-        [--shape B,H,N,D[,causal][,bf16] ...] [--config NAME:STAGES,STAGGER[,EARLY] ...]
+        [--shape B,H,N,D[,causal][,bf16] ...] [--config NAME:STAGES,STAGGER ...]
 
 C. Correctness first (B 2, H 4, N 256 and 512, D 64 and 128, causal or not, fp16 and bf16) against an fp64
    reference by FlashAttention's rule for gradients: each of dq, dk, dv within 3x the error of torch's own
@@ -17,8 +17,7 @@ T. Time at lesson 07's shapes (fp16, causal and not): cuDNN's backward through a
    ``x cuDNN`` is cuDNN's time over the other's (above 1: faster). FLOPs 2.5x the forward's (4·B·H·N²·D, half
    when causal). Each shape's gradients are also compared with the library's (max |diff| / max |library|).
    ``--shape`` replaces the shapes (``4,16,4096,128,causal,bf16``); ``--config s3:3,1`` adds the kernel
-   under another config (STAGES 3, STAGGER on) to the interleaved rounds, as ``gluon s3``; ``early:2,1,1``
-   the default config with ``EARLY`` on (P^T's exponentials under dP^T's wgmma).
+   under another config (STAGES 3, STAGGER on) to the interleaved rounds, as ``gluon s3``.
 
 A kernel that never ran may hang (a deadlock of its mbarriers) or fault: each part runs in a child process
 with a time limit, so that a hang costs that part only, and its results are saved case by case (what a
@@ -113,10 +112,10 @@ def parse_shape(text):
 
 
 def parse_config(text):
-    """``NAME:STAGES,STAGGER[,EARLY]`` -> (name, config dict)."""
+    """``NAME:STAGES,STAGGER`` -> (name, config dict)."""
     name, _, rest = text.partition(":")
-    stages, stagger, *early = rest.split(",")
-    return name, dict(STAGES=int(stages), STAGGER=bool(int(stagger)), EARLY=bool(int(early[0])) if early else False)
+    stages, stagger = rest.split(",")
+    return name, dict(STAGES=int(stages), STAGGER=bool(int(stagger)))
 
 
 def time_shapes(gb, budget, results, path, shapes=None, configs=()):
@@ -211,7 +210,7 @@ def main():
     p.add_argument("--budget", type=float, default=300)
     p.add_argument("--out", default=None)
     p.add_argument("--shape", action="append", default=[], help="B,H,N,D[,causal][,bf16]: time these shapes")
-    p.add_argument("--config", action="append", default=[], help="NAME:STAGES,STAGGER[,EARLY]: time this config too")
+    p.add_argument("--config", action="append", default=[], help="NAME:STAGES,STAGGER: time this config too")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     shapes = [parse_shape(t) for t in a.shape]

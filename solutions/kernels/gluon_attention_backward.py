@@ -89,8 +89,7 @@ _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
 #: The tile: 128 keys a program (two warpgroups of 64, wgmma's M), 64 queries a step, 2 slots of Q and dO,
 #: 4 warps a consumer warpgroup; ``STAGGER``: non-causal programs of a head start their query walk at
 #: different blocks so that their dQ adds do not all hit the same rows at once (as atomic_backward's).
-#: ``EARLY``: P^T's exponentials start once S^T is done, while dP^T's wgmma still runs.
-CONFIG = dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4, STAGGER=True, EARLY=False)
+CONFIG = dict(BLOCK_M=64, BLOCK_N=128, STAGES=2, num_warps=4, STAGGER=True)
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 128)
 #: Columns of D a dQ wgmma takes: a 64 x 64 fp32 accumulator (32 registers a thread) at a time.
@@ -154,7 +153,7 @@ def _bwd_producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_ring,
 @gluon.jit
 def _bwd_consumer(q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, kv_bar, ready, empty,
                   ds_full, ds_empty, dk_desc, dv_desc, DQ, N, sm_scale, WG: gl.constexpr, CAUSAL: gl.constexpr,
-                  STAGGER: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr, EARLY: gl.constexpr = False):
+                  STAGGER: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup: keys ``WG * 64`` on of the program's key block. A step: S^T and dP^T on two wgmma,
     P^T and dS^T in registers, dV_w += P^T dO and dK_w += dS^T Q on two more (register operands), dS^T into
     the shared dS buffer; on every other step (its parity) dQ_i's share dS K from that buffer, added into
@@ -196,18 +195,13 @@ def _bwd_consumer(q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem
         do_buf = do_ring.index(st)
         s_acc = warpgroup_mma(k_w, q_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # S^T = K_w Q^T
         dp_acc = warpgroup_mma(v_w, do_buf.permute((1, 0)), s_zero, use_acc=False, is_async=True)  # dP^T = V_w dO^T
-        if EARLY:  # wgmma groups retire in order: S^T first, dP^T still running under P^T's exponentials
-            s_acc = warpgroup_mma_wait(num_outstanding=1, deps=(s_acc,))
-        else:
-            s_acc, dp_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, dp_acc))  # both read below
+        s_acc, dp_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, dp_acc))  # both read below
         lse2 = lse_ring.index(st).load(gl.SliceLayout(0, s_layout)) * 1.4426950408889634  # lse in base 2
         p = gl.exp2(s_acc * qk_scale - lse2[None, :])
         if CAUSAL:  # only the key block's first BLOCK_N // BLOCK_M query blocks cross the diagonal
             if start_m < start_n + BLOCK_N:
                 p = gl.where((start_m + q_cols)[None, :] >= keys[:, None], p, 0.0)
         p_op = gl.convert_layout(p.to(dtype), op_layout)
-        if EARLY:
-            dp_acc = warpgroup_mma_wait(num_outstanding=0, deps=(dp_acc,))
         dv = warpgroup_mma(p_op, do_buf, dv, is_async=True)  # dV_w += P^T dO, in flight beside dS^T's math
         delta = delta_ring.index(st).load(gl.SliceLayout(0, s_layout))
         ds = (p * (dp_acc - delta[None, :])).to(dtype)  # dS^T = P^T (dP^T - Δ)
@@ -250,8 +244,7 @@ def _bwd_consumer(q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem
 
 @gluon.jit
 def attention_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_desc, delta_desc, DQ, N, sm_scale,
-                         CAUSAL: gl.constexpr, STAGES: gl.constexpr, STAGGER: gl.constexpr, num_warps: gl.constexpr,
-                         EARLY: gl.constexpr = False):
+                         CAUSAL: gl.constexpr, STAGES: gl.constexpr, STAGGER: gl.constexpr, num_warps: gl.constexpr):
     """Program (n, b * H + h): keys n * BLOCK_N on of head (b, h). q_desc, do_desc: TMA descriptors of q and
     dO as (B * H * N, D), blocks of BLOCK_M rows; k_desc, v_desc: of k and v, blocks of BLOCK_N rows;
     dk_desc, dv_desc: of dK and dV, blocks of BLOCK_N // 2 rows (a warpgroup's); lse_desc, delta_desc: 1-D
@@ -286,10 +279,10 @@ def attention_bwd_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_
     gl.warp_specialize([
         (_bwd_consumer, (q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, kv_bar, ready,
                          empty, ds_full, ds_empty, dk_desc, dv_desc, DQ, N, sm_scale, 0, CAUSAL, STAGGER, STAGES,
-                         num_warps, EARLY)),
+                         num_warps)),
         (_bwd_consumer, (q_ring, do_ring, lse_ring, delta_ring, k_smem, v_smem, ds_smem, out_smem, kv_bar, ready,
                          empty, ds_full, ds_empty, dk_desc, dv_desc, DQ, N, sm_scale, 1, CAUSAL, STAGGER, STAGES,
-                         num_warps, EARLY)),
+                         num_warps)),
         (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_ring, do_ring, lse_ring,
                          delta_ring, k_smem, v_smem, kv_bar, ready, empty, N, CAUSAL, STAGGER, STAGES)),
     ], [4, 1], [232, 24])
@@ -323,7 +316,7 @@ def shape_problem(B, H, Hkv, N, D, dtype, config=None) -> str | None:
 
 def _config(config) -> dict:
     """``config`` (default ``CONFIG``) checked: the tile is fixed by the kernel's structure (two warpgroups of
-    64 keys, 64-row dQ wgmma), only ``STAGES``, ``STAGGER`` and ``EARLY`` may change."""
+    64 keys, 64-row dQ wgmma), only ``STAGES`` and ``STAGGER`` may change."""
     if not isinstance(config, (dict, type(None))):
         raise ValueError(f"config must be a dict like {CONFIG}, got {type(config).__name__}")
     cfg = dict(CONFIG) if config is None else dict(config)
@@ -337,9 +330,8 @@ def _config(config) -> dict:
                              "(two warpgroups of 64 keys, 64 queries a step)")
     if type(cfg["STAGES"]) is not int or not 2 <= cfg["STAGES"] <= 4:
         raise ValueError(f"config STAGES = {cfg['STAGES']!r}: an int from 2 to 4")
-    for key in ("STAGGER", "EARLY"):
-        if cfg[key] not in (True, False):
-            raise ValueError(f"config {key} = {cfg[key]!r}: True or False")
+    if cfg["STAGGER"] not in (True, False):
+        raise ValueError(f"config STAGGER = {cfg['STAGGER']!r}: True or False")
     return cfg
 
 
@@ -422,7 +414,6 @@ def launch_plan(q, k, v, do, dk, dv, lse, delta, dq32, causal, sm_scale, config=
     ``attention_bwd_kernel[grid](*args, **meta)``, as ``attention_backward`` launches it and the kernel
     library's lean path launches it once. ``args``: the eight descriptors, ``dq32``, N and ``sm_scale``."""
     B, H, N, _ = q.shape
-    meta = dict(CAUSAL=causal, STAGES=config["STAGES"], STAGGER=config["STAGGER"], num_warps=config["num_warps"],
-                EARLY=config.get("EARLY", False))
+    meta = dict(CAUSAL=causal, STAGES=config["STAGES"], STAGGER=config["STAGGER"], num_warps=config["num_warps"])
     args = (*descriptors(q, k, v, do, dk, dv, lse, delta, config), dq32, N, sm_scale)
     return (N // config["BLOCK_N"], B * H), args, meta
