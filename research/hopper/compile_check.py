@@ -4,13 +4,12 @@ that they build, their shared memory, how many wgmma and waits their PTX holds, 
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
 
-    python research/hopper/compile_check.py [--pingpong [--persistent] [--early] [--merge]] [--backward]
+    python research/hopper/compile_check.py [--pingpong [--persistent] [--early]] [--backward]
 
 Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
 run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles);
 ``--pingpong --persistent``: its persistent launch too (one program an SM, tile after tile: the library's at short
-lengths); ``--pingpong --early``: each launch with ``EARLY`` on too, with ptxas's registers and spills;
-``--merge``: each persistent launch with ``MERGE`` on too.
+lengths); ``--pingpong --early``: each launch with ``EARLY`` on too, with ptxas's registers and spills.
 ``--backward``: the library's Gluon attention backward (``gluon_attention_backward.py``) at fp16/bf16 x
 D 64/128 x causal or not, with ptxas's registers and spills.
 
@@ -58,7 +57,7 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
     consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
     kernel = kernel or ga.attention_fwd_kernel
-    for key in ("MASK_ALL", "REVERSE", "PERSISTENT", "EARLY", "MERGE"):  # the ping-pong rung's switches, where the config sets them
+    for key in ("MASK_ALL", "REVERSE", "PERSISTENT", "EARLY"):  # the ping-pong rung's switches, where the config sets them
         if key in cfg:
             sig[key], consts[key] = "constexpr", cfg[key]
     if "GROUP" in kernel.arg_names:  # grouped-query heads: one K/V head for 4 here
@@ -138,12 +137,10 @@ def main(argv=()):
         launches = [("", ga.PP_CONFIG)] + ([(" persistent", ga.LIBRARY_CONFIG)] if "--persistent" in argv else [])
         if "--early" in argv:  # each softmax under its own warpgroup's last P V
             launches += [(f"{how} early", dict(cfg, EARLY=True)) for how, cfg in launches]
-        if "--merge" in argv:  # each tile's last P V in one turn with the next one's first S
-            launches += [(f"{how} merged", dict(cfg, MERGE=True)) for how, cfg in launches if cfg.get("PERSISTENT")]
         for (how, cfg), dtype, D, causal in itertools.product(launches, (torch.float16, torch.bfloat16), (64, 128),
                                                               (False, True)):
             k = compile_attention(dtype, cfg, D=D, causal=causal, kernel=ga.attention_pingpong_kernel)
-            what = f", {ptxas_summary(k.asm['ptx'])}" if {"--early", "--merge"} & set(argv) else report(k.asm["ptx"])
+            what = f", {ptxas_summary(k.asm['ptx'])}" if "--early" in argv else report(k.asm["ptx"])
             print(f"ping-pong{how} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} "
                   f"bytes{what}", flush=True)
         return

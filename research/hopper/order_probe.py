@@ -4,12 +4,11 @@ tiles, today's (program m takes a head's m-th pair) against heaviest first (the 
 read the most keys). ``--key MASK_ALL``: the causal mask on every key block against on the diagonal's only.
 ``--key PERSISTENT``: a program a tile against one program an SM taking tile after tile (heaviest first when
 causal), the next tile's loads under this one's last block. ``--key EARLY``: each warpgroup's softmax after
-both its GEMMs are done against as soon as its S is (its P V still running). ``--key MERGE`` (with
-``--persistent``): each tile's last P V in a turn of its own against in one turn with the next tile's first S.
+both its GEMMs are done against as soon as its S is (its P V still running).
 A new switch of ``attention_pingpong_kernel`` goes in ``KEYS`` (``research/README.md`` has the runs,
 among them one of a switch measured and taken out again).
 
-    PYTHONPATH=$PWD python3 research/hopper/order_probe.py [C] [T] [--key REVERSE|MASK_ALL|PERSISTENT|EARLY|MERGE] \
+    PYTHONPATH=$PWD python3 research/hopper/order_probe.py [C] [T] [--key REVERSE|MASK_ALL|PERSISTENT|EARLY] \
         [--causal causal|plain|both] [--persistent] [--on KEY ...] [--rounds 5] [--budget 300] [--dtype float16|bfloat16] [--out OUT.json]
 
 C. Correctness on the GPU first: the key off and on against ``gluon_attention.reference`` (max abs error)
@@ -62,7 +61,7 @@ NAMES = ("off", "on", "cudnn")
 #: the masks each shape is timed with (``--causal``)
 CAUSAL_MODES = {"causal": (True,), "plain": (False,), "both": (False, True)}
 #: the config key under test (``--key``): the ping-pong rung's boolean switches
-KEYS = ("REVERSE", "MASK_ALL", "PERSISTENT", "EARLY", "MERGE")
+KEYS = ("REVERSE", "MASK_ALL", "PERSISTENT", "EARLY")
 KEY = "REVERSE"
 BASE = dict(ga.PP_CONFIG)  # the config the key is switched on (``--persistent``: the library's persistent one)
 

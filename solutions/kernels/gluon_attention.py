@@ -454,53 +454,6 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
 
 
 @gluon.jit
-def _pingpong_blocks(q_smem, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn_mine, turn_other, p_op, m_i,
-                     l_i, acc, pos, turn, steps, start_m, qk_scale, WG: gl.constexpr, CAUSAL: gl.constexpr,
-                     STAGES: gl.constexpr, num_warps: gl.constexpr, MASK_ALL: gl.constexpr, EARLY: gl.constexpr):
-    """Key blocks 1 to ``steps - 1`` of a tile, a turn each: S(i) and P V(i - 1) issued together, then the
-    softmax of block i (``pingpong_consumer``); ``(p_op, m_i, l_i, acc)`` after them, the last P V not issued.
-    ``pos``: the ring position of the tile's block 0; ``turn``: this warpgroup's turns before block 0's."""
-    BLOCK_M: gl.constexpr = q_smem.type.shape[0]
-    D: gl.constexpr = q_smem.type.shape[1]
-    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
-    dtype: gl.constexpr = q_smem.dtype
-    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
-    s_zero = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=s_layout)
-    for i in range(1, steps):  # each phase a proton scope: what the intra-kernel profiler draws
-        cur = (pos + i) % STAGES
-        prev = (pos + i - 1) % STAGES
-        with pl.scope("wait"):
-            mbarrier.wait(k_ready.index(cur), phase=((pos + i) // STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), phase=((pos + i - 1) // STAGES) & 1)
-            mbarrier.wait(turn_mine, phase=(turn + i - 1 + WG) & 1)
-        with pl.scope("mma"):
-            s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_zero, use_acc=False,
-                                  is_async=True)
-            acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
-            mbarrier.arrive(turn_other, count=1)
-            if EARLY:
-                s_acc = warpgroup_mma_wait(num_outstanding=1, deps=(s_acc,))  # S(i) done, P V(i - 1) runs
-            else:
-                s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
-        mbarrier.arrive(k_empty.index(cur), count=1)
-        if EARLY:
-            p_prev = p_op
-            with pl.scope("softmax"):
-                p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
-                                                         BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
-            acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            acc = acc * alpha[:, None]
-        else:
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            with pl.scope("softmax"):
-                p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
-                                                         BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
-                acc = acc * alpha[:, None]
-    return p_op, m_i, l_i, acc
-
-
-@gluon.jit
 def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
                       turn_mine, turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr,
                       STAGES: gl.constexpr, num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False,
@@ -546,9 +499,37 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
         mbarrier.arrive(k_empty.index(pos % STAGES), count=1)
         p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
                                                  D, dtype, num_warps, MASK_ALL)
-        p_op, m_i, l_i, acc = _pingpong_blocks(q_smem, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn_mine,
-                                               turn_other, p_op, m_i, l_i, acc, pos, turn, steps, start_m, qk_scale,
-                                               WG, CAUSAL, STAGES, num_warps, MASK_ALL, EARLY)
+        for i in range(1, steps):  # each phase a proton scope: what the intra-kernel profiler draws
+            cur = (pos + i) % STAGES
+            prev = (pos + i - 1) % STAGES
+            with pl.scope("wait"):
+                mbarrier.wait(k_ready.index(cur), phase=((pos + i) // STAGES) & 1)
+                mbarrier.wait(v_ready.index(prev), phase=((pos + i - 1) // STAGES) & 1)
+                mbarrier.wait(turn_mine, phase=(turn + i - 1 + WG) & 1)
+            with pl.scope("mma"):
+                s_acc = warpgroup_mma(q_smem, k_ring.index(cur).permute((1, 0)), s_zero, use_acc=False,
+                                      is_async=True)
+                acc = warpgroup_mma(p_op, v_ring.index(prev), acc, is_async=True)
+                mbarrier.arrive(turn_other, count=1)
+                if EARLY:
+                    s_acc = warpgroup_mma_wait(num_outstanding=1, deps=(s_acc,))  # S(i) done, P V(i - 1) runs
+                else:
+                    s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
+            mbarrier.arrive(k_empty.index(cur), count=1)
+            if EARLY:
+                p_prev = p_op
+                with pl.scope("softmax"):
+                    p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
+                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
+                acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                acc = acc * alpha[:, None]
+            else:
+                mbarrier.arrive(v_empty.index(prev), count=1)
+                with pl.scope("softmax"):
+                    p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
+                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
+                    acc = acc * alpha[:, None]
         mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the producer may load the next Q
         last = pos + steps - 1
         mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
@@ -562,96 +543,6 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
         pos += steps
         turn += steps + 1
         done += 1
-
-
-@gluon.jit
-def _pingpong_epilogue(acc, m_i, l_i, o_desc, o_smem, LSE, bh, start_m, N, num_warps: gl.constexpr):
-    """A tile's end: each row's log-sum-exp into ``LSE`` and O = acc / l out by TMA (its last P V waited for)."""
-    BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
-    D: gl.constexpr = o_desc.block_type.shape[1]
-    rows = start_m + gl.arange(0, BLOCK_M, layout=m_i.type.layout)  # m_i is in log2 units: ln below
-    gl.store(LSE + bh.to(gl.int64) * N + rows, (m_i + gl.log2(l_i)) * 0.6931471805599453)
-    _store_o(acc, l_i, o_desc, o_smem, bh * N + start_m, BLOCK_M, D, num_warps)
-
-
-@gluon.jit
-def pingpong_consumer_merged(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_ready, k_empty, v_ready,
-                             v_empty, turn_mine, turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr,
-                             STAGES: gl.constexpr, num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False,
-                             REVERSE: gl.constexpr = False, PERSISTENT: gl.constexpr = False,
-                             EARLY: gl.constexpr = False):
-    """``pingpong_consumer`` (``MERGE``) with each tile's last P V issued in the same turn as the next tile's
-    first S, as FlashAttention-3's persistent kernel carries one tile's end into the next's start: a tile
-    takes as many turns as it has key blocks, not one more, and neither of those two wgmma runs alone. The
-    finished tile's log-sum-exp and O go out between the turn's wait and the new tile's first softmax."""
-    BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
-    D: gl.constexpr = o_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = k_ring.type.shape[1]
-    dtype: gl.constexpr = o_desc.dtype
-    s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
-    o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
-    s_zero = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=s_layout)
-    qk_scale = sm_scale * 1.4426950408889634
-    tiles, tiles_m, heads = _pingpong_range(o_desc, N, BLOCK_M, PERSISTENT)  # at least one: the grid's rule
-    tile_m, bh = _pingpong_tile(0, tiles_m, heads, BLOCK_M, CAUSAL, REVERSE, PERSISTENT)
-    start_m = tile_m + WG * BLOCK_M
-    steps = _kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
-    acc = gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout)
-    mbarrier.wait(q_bar, phase=0)
-    mbarrier.wait(k_ready.index(0), phase=0)
-    if WG == 1:  # warpgroup 0 takes the very first turn; turn t waits for phase (t - 1 + WG) & 1
-        mbarrier.wait(turn_mine, phase=0)
-    s_acc = warpgroup_mma(q_smem, k_ring.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    mbarrier.arrive(turn_other, count=1)
-    s_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
-    mbarrier.arrive(k_empty.index(0), count=1)
-    p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, D,
-                                             dtype, num_warps, MASK_ALL)
-    p_op, m_i, l_i, acc = _pingpong_blocks(q_smem, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty, turn_mine,
-                                           turn_other, p_op, m_i, l_i, acc, 0, 0, steps, start_m, qk_scale, WG,
-                                           CAUSAL, STAGES, num_warps, MASK_ALL, EARLY)
-    mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the producer may load the next Q
-    pos = steps  # the ring position of the next tile's first key block
-    turn = steps  # this warpgroup's turns so far
-    for r in range(1, tiles):
-        last = pos - 1  # the finished tile's last key block
-        tile_m, bh_next = _pingpong_tile(r, tiles_m, heads, BLOCK_M, CAUSAL, REVERSE, PERSISTENT)
-        start_next = tile_m + WG * BLOCK_M
-        steps = _kv_steps(N, tile_m, 2 * BLOCK_M, BLOCK_N, CAUSAL)
-        mbarrier.wait(q_bar, phase=r & 1)
-        mbarrier.wait(k_ready.index(pos % STAGES), phase=(pos // STAGES) & 1)
-        mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
-        mbarrier.wait(turn_mine, phase=(turn - 1 + WG) & 1)
-        s_acc = warpgroup_mma(q_smem, k_ring.index(pos % STAGES).permute((1, 0)), s_zero, use_acc=False,
-                              is_async=True)
-        acc = warpgroup_mma(p_op, v_ring.index(last % STAGES), acc, is_async=True)
-        mbarrier.arrive(turn_other, count=1)
-        s_acc, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc, acc))
-        mbarrier.arrive(k_empty.index(pos % STAGES), count=1)
-        mbarrier.arrive(v_empty.index(last % STAGES), count=1)
-        _pingpong_epilogue(acc, m_i, l_i, o_desc, o_smem, LSE, bh, start_m, N, num_warps)
-        bh = bh_next
-        start_m = start_next
-        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-        l_i = gl.full([BLOCK_M], 0.0, gl.float32, layout=gl.SliceLayout(1, s_layout))
-        p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N, D,
-                                                 dtype, num_warps, MASK_ALL)
-        acc = gl.zeros((BLOCK_M, D), dtype=gl.float32, layout=o_layout)
-        p_op, m_i, l_i, acc = _pingpong_blocks(q_smem, k_ring, v_ring, k_ready, k_empty, v_ready, v_empty,
-                                               turn_mine, turn_other, p_op, m_i, l_i, acc, pos, turn, steps, start_m,
-                                               qk_scale, WG, CAUSAL, STAGES, num_warps, MASK_ALL, EARLY)
-        mbarrier.arrive(q_empty, count=1)
-        pos += steps
-        turn += steps
-    last = pos - 1  # the last tile's last P V, alone
-    mbarrier.wait(v_ready.index(last % STAGES), phase=(last // STAGES) & 1)
-    mbarrier.wait(turn_mine, phase=(turn - 1 + WG) & 1)
-    acc = warpgroup_mma(p_op, v_ring.index(last % STAGES), acc, is_async=True)
-    mbarrier.arrive(turn_other, count=1)
-    _pingpong_epilogue(acc, m_i, l_i, o_desc, o_smem, LSE, bh, start_m, N, num_warps)  # waits for the P V
-    mbarrier.arrive(v_empty.index(last % STAGES), count=1)
 
 
 @gluon.jit
@@ -691,15 +582,13 @@ def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, 
 def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, CAUSAL: gl.constexpr,
                               STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1,
                               MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False,
-                              PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False,
-                              MERGE: gl.constexpr = False):
+                              PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False):
     """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
     worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``). ``MASK_ALL``: with
     ``CAUSAL``, mask every key block rather than only those that cross the diagonal. ``REVERSE``: program
     m takes a head's m-th pair of tiles from the end, the heaviest first when causal (``_pingpong_tile_m``).
     ``PERSISTENT``: a grid of one program an SM (``launch_plan``), each taking tile after tile. ``EARLY``: each
-    softmax starts under its warpgroup's own last P V (``pingpong_consumer``). ``MERGE``: each tile's last P V
-    in one turn with the next tile's first S (``pingpong_consumer_merged``; with ``PERSISTENT``).
+    softmax starts under its warpgroup's own last P V (``pingpong_consumer``).
     ``LSE``: a pointer to (B, Hq, N) fp32 for each row's log-sum-exp."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -727,28 +616,16 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, 
         mbarrier.init(k_empty.index(s), count=2)  # both warpgroups read each K and V block
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(v_empty.index(s), count=2)
-    if MERGE:  # the same partitions, the consumers' tiles joined end to start
-        gl.warp_specialize([
-            (pingpong_consumer_merged, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
-                    turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps, MASK_ALL,
-                    REVERSE, PERSISTENT, EARLY)),
-            (pingpong_consumer_merged, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
-                    turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps, MASK_ALL,
-                    REVERSE, PERSISTENT, EARLY)),
-            (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, q_empty, k_ready,
-                                 k_empty, v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE, PERSISTENT)),
-        ], [4, 1], [232, 24])
-    else:
-        gl.warp_specialize([
-            (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
-                    turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps, MASK_ALL,
-                    REVERSE, PERSISTENT, EARLY)),
-            (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
-                    turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps, MASK_ALL,
-                    REVERSE, PERSISTENT, EARLY)),
-            (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, q_empty, k_ready,
-                                 k_empty, v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE, PERSISTENT)),
-        ], [4, 1], [232, 24])
+    gl.warp_specialize([
+        (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, q_empty, k_ready, k_empty, v_ready,
+                             v_empty, turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps,
+                             MASK_ALL, REVERSE, PERSISTENT, EARLY)),
+        (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, q_empty, k_ready, k_empty, v_ready,
+                             v_empty, turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps,
+                             MASK_ALL, REVERSE, PERSISTENT, EARLY)),
+        (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, q_empty, k_ready,
+                             k_empty, v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE, PERSISTENT)),
+    ], [4, 1], [232, 24])
     mbarrier.invalidate(q_bar)
     mbarrier.invalidate(q_empty)
     mbarrier.invalidate(turns.index(0))
@@ -787,7 +664,7 @@ HEAD_DIMS = (64, 128)
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
                       "STAGES": (integer, 2, 8), "num_warps": (power_of_two, 4, 8),
                       "MASK_ALL": (boolean, 0, 1), "REVERSE": (boolean, 0, 1),  # the ping-pong rung's only
-                      "PERSISTENT": (boolean, 0, 1), "EARLY": (boolean, 0, 1), "MERGE": (boolean, 0, 1)},
+                      "PERSISTENT": (boolean, 0, 1), "EARLY": (boolean, 0, 1)},
                      required=("BLOCK_M", "BLOCK_N", "STAGES", "num_warps"))
 
 
