@@ -596,9 +596,9 @@ def test_the_pingpong_kernel_runs_persistent_where_tiles_are_short():
 
     early = dict(EARLY=True)
     assert lib.pingpong_config(1024, False, 64) == lib.pingpong_config(4096, False, 64) == ga.LIBRARY_CONFIG
-    assert lib.pingpong_config(4096, False) == lib.pingpong_config(4096, True, 64) == dict(ga.LIBRARY_CONFIG, **early)
+    assert lib.pingpong_config(4096, False, 128) == lib.pingpong_config(4096, True, 64) == dict(ga.LIBRARY_CONFIG, **early)
     assert lib.pingpong_config(8192, False, 64) == ga.PP_CONFIG
-    assert lib.pingpong_config(8192, False, 128) == lib.pingpong_config(16384, True) == dict(ga.PP_CONFIG, **early)
+    assert lib.pingpong_config(8192, False, 128) == lib.pingpong_config(16384, True, 128) == dict(ga.PP_CONFIG, **early)
     assert "EARLY" not in ga.PP_CONFIG and "EARLY" not in ga.LIBRARY_CONFIG  # lesson 12's rung stays as taught
     for cfg in (lib.pingpong_config(n, c, d) for n in (1024, 4096) for c in (False, True) for d in (64, 128)):
         assert ga.shape_problem(4, 32, 8, 4096, 128, torch.float16, ga.attention_pingpong_kernel, cfg) is None

@@ -147,7 +147,7 @@ def _takes_pingpong(q, k, v, causal, impl):
     return ga.shape_problem(B, Hq, k.shape[1], N, D, q.dtype, ga.attention_pingpong_kernel) is None
 
 
-def pingpong_config(N, causal, D=128) -> dict:
+def pingpong_config(N, causal, D) -> dict:
     """The ping-pong kernel's config for N tokens of head dim D: persistent up to ``PERSISTENT_MAX_N[causal]``,
     ``EARLY`` where ``EARLY[(D, causal)]`` says so."""
     from . import gluon_attention as ga
