@@ -38,3 +38,23 @@ def test_the_gluon_attention_backward_compiles_clean_for_sm90():
     summary = summary.splitlines()[-1]
     assert "spill stores/loads 0/0 bytes" in summary and "not serialized" in summary, summary
     assert summary.endswith("register-operand races: none"), summary
+
+
+def test_the_table_ahead_decode_prototype_is_right_in_the_interpreter():
+    """``research/decode/table_ahead.py``: the split kernel with the block table read before the loop gives
+    the library's outputs (pages 1, 4 and 16, one and several splits) and its NaN rows (a zero length, a page
+    outside the pool), in Triton's interpreter."""
+    run = subprocess.run([sys.executable, "research/decode/table_ahead.py"], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.count(": ok (") == 4 and "NaN rows [False, True]" in run.stdout, run.stdout
+
+
+def test_the_table_ahead_prototype_gives_k_and_v_two_buffers_at_three_stages():
+    """Its premise, compiled for sm_90a: at 3 stages Triton's pipeliner keeps one buffer of K and of V for the
+    library's split kernel (their addresses come from a load of the loop) and two for the prototype, whose
+    page indices come from registers."""
+    out = compiled("from research.decode import table_ahead as t\nfor line in t.compile_pair(3).values(): print(line)")
+    library, ahead = out.splitlines()[-2:]
+    assert "'1x128x128'" in library and "2x128x128" not in library, library
+    assert "'2x128x128'" in ahead, ahead
