@@ -467,8 +467,8 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
     next tile's Q and first K while this one's last P V and output run.
     ``EARLY``: the softmax of block i starts once S(i) is done, while P V(i - 1) still runs (wgmma groups
     retire in order, S being issued first); O is rescaled after P V(i - 1) is waited for. The P that P V(i - 1)
-    reads from registers is passed to that wait (``deps``), which keeps its registers from being reused by
-    the new P while the wgmma reads them (``research/hopper/wgmma_races.py`` checks the SASS)."""
+    reads from registers while it runs is named in that wait (``deps``); that no instruction writes those
+    registers before it is what ``research/hopper/wgmma_races.py`` checks in the SASS."""
     BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
     D: gl.constexpr = o_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
