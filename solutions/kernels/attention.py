@@ -385,6 +385,14 @@ _GB_DELTA = Lean(fab.attn_bwd_preprocess)
 _GB_CAST = Lean(fabt.attn_bwd_dq_cast)
 
 
+def _delta_first(lean, key, o, do, delta):
+    """Lesson 07's Δ preprocess (``compute_delta``'s launch) into ``delta``, its entry kept in ``lean`` for
+    ``key``: the first call of either backward route."""
+    B, H, N, D = o.shape
+    return lean.first(key, (o, do, delta), (N,), (triton.cdiv(N, fab.PREPROCESS_BLOCK), B * H),
+                      dict(HEAD_DIM=D, BLOCK_M=fab.PREPROCESS_BLOCK))
+
+
 def _gluon_backward_lean():
     """The Gluon backward kernel's ``Lean``, made on the first call that takes it and listed in ``LEANS``."""
     global _GB
@@ -427,10 +435,8 @@ def _gluon_backward_first(key, do, q, k, v, o, lse, causal, sm_scale):
     causal, sm_scale, cfg = gab.check_inputs(do, q, k, v, o, lse, causal, sm_scale)
     prepared = all(t.is_contiguous() for t in (do, q, k, v, o, lse))  # the key holds the strides
     do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
-    B, H, N, D = q.shape
     delta = torch.empty_like(lse)
-    delta_entry = _GB_DELTA.first(key, (o, do, delta), (N,), (triton.cdiv(N, fab.PREPROCESS_BLOCK), B * H),
-                                  dict(HEAD_DIM=D, BLOCK_M=fab.PREPROCESS_BLOCK))
+    delta_entry = _delta_first(_GB_DELTA, key, o, do, delta)
     dq32 = torch.zeros_like(q, dtype=torch.float32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     grid, args, meta = gab.launch_plan(q, k, v, do, dk, dv, lse, delta, dq32, causal, sm_scale, cfg)
@@ -487,8 +493,7 @@ def _backward_first(key, do, q, k, v, o, lse, causal, sm_scale, dkdv_config, dq_
     else:
         dkdv_meta = dict(meta, **fab.checked_config(fabt.INTERPRET_DKDV_CONFIG if INTERPRET else fabt.SMALL_N_DKDV_CONFIG, "c"))
         dq_meta = dict(meta, **fab.checked_config(fabt.INTERPRET_DQ_CONFIG if INTERPRET else fabt.SMALL_N_DQ_CONFIG, "c"))
-    delta_entry = _DELTA.first(key, (o, do, delta), (N,), (triton.cdiv(N, fab.PREPROCESS_BLOCK), B * H),
-                               dict(HEAD_DIM=D, BLOCK_M=fab.PREPROCESS_BLOCK))
+    delta_entry = _delta_first(_DELTA, key, o, do, delta)
     dkdv = _DKDV[tuned].first(key, (q, k, v, do, dk, dv, lse, delta), (N, sm_scale),
                               lambda m: (triton.cdiv(N, m["BLOCK_N"]), B * H), dkdv_meta)
     dq_entry = _DQ[tuned].first(key, (q, k, v, do, dq, lse, delta), (N, sm_scale),
