@@ -305,7 +305,18 @@ def _fake_gpu(monkeypatch):
     monkeypatch.setattr(core, "refuse_in_interpreter", lambda: None)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(core, "measure", lambda fn, warmup=25, rep=100: (fn(), (0.01, 0.009, 0.011))[1])
+    monkeypatch.setattr(core, "eager_times", lambda fn, warmup=25, rep=100: (fn(), [0.01, 0.009, 0.011])[1])
     monkeypatch.setattr(core, "graph_ms", lambda fn: 0.008)
+    monkeypatch.setattr(core, "_flush_buffer", lambda: None)
+
+    class Timer:  # replays nothing: each round's times are 0.008 ms
+        def __init__(self, fn, flush="zero", cache=None):
+            fn()
+
+        def times(self, rep=100):
+            return [0.008] * rep
+
+    monkeypatch.setattr(core, "GraphTimer", Timer)
 
 
 def test_host_times_of_a_rows_providers_are_taken_in_turns(monkeypatch):
@@ -349,6 +360,59 @@ def test_bench_run_interleaves_host_times_within_a_shape_only(monkeypatch):
     assert any("bad" in line and "FAILED" in line for line in lines)
 
 
+def test_bench_run_takes_a_rows_eager_and_graph_times_in_turns(monkeypatch):
+    """A clock that falls during a run (the board's power limit) must fall on every provider of a row alike:
+    eager calls and graph replays go round the providers, and each figure is the median over all rounds."""
+    from tkcourse.bench import core
+
+    _fake_gpu(monkeypatch)
+    order = []
+    eager = {"a": iter([[1.0, 1.0], [3.0, 3.0], [2.0, 2.0]]), "b": iter([[5.0], [6.0], [7.0]])}
+    monkeypatch.setattr(core, "eager_times", lambda fn, warmup=25, rep=100: fn())
+
+    class Timer:
+        def __init__(self, fn, flush="zero", cache=None):
+            self.name = fn.__name__
+            if self.name == "c":
+                raise RuntimeError("operation not permitted when stream is capturing")
+
+        def times(self, rep=100):
+            order.append(("graph", self.name))
+            return [0.5 if self.name == "a" else 0.25] * rep
+
+    monkeypatch.setattr(core, "GraphTimer", Timer)
+    monkeypatch.setattr(core, "host_us_interleaved", lambda fns, *args, **kwargs: [1.0] * len(fns))
+
+    def timed(name):
+        def fn():
+            order.append(("eager", name))
+            if name == "d" and sum(1 for o in order if o == ("eager", "d")) == 2:
+                raise RuntimeError("illegal memory access")  # fails in the second round
+            return next(eager[name]) if name in eager else [1.0]
+        fn.__name__ = name
+        return fn
+
+    cases = [bench.Case("k", p, "8", "float32", timed(p), bytes=8) for p in "abcd"]
+    lines = []
+    rows = bench.run(cases, progress=lines.append, rounds=3)
+    assert [o for o in order if o[0] == "eager"] == [("eager", p) for p in "abcd" * 2 + "abc"]
+    assert [o for o in order if o[0] == "graph"] == [("graph", p) for p in "ab" * 3]
+    by = {r["provider"]: r for r in rows}
+    assert set(by) == {"a", "b", "c"}  # d failed in its second round: no row
+    assert by["a"]["ms"] == 2.0 and by["b"]["ms"] == 6.0  # the median over the rounds, not over one
+    assert by["a"]["graph_ms"] == 0.5 and by["b"]["graph_ms"] == 0.25 and by["c"]["graph_ms"] is None
+    assert any("d" in line and "FAILED" in line and "illegal memory access" in line for line in lines)
+    assert any("no graph_ms" in line and "capturing" in line for line in lines)
+
+
+@pytest.mark.parametrize("times", [[1.0], [3.0, 1.0], [0.5, 0.25, 4.0, 1.5, 1.0], list(range(17, 0, -1))])
+def test_bench_summary_interpolates_as_do_bench_quantiles_do(times):
+    want = torch.quantile(torch.tensor(times, dtype=torch.float64), torch.tensor([0.5, 0.2, 0.8], dtype=torch.float64))
+    assert bench.median_p20_p80(times) == pytest.approx(want.tolist())
+    with pytest.raises(ValueError, match="no times"):
+        bench.median_p20_p80([])
+
+
 def test_copy_case_copies_eagerly_and_by_its_kernel_in_a_graph():
     """The copy peer: ``copy_`` eagerly; in a CUDA graph (``graph_fn``) the copy kernel, which copies too."""
     src = torch.arange(1000, dtype=torch.float16, device=mode.DEVICE)
@@ -372,7 +436,15 @@ def test_bench_run_replays_a_cases_graph_function_in_its_graph(monkeypatch):
 
     _fake_gpu(monkeypatch)
     replayed = []
-    monkeypatch.setattr(core, "graph_ms", lambda fn: (replayed.append(fn), 0.008)[1])
+
+    class Timer:
+        def __init__(self, fn, flush="zero", cache=None):
+            replayed.append(fn)
+
+        def times(self, rep=100):
+            return [0.008]
+
+    monkeypatch.setattr(core, "GraphTimer", Timer)
     eager, in_graph = (lambda: None), (lambda: None)
     rows = bench.run([bench.Case("k", "copy", "8", "float32", eager, bytes=8, graph_fn=in_graph),
                       bench.Case("k", "torch", "8", "float32", eager, bytes=8)], progress=lambda line: None)

@@ -19,6 +19,11 @@ before these columns existed: the reader gives None):
   GPU; no benchmarked call does.
 * ``graph_ms``: median milliseconds of the same call replayed from a CUDA graph (``graph_ms()``): the
   GPU's work with no host in the way. Where ``ms`` is well above ``graph_ms``, the host sets the speed.
+
+A row's providers take turns for ``ms`` and ``graph_ms`` too (``run``, ``TIME_ROUNDS``): the GPU's clock
+moves with its power draw during a run, and a ratio to the peer should not depend on which of them ran
+while the clock was high. (Rows recorded before 2026-12-04 17:00 UTC timed each provider in one go;
+PROVENANCE.md says which.)
 """
 
 from __future__ import annotations
@@ -116,11 +121,38 @@ def measure(fn: Callable[[], object], warmup: int = 25, rep: int = 100) -> tuple
 
     Refuses in the interpreter: timings there say nothing about GPU speed.
     """
+    return median_p20_p80(eager_times(fn, warmup=warmup, rep=rep))
+
+
+def eager_times(fn: Callable[[], object], warmup: float = 25, rep: float = 100) -> list[float]:
+    """Every timed call's milliseconds from ``triton.testing.do_bench`` (``warmup`` and ``rep`` in ms, as
+    there: the L2 zeroed before each call). Refuses in the interpreter."""
     refuse_in_interpreter()
     import triton
 
-    med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup, rep=rep, quantiles=[0.5, 0.2, 0.8])
-    return float(med), float(p20), float(p80)
+    return [float(t) for t in triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="all")]
+
+
+def median_p20_p80(times: list[float]) -> tuple[float, float, float]:
+    """(median, p20, p80) of ``times``, interpolated between neighbours as ``do_bench``'s quantiles are."""
+    if not times:
+        raise ValueError("no times to summarize")
+    xs = sorted(times)
+
+    def q(f):
+        pos = f * (len(xs) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    return q(0.5), q(0.2), q(0.8)
+
+
+#: Rounds in which a bench row's providers take turns for their eager (``ms``) and graph (``graph_ms``)
+#: times, each round a third of the calls: the H200's SM clock falls from 1980 to about 1620 MHz within
+#: a hundred back-to-back replays once the board reaches its power limit (``research/hopper/power_probe.py``),
+#: so a provider timed alone, after another one's run, meets another clock; in turns they meet them alike.
+TIME_ROUNDS = 3
 
 
 #: Calls a burst of ``host_us`` queues back to back: far fewer than CUDA's launch queue holds (about a
@@ -208,6 +240,44 @@ def capture(fn: Callable[[], object], on_warmup_stream: bool = False):
     return graph, out
 
 
+class GraphTimer:
+    """``fn`` run twice on a side stream (compiling, autotuning), captured once into a CUDA graph and
+    replayed ten times; then ``times(rep)`` replays it ``rep`` more times, the L2 flushed before each
+    (``graph_ms``'s ``flush``), and gives each replay's milliseconds. A launcher that cannot be captured
+    raises here. ``cache``: the buffer the flush zeroes or reads (one is made if not given)."""
+
+    def __init__(self, fn: Callable[[], object], flush: str = "zero", cache=None):
+        if flush not in ("zero", "read"):
+            raise ValueError(f"flush = {flush!r}: 'zero' or 'read'")
+        refuse_in_interpreter()
+        import torch
+        from triton import runtime
+
+        self.graph, _ = capture(fn)
+        self.flush = flush
+        self.cache = runtime.driver.active.get_empty_cache_for_benchmark() if cache is None else cache
+        self.sink = torch.empty(1, dtype=self.cache.dtype, device=self.cache.device)
+        for _ in range(10):
+            self.graph.replay()
+
+    def times(self, rep: int = 100) -> list[float]:
+        import torch
+        from triton import runtime
+
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+        for start, end in zip(starts, ends):
+            if self.flush == "zero":
+                runtime.driver.active.clear_cache(self.cache)
+            else:
+                torch.amax(self.cache.view(-1), dim=0, keepdim=True, out=self.sink)
+            start.record()
+            self.graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
 def graph_ms(fn: Callable[[], object], rep: int = 100, flush: str = "zero") -> float:
     """Median milliseconds of ``fn`` replayed from a CUDA graph: the GPU's work without the launch path.
 
@@ -217,29 +287,7 @@ def graph_ms(fn: Callable[[], object], rep: int = 100, flush: str = "zero") -> f
     back; ``"read"`` reads that buffer instead, which leaves nothing to write back, as a model's kernel finds
     the L2 after the previous layer's weights were read. A launcher that cannot be captured raises.
     """
-    if flush not in ("zero", "read"):
-        raise ValueError(f"flush = {flush!r}: 'zero' or 'read'")
-    refuse_in_interpreter()
-    import torch
-    from triton import runtime
-
-    graph, _ = capture(fn)
-    cache = runtime.driver.active.get_empty_cache_for_benchmark()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for _ in range(10):
-        graph.replay()
-    sink = torch.empty(1, dtype=cache.dtype, device=cache.device)
-    for start, end in zip(starts, ends):
-        if flush == "zero":
-            runtime.driver.active.clear_cache(cache)
-        else:
-            torch.amax(cache.view(-1), dim=0, keepdim=True, out=sink)
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    times = sorted(GraphTimer(fn, flush).times(rep))
     return times[len(times) // 2]
 
 
@@ -280,33 +328,48 @@ def provenance(command: str | None = None) -> dict:
 
 
 def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, progress=print,
-        host: bool = True, on_row=None) -> list[dict]:
+        host: bool = True, on_row=None, rounds: int | None = None) -> list[dict]:
     """Measure each case; a case that fails is reported and skipped, the others go on.
 
     ``host``: also each case's ``host_us`` and ``graph_ms`` (see the module's docstring); a call that
     a CUDA graph cannot capture gets an empty ``graph_ms`` and a line saying why. Consecutive cases
-    of one shape and dtype (a row's providers) are measured together: eager and graph times case by
-    case, then their ``host_us`` interleaved (``host_us_interleaved``). ``on_row``: called with each
-    row as soon as its shape is measured (the CLI saves it then, so a run stopped by a timeout keeps
-    the rows it measured).
+    of one shape and dtype (a row's providers) are measured together, taking turns: their eager times
+    in ``rounds`` rounds (``TIME_ROUNDS``; each round ``rep / rounds`` ms of calls a case), then their
+    graph replays the same way (``100 / rounds`` a case a round), then their ``host_us``
+    (``host_us_interleaved``); each figure is the median of a case's times from every round.
+    ``on_row``: called with each row as soon as its shape is measured (the CLI saves it then, so a run
+    stopped by a timeout keeps the rows it measured).
     """
+    rounds = max(1, TIME_ROUNDS if rounds is None else int(rounds))
     prov, rows, i = provenance(command), [], 0
+    cache = None
     for _, group in itertools.groupby(cases, key=lambda c: (c.shape, c.dtype)):  # lazily, a shape at a time
+        group = list(group)
+        numbers = list(range(i + 1, i + 1 + len(group)))
+        i += len(group)
+        eager = _in_turns(group, numbers, [lambda c=c: eager_times(c.fn, warmup=warmup / rounds, rep=rep / rounds)
+                                           for c in group], rounds, progress, failed="FAILED")
         measured = []
-        for c in group:
-            i += 1
-            try:
-                med, p20, p80 = measure(c.fn, warmup=warmup, rep=rep)
-            except Exception as e:  # keep going: one broken case must not lose a whole run
-                progress(f"[{i}] {c.kernel} {c.provider} {c.shape} {c.dtype}: FAILED {type(e).__name__}: {str(e)[:300]}")
+        for j, c, times in zip(numbers, group, eager):
+            if times is None:
                 continue
+            med, p20, p80 = median_p20_p80(times)
             row = dict(kernel=c.kernel, provider=c.provider, shape=c.shape, dtype=c.dtype, metric=c.metric,
                        median=round(c.rate(med), 4), p20=round(c.rate(p80), 4), p80=round(c.rate(p20), 4),
                        ms=round(med, 6), bytes=c.bytes, flops=c.flops, **prov)
-            if host:
-                row["graph_ms"] = _timed(c, "graph_ms", lambda c=c: graph_ms(c.graph_fn or c.fn), progress, i) if c.graph else None
-            measured.append((i, c, row))
+            measured.append((j, c, row))
         if host and measured:
+            if cache is None:
+                cache = _flush_buffer()
+            timers = [(_timed(c, "graph_ms", lambda c=c: GraphTimer(c.graph_fn or c.fn, cache=cache), progress, j,
+                              rounded=False) if c.graph else None) for j, c, _ in measured]
+            per_round = max(1, 100 // rounds)
+            graphs = _in_turns([c for _, c, _ in measured], [j for j, _, _ in measured],
+                               [None if t is None else (lambda t=t: t.times(per_round)) for t in timers], rounds,
+                               progress, failed="no graph_ms")
+            del timers  # the graphs' memory goes before the host times' calls
+            for (j, c, row), times in zip(measured, graphs):
+                row["graph_ms"] = None if times is None else round(sorted(times)[len(times) // 2], 6)
             for (j, c, row), t in zip(measured, _host_times([m[1] for m in measured], progress, [m[0] for m in measured])):
                 row["host_us"] = t
         for j, c, row in measured:
@@ -321,10 +384,34 @@ def run(cases, *, warmup: int = 25, rep: int = 100, command: str | None = None, 
     return rows
 
 
-def _timed(c: Case, column: str, timer, progress, i: int):
-    """``timer()`` rounded, or None and a line saying why (an uncapturable call keeps its eager time)."""
+def _flush_buffer():
+    """The buffer ``GraphTimer``'s flush zeroes or reads, made once a run."""
+    from triton import runtime
+
+    return runtime.driver.active.get_empty_cache_for_benchmark()
+
+
+def _in_turns(cases: list, numbers: list, timers: list, rounds: int, progress, failed: str) -> list:
+    """Each case's times from its timer (a function giving a list of milliseconds; None: not timed), the
+    cases taking turns ``rounds`` times; a case whose timer raises is reported (``failed``) and gets None."""
+    times: list = [None if t is None else [] for t in timers]
+    for _ in range(rounds):
+        for k, (c, j, timer) in enumerate(zip(cases, numbers, timers)):
+            if times[k] is None:
+                continue
+            try:
+                times[k] += timer()
+            except Exception as e:  # keep going: one broken case must not lose a whole run
+                progress(f"[{j}] {c.kernel} {c.provider} {c.shape} {c.dtype}: {failed} {type(e).__name__}: "
+                         f"{str(e)[:300]}")
+                times[k] = None
+    return [t if t else None for t in times]
+
+
+def _timed(c: Case, column: str, timer, progress, i: int, rounded: bool = True):
+    """``timer()`` (rounded), or None and a line saying why (an uncapturable call keeps its eager time)."""
     try:
-        return round(timer(), 6)
+        return round(timer(), 6) if rounded else timer()
     except Exception as e:  # noqa: BLE001
         progress(f"[{i}] {c.kernel} {c.provider} {c.shape}: no {column} ({type(e).__name__}: {str(e)[:160]})")
         return None
