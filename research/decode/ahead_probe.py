@@ -13,8 +13,8 @@ the library's plan on the table-ahead kernel first, then tokens a step 32/64/128
 (the plan's, half and twice) x warps 4/8 at B 1 x 32768, and the plan's splits and warps with other tiles
 and stages elsewhere. A point that does not fit in shared memory is reported and skipped.
 
-Prints one line a point, the best points a shape, and writes ``OUT/ahead_probe.json``. Never run yet
-(written 2026-12-04).
+Prints one line a point, the best points a shape, and writes ``OUT/ahead_probe.json``. First run
+2026-12-04 16:38 UTC (``logs/ahead_probe_first.*``): no point beyond 2% of the library's plan.
 """
 
 import argparse

@@ -18,6 +18,9 @@ Each kernel: ``kernels.attention.attention_forward`` (the route, lean launch) an
 ``sdpa_kernel(SDPBackend.CUDNN_ATTENTION)`` with ``enable_gqa``, fp16, replayed from a CUDA graph by
 ``tkcourse.bench.graph_ms`` (the zeroing flush before each replay) at each ``--reps``, the two kernels taking
 turns at each length. Without a GPU, or without ``nvidia-smi``, it says so and exits 0.
+
+First run 2026-12-04 16:39 UTC (``logs/power_probe_first.*``): both kernels met the same clock at each length
+(1965-1980 MHz at 30 replays, 1620 at 100 and 300); the hypothesis above does not hold.
 """
 
 import argparse
