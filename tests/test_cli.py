@@ -213,6 +213,24 @@ def test_bench_kernel_and_shape_filters_pick_the_cases_measured(tmp_path, monkey
     assert measured == [("fwd", "a"), ("bwd", "a")]
 
 
+def test_bench_rounds_reach_the_run_and_must_be_positive(tmp_path, monkeypatch, capsys):
+    from tkcourse import bench, mode
+
+    monkeypatch.setattr(mode, "INTERPRET", False)
+    seen = []
+    monkeypatch.setattr(bench, "run", lambda cases, on_row=None, **kwargs: (seen.append(kwargs["rounds"]), [])[1])
+    monkeypatch.setattr(bench.core, "module_for", lambda name: types.SimpleNamespace(cases=lambda: []))
+    out = str(tmp_path / "bench.csv")
+    assert cli.main(["bench", "vector_add", "--out", out]) == 0
+    assert cli.main(["bench", "vector_add", "--out", out, "--rounds", "1"]) == 0
+    assert seen == [None, 1]  # None: the run's own default, TIME_ROUNDS
+    for bad in ("0", "-2", "two"):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["bench", "vector_add", "--out", out, "--rounds", bad])
+        assert e.value.code == 2
+    assert "not a positive number" in capsys.readouterr().err
+
+
 def test_bench_kernel_filter_names_a_modules_extra_rows(tmp_path, monkeypatch):
     """``--kernel`` may name a module's extra rows (``EXTRA_KERNELS``, e.g. attention_memory): they are
     measured and written, filtered by ``--shape`` too, beside the named cases' rows."""

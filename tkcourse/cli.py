@@ -83,7 +83,8 @@ def _bench(args) -> int:
             cases = (c for c in cases if c.kernel in args.kernel)
         if args.provider:  # only these providers' cases (a changed kernel's rows and its peers', say)
             cases = (c for c in cases if c.provider in args.provider)
-        new = bench.run(cases, warmup=args.warmup, rep=args.rep, on_row=lambda row: save([row]))
+        new = bench.run(cases, warmup=args.warmup, rep=args.rep, on_row=lambda row: save([row]),
+                        rounds=args.rounds)
         extra = []
         # extra rows (a module's ``EXTRA_KERNELS``, e.g. peak memory): in an unfiltered run, or named by --kernel
         wanted = set(args.kernel) & set(getattr(module, "EXTRA_KERNELS", ()))
@@ -143,6 +144,13 @@ def _nonnegative(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _nonnegative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not a positive number")
+    return value
+
+
 def _port(text: str) -> int:
     try:
         return int(text)
@@ -187,6 +195,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--provider", action="append", default=[], metavar="PROVIDER",
                    help="measure only this provider's cases (the table's provider column, e.g. triton or "
                         "sdpa-cudnn); repeatable")
+    b.add_argument("--rounds", type=_positive, default=None, metavar="R",
+                   help="rounds in which a row's providers take turns for their times (default 3: the GPU's clock "
+                        "moves during a run, and a turn each keeps it from deciding a ratio; 1 is quicker)")
     b.set_defaults(fn=_bench)
     d = sub.add_parser("doctor", parents=[common],
                        help="does a kernel run here; GPU or interpreter; versions; JupyterLab's widget extension")
