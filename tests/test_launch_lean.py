@@ -604,3 +604,26 @@ def test_the_pingpong_kernel_runs_persistent_where_tiles_are_short():
         assert ga.shape_problem(4, 32, 8, 4096, 128, torch.float16, ga.attention_pingpong_kernel, cfg) is None
     assert ga.LIBRARY_CONFIG["PERSISTENT"] and "PERSISTENT" not in ga.PP_CONFIG
     assert not lib.pingpong_wanted(1, 1, 1024, 128, False)  # too few FLOPs: the host's time
+
+
+@pytest.mark.parametrize("name", sorted(lean_matmul.LEANS))
+def test_every_matmul_lean_answers_the_next_call_of_its_key(name, monkeypatch):
+    """A key's second call finds the entry its first call made, whichever of the module's Leans made it: a Lean
+    the lookup forgets sends every call of its keys through the first call's checks and plan again (the
+    persistent kernel's did, at 100-200 us of host time a call)."""
+    from solutions.kernels.lean import tensor_key
+
+    a, b = torch.randn(32, 16), torch.randn(16, 8)
+    key = (tensor_key(a), tensor_key(b))
+    calls = []
+
+    class Entry:  # what a kept entry offers the hot path: no workspace, no hot-table slot
+        info, lean, meta = None, False, {}
+
+        def __call__(self, *args):
+            calls.append(len(args))
+
+    monkeypatch.setitem(lean_matmul.LEANS[name].entries, key, Entry())
+    monkeypatch.setattr(lean_matmul, "_matmul_first", lambda *args: pytest.fail(f"{name}'s key went through the first call"))
+    lean_matmul.matmul(a, b)
+    assert calls == [3]  # a, b and C, launched from the kept entry

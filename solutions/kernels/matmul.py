@@ -60,7 +60,8 @@ def matmul(a, b, config=None):
     except (AttributeError, TypeError):  # not tensors, or not a dict of plain values: the lesson's errors
         return mm.matmul(a, b, config)
     if hot is None:
-        e = _MM_TMA.get(key) or _MM_SMALL.get(key) or _MM_FIXED.get(key) or _MM_LARGE.get(key)
+        e = (_MM_TMA.get(key) or _MM_PERSISTENT.get(key) or _MM_SMALL.get(key) or _MM_FIXED.get(key)
+             or _MM_LARGE.get(key))
         if e is None:
             return _matmul_first(key, a, b, config)
         hot = _hot_entry(key, e, a, b)
