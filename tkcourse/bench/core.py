@@ -22,7 +22,7 @@ before these columns existed: the reader gives None):
 
 A row's providers take turns for ``ms`` and ``graph_ms`` too (``run``, ``TIME_ROUNDS``): the GPU's clock
 moves with its power draw during a run, and a ratio to the peer should not depend on which of them ran
-while the clock was high. (Rows recorded before 2026-12-04 17:00 UTC timed each provider in one go;
+while the clock was high. (Rows recorded before 2026-12-04 16:55 UTC timed each provider in one go;
 PROVENANCE.md says which.)
 """
 
