@@ -23,15 +23,19 @@ def test_mode_matches_the_machine():
         assert torch.bfloat16 not in mode.float_dtypes()
 
 
-def test_interpreter_is_set_before_kernels_are_defined():
-    """A fresh process that imports tkcourse, then defines a kernel, gets an interpreter kernel."""
-    code = ("import tkcourse, triton, triton.language as tl\n"
-            "@triton.jit\ndef k(x): pass\n"
-            "print(type(k).__name__, tkcourse.mode.INTERPRET)")
+def test_interpreter_is_set_before_kernels_are_defined(tmp_path):
+    """A fresh process that imports tkcourse, then defines a kernel, gets an interpreter kernel on a CPU and a
+    compiled one on a GPU. (The script is a file: on a GPU ``@triton.jit`` reads its kernel's source.)"""
+    script = tmp_path / "define_kernel.py"
+    script.write_text("import tkcourse, triton, triton.language as tl\n"
+                      "@triton.jit\ndef k(x): pass\n"
+                      "print(type(k).__name__, tkcourse.mode.INTERPRET)\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-    if not torch.cuda.is_available():
-        assert out.split() == ["InterpretedFunction", "True"]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    gpu = torch.cuda.is_available()
+    assert out.stdout.split() == (["JITFunction", "False"] if gpu else ["InterpretedFunction", "True"])
 
 
 def test_sizes_are_per_mode(monkeypatch):
@@ -76,6 +80,9 @@ def _undefined_names(source: str) -> str:
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--isolated", "--select", "F821",
                           "--output-format", "concise", "--stdin-filename", "notebook.py", "-"],
                          input=source, capture_output=True, text=True)
+    if out.returncode not in (0, 1) or (out.returncode == 1 and not out.stdout):
+        # ruff itself failed (not installed: the GPU machine has no dev tools); no report is no verdict
+        pytest.skip(f"ruff did not run here: {out.stderr.strip()[-200:]}")
     return "" if out.returncode == 0 else out.stdout
 
 
