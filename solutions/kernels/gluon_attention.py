@@ -458,8 +458,8 @@ def exp2_shared(x, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """2 ** x for a (BLOCK_M, BLOCK_N) tile of scores, the last quarter of its columns by ``exp2_fma`` and the
     rest by the SFU's ``ex2``: the SFU does 16 a clock an SM, the FMA pipe 128, so at D 64, where a block's
     exponentials take the SFU as long as its two GEMMs take the tensor cores, moving a quarter of them to
-    the FMA pipe shortens the softmax (FlashAttention-4's balance; about a half would make the issue slots
-    the limit). The columns are split by two bits that the accumulator's layout keeps in a thread's
+    the FMA pipe shortens the softmax (FlashAttention-4's balance; about a half would make the schedulers'
+    one instruction a clock the limit). The columns are split by two bits that the accumulator's layout keeps in a thread's
     registers (64 and 32), so the split and the joins move no data."""
     x4 = gl.permute(gl.reshape(x, [BLOCK_M, 2, 2, BLOCK_N // 4]), [0, 3, 1, 2])  # (m, c, a, b): col = 64a + 32b + c
     x_b0, x_b1 = gl.split(x4)
