@@ -15,7 +15,6 @@ import torch
 from benchmarks import hopper
 from solutions.kernels import gluon_attention as ga
 from solutions.kernels import gluon_matmul as gm
-from tkcourse import mode
 from tkcourse.bench import attention_flops, matmul_flops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,80 +223,3 @@ def test_the_routed_pingpong_attention_never_rewrites_a_wgmma_operand_in_flight(
     lines = [line for line in run.stdout.splitlines() if line.startswith("ping-pong")]
     assert len(lines) == 16 and all(line.endswith("register-operand races: none") for line in lines), run.stdout
     assert sum(" persistent " in line for line in lines) == 8, run.stdout
-
-
-def test_exp_emu_moves_a_quarter_of_the_exponentials_off_the_sfu():
-    """``EXP_EMU`` (FlashAttention-4's software exp2 for a quarter of P), compiled for sm_90a in a process of its
-    own: the split and joins of the score tile move no data (``assert_trivial`` would fail the compile), the
-    SFU's ``MUFU.EX2`` count falls by a quarter of the scores a thread holds at each softmax, and ptxas neither
-    spills nor serializes the wgmma, nor rewrites P while its wgmma runs."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    code = ("import re, torch\n"
-            "from research.hopper import compile_check as cc\n"
-            "from solutions.kernels import gluon_attention as ga\n"
-            "for emu in (False, True):\n"
-            "    k = cc.compile_attention(torch.float16, dict(ga.LIBRARY_CONFIG, EXP_EMU=emu), D=64, causal=True,\n"
-            "                             kernel=ga.attention_pingpong_kernel)\n"
-            "    info, sass = cc.ptxas(k.asm['ptx'])\n"
-            "    spills = re.findall(r'(\\d+) bytes spill stores', info)\n"
-            "    print(emu, len(re.findall(r'MUFU\\.EX2', sass)), len(cc.wgmma_races.races(sass)),\n"
-            "          'C7514' in info or 'C7512' in info, max(map(int, spills or ['0'])))\n")
-    root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=root)
-    assert run.returncode == 0, run.stderr[-2000:]
-    (off, on) = [line.split() for line in run.stdout.splitlines()[-2:]]
-    assert off[0] == "False" and on[0] == "True", run.stdout
-    per_softmax = 64 * 128 // 128 // 4  # a quarter of the 64 x 128 scores over the warpgroup's 128 threads
-    assert int(on[1]) < int(off[1]) and (int(off[1]) - int(on[1])) % per_softmax == 0, run.stdout
-    assert on[2:] == ["0", "False", "0"] and off[2:] == ["0", "False", "0"], run.stdout
-
-
-def test_exp2_fma_arithmetic_is_within_fp16s_rounding_of_exp2():
-    """``exp2_fma``'s steps in float32 with its constants (the kernel's arithmetic, step for step, in numpy):
-    2 ** x within 1e-4 relative for every x in [-126, 0] sampled, the rounding trick's integer exact from 0.5
-    on either side, and the masked scores (-inf) a tiny positive number, not NaN."""
-    import numpy as np
-
-    c = [np.float32(ga.EXP2_C0.value), np.float32(ga.EXP2_C1.value), np.float32(ga.EXP2_C2.value),
-         np.float32(ga.EXP2_C3.value)]
-
-    def exp2_fma(x):
-        x = np.maximum(x.astype(np.float32), np.float32(-126.0))
-        t = x + np.float32(12582912.0)
-        f = x - (t - np.float32(12582912.0))
-        p = (f * c[3] + c[2]).astype(np.float32)
-        p = (p * f + c[1]).astype(np.float32)
-        p = (p * f + c[0]).astype(np.float32)
-        return (p.view(np.int32) + (t.view(np.int32) << 23)).view(np.float32)
-
-    rng = np.random.default_rng(0)
-    x = np.concatenate([-rng.random(200_000, dtype=np.float32) * 126, -np.arange(0, 126, 0.5, dtype=np.float32),
-                        np.float32([0.0, -0.25, -0.75, -125.5])])
-    want = np.exp2(x.astype(np.float64))
-    got = exp2_fma(x).astype(np.float64)
-    assert np.max(np.abs(got - want) / want) < 1e-4
-    masked = exp2_fma(np.float32([-np.inf, -1e30]))
-    assert np.all(np.isfinite(masked)) and np.all((masked > 0) & (masked < 1e-37))
-
-
-HOPPER = torch.cuda.is_available() and not mode.INTERPRET and torch.cuda.get_device_capability() == (9, 0)
-
-
-@pytest.mark.skipif(not HOPPER, reason="Gluon's wgmma runs on an H100/H200 only")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("D, causal", [(64, False), (64, True), (128, True)])
-def test_exp_emu_gives_the_attention_of_the_sfu_exponentials(dtype, D, causal):
-    """On the GPU the software exp2 changes P by less than fp16 rounds it: the output within the kernel's own
-    tolerance of the default launch's, and both of torch's float32 attention."""
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 1024, D, device="cuda", dtype=dtype) for _ in range(3))
-    base = ga.attention_forward(q, k, v, causal, kernel=ga.attention_pingpong_kernel, config=ga.LIBRARY_CONFIG)
-    emu = ga.attention_forward(q, k, v, causal, kernel=ga.attention_pingpong_kernel,
-                               config=dict(ga.LIBRARY_CONFIG, EXP_EMU=True))
-    ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
-    tol = 2e-2 if dtype == torch.bfloat16 else 2e-3
-    assert (emu.float() - ref).abs().max().item() <= 2 * (base.float() - ref).abs().max().item() + tol / 4
-    torch.testing.assert_close(emu.float(), base.float(), atol=tol, rtol=0)

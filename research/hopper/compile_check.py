@@ -4,14 +4,12 @@ that they build, their shared memory, how many wgmma and waits their PTX holds, 
 serializes their wgmma (its warning C7514: a non-wgmma instruction reads an accumulator while a wgmma may
 be in flight, and every wgmma of the kernel then waits for the one before).
 
-    python research/hopper/compile_check.py [--pingpong [--persistent] [--early] [--exp-emu]] [--backward]
+    python research/hopper/compile_check.py [--pingpong [--persistent] [--early]] [--backward]
 
 Each attention line ends with the count of writes of a wgmma's register operand while that wgmma may still
 run (``wgmma_races.py``). ``--pingpong``: only the routed ping-pong attention rung (8 compiles);
 ``--pingpong --persistent``: its persistent launch too (one program an SM, tile after tile: the library's at short
-lengths); ``--pingpong --early``: each launch with ``EARLY`` on too, with ptxas's registers and spills;
-``--exp-emu``: with ``EXP_EMU`` on too (a quarter of the softmax's exponentials on the FMA pipe), with the SASS's
-count of SFU exponentials and FMA-pipe instructions.
+lengths); ``--pingpong --early``: each launch with ``EARLY`` on too, with ptxas's registers and spills.
 ``--backward``: the library's Gluon attention backward (``gluon_attention_backward.py``) at fp16/bf16 x
 D 64/128 x causal or not, with ptxas's registers and spills.
 
@@ -59,7 +57,7 @@ def compile_attention(dtype=torch.float16, cfg=ga.CONFIG, B=2, H=4, N=4096, D=12
     sig.update(N="i32", sm_scale="fp32", CAUSAL="constexpr", STAGES="constexpr", num_warps="constexpr")
     consts = dict(CAUSAL=causal, STAGES=cfg["STAGES"], num_warps=cfg["num_warps"])
     kernel = kernel or ga.attention_fwd_kernel
-    for key in ("MASK_ALL", "REVERSE", "PERSISTENT", "EARLY", "EXP_EMU"):  # the ping-pong rung's switches, where set
+    for key in ("MASK_ALL", "REVERSE", "PERSISTENT", "EARLY"):  # the ping-pong rung's switches, where the config sets them
         if key in cfg:
             sig[key], consts[key] = "constexpr", cfg[key]
     if "GROUP" in kernel.arg_names:  # grouped-query heads: one K/V head for 4 here
@@ -139,18 +137,10 @@ def main(argv=()):
         launches = [("", ga.PP_CONFIG)] + ([(" persistent", ga.LIBRARY_CONFIG)] if "--persistent" in argv else [])
         if "--early" in argv:  # each softmax under its own warpgroup's last P V
             launches += [(f"{how} early", dict(cfg, EARLY=True)) for how, cfg in launches]
-        if "--exp-emu" in argv:  # a quarter of the exponentials on the FMA pipe
-            launches += [(f"{how} exp-emu", dict(cfg, EXP_EMU=True)) for how, cfg in launches]
-        verbose = "--early" in argv or "--exp-emu" in argv
         for (how, cfg), dtype, D, causal in itertools.product(launches, (torch.float16, torch.bfloat16), (64, 128),
                                                               (False, True)):
             k = compile_attention(dtype, cfg, D=D, causal=causal, kernel=ga.attention_pingpong_kernel)
-            what = f", {ptxas_summary(k.asm['ptx'])}" if verbose else report(k.asm["ptx"])
-            if "--exp-emu" in argv:  # the SFU's and the FMA pipe's share of the kernel's instructions
-                sass = ptxas(k.asm["ptx"])[1]
-                counts = {op: len(re.findall(r"\b" + re.escape(op) + r"\b", sass))
-                          for op in ("MUFU.EX2", "FFMA", "FADD", "FMUL", "SHF.L", "IMAD.SHL")}
-                what += ", SASS " + " ".join(f"{op} {n}" for op, n in counts.items())
+            what = f", {ptxas_summary(k.asm['ptx'])}" if "--early" in argv else report(k.asm["ptx"])
             print(f"ping-pong{how} {str(dtype)[6:]} D {D}{' causal' if causal else ''}: shared {k.metadata.shared} "
                   f"bytes{what}", flush=True)
         return

@@ -57,17 +57,10 @@ from .gluon_matmul import GL_DTYPES, check_device, check_tensor, shared_layout
 __all__ = ["attention_forward", "descriptors", "launch_plan", "shape_problem", "check_inputs", "reference", "config_for", "CONFIG",
            "PP_CONFIG", "LIBRARY_CONFIG", "RUNGS", "GQA_KERNELS", "DTYPES", "HEAD_DIMS", "attention_fwd_kernel", "attention_ws_kernel",
            "attention_overlap_kernel", "attention_pingpong_kernel", "acc_layout", "pingpong_consumer",
-           "pingpong_producer", "pingpong_softmax", "exp2_fma", "exp2_shared", "EXP2_C0",
-           "EXP2_C1", "EXP2_C2", "EXP2_C3"]
+           "pingpong_producer", "pingpong_softmax"]
 
 #: log2(e): exp(x) is exp2(x * LOG2E), and the kernels take exp2
 LOG2E = 1.4426950408889634
-#: ``exp2_fma``'s cubic for 2 ** f on [-0.5, 0.5], c0 + c1 f + c2 f^2 + c3 f^3 (a minimax fit of the relative
-#: error, 7.5e-5 at most: under fp16's rounding of P, 2 ** -11).
-EXP2_C0 = gl.constexpr(0.9999280728781506)
-EXP2_C1 = gl.constexpr(0.6932609864989534)
-EXP2_C2 = gl.constexpr(0.24261113345752847)
-EXP2_C3 = gl.constexpr(0.055171668751101945)
 
 
 @gluon.constexpr_function
@@ -437,50 +430,14 @@ def _pingpong_tile(r, tiles_m, heads, BLOCK_M: gl.constexpr, CAUSAL: gl.constexp
 
 
 @gluon.jit
-def exp2_fma(x):
-    """2 ** x for x <= 0 on the FMA pipe, as FlashAttention-4 computes part of its softmax (Shah et al. 2025):
-    x = j + f with j = round(x), f in [-0.5, 0.5]; 2 ** f by a cubic (minimax, relative error 7.5e-5, under
-    fp16's rounding of P), 2 ** j added into its exponent bits. Adding 1.5 * 2 ** 23 rounds x to an integer and
-    leaves it in the sum's low mantissa bits, whence the shift by 23 moves it into the exponent. x is clamped
-    at -126 (2 ** -126 ~ 1e-38 stands in for 0: the masked scores)."""
-    x = gl.maximum(x, -126.0)
-    t = x + 12582912.0
-    f = x - (t - 12582912.0)
-    p = f * EXP2_C3 + EXP2_C2
-    p = p * f + EXP2_C1
-    p = p * f + EXP2_C0
-    bits = p.to(gl.int32, bitcast=True) + (t.to(gl.int32, bitcast=True) << 23)
-    return bits.to(gl.float32, bitcast=True)
-
-
-@gluon.jit
-def exp2_shared(x, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """2 ** x for a (BLOCK_M, BLOCK_N) tile of scores, the last quarter of its columns by ``exp2_fma`` and the
-    rest by the SFU's ``ex2``: the SFU does 16 a clock an SM, the FMA pipe 128, so at D 64, where a block's
-    exponentials take the SFU as long as its two GEMMs take the tensor cores, moving a quarter of them to
-    the FMA pipe shortens the softmax (FlashAttention-4's balance; about a half would make the schedulers'
-    one instruction a clock the limit). The columns are split by two bits that the accumulator's layout keeps in a thread's
-    registers (64 and 32), so the split and the joins move no data."""
-    x4 = gl.permute(gl.reshape(x, [BLOCK_M, 2, 2, BLOCK_N // 4]), [0, 3, 1, 2])  # (m, c, a, b): col = 64a + 32b + c
-    x_b0, x_b1 = gl.split(x4)
-    x_00, x_10 = gl.split(x_b0)
-    x_01, x_11 = gl.split(x_b1)
-    p_b0 = gl.join(gl.exp2(x_00), gl.exp2(x_10))
-    p_b1 = gl.join(gl.exp2(x_01), exp2_fma(x_11))
-    p = gl.reshape(gl.permute(gl.join(p_b0, p_b1), [0, 2, 3, 1]), [BLOCK_M, BLOCK_N])
-    return gl.convert_layout(p, x.type.layout, assert_trivial=True)  # the same registers: no data moves
-
-
-@gluon.jit
 def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr, BLOCK_M: gl.constexpr,
                      BLOCK_N: gl.constexpr, D: gl.constexpr, dtype: gl.constexpr, num_warps: gl.constexpr,
-                     MASK_ALL: gl.constexpr = False, EXP_EMU: gl.constexpr = False):
+                     MASK_ALL: gl.constexpr = False):
     """The online softmax of one key block: P as the next P V's register operand, the new max and sum, and
     alpha (what O must be rescaled by) in O's row layout. Causal: only the blocks that reach past this
     warpgroup's first row are masked (the others lie wholly left of the diagonal); ``MASK_ALL`` masks every
     block, as the rung first did (two iotas, a compare and a select a score: 3-14% of its time when causal, measured
-    by ``research/hopper/pingpong_probe.py``). ``EXP_EMU``: a quarter of the exponentials on the FMA pipe
-    (``exp2_shared``)."""
+    by ``research/hopper/pingpong_probe.py``)."""
     s_layout: gl.constexpr = acc_layout(BLOCK_M, BLOCK_N, num_warps)
     o_layout: gl.constexpr = acc_layout(BLOCK_M, D, num_warps)
     if CAUSAL:
@@ -489,10 +446,7 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
             cols = i * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
             s_acc = gl.where(cols[None, :] <= rows[:, None], s_acc, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s_acc, axis=1) * qk_scale)
-    if EXP_EMU:
-        p = exp2_shared(s_acc * qk_scale - m_new[:, None], BLOCK_M, BLOCK_N)
-    else:
-        p = gl.exp2(s_acc * qk_scale - m_new[:, None])
+    p = gl.exp2(s_acc * qk_scale - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     p_op = gl.convert_layout(p.to(dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
@@ -503,8 +457,7 @@ def pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL: gl.constexpr
 def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
                       turn_mine, turn_other, N, sm_scale, LSE, WG: gl.constexpr, CAUSAL: gl.constexpr,
                       STAGES: gl.constexpr, num_warps: gl.constexpr, MASK_ALL: gl.constexpr = False,
-                      REVERSE: gl.constexpr = False, PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False,
-                      EXP_EMU: gl.constexpr = False):
+                      REVERSE: gl.constexpr = False, PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False):
     """One warpgroup, rows ``WG * BLOCK_M`` on of the program's two query tiles. Turn t: wait for it, issue
     S(t) and P V(t - 1), pass it on, wait for both, then the softmax of block t while the other warpgroup's
     GEMMs run. Every wgmma is waited for before its accumulator is read (ptxas would serialize them).
@@ -515,8 +468,7 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
     ``EARLY``: the softmax of block i starts once S(i) is done, while P V(i - 1) still runs (wgmma groups
     retire in order, S being issued first); O is rescaled after P V(i - 1) is waited for. The P that P V(i - 1)
     reads from registers while it runs is named in that wait (``deps``); that no instruction writes those
-    registers before it is what ``research/hopper/wgmma_races.py`` checks in the SASS.
-    ``EXP_EMU``: a quarter of each softmax's exponentials on the FMA pipe (``exp2_shared``)."""
+    registers before it is what ``research/hopper/wgmma_races.py`` checks in the SASS."""
     BLOCK_M: gl.constexpr = o_desc.block_type.shape[0]
     D: gl.constexpr = o_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = k_ring.type.shape[1]
@@ -546,7 +498,7 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
         s_acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_acc,))
         mbarrier.arrive(k_empty.index(pos % STAGES), count=1)
         p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, 0, start_m, qk_scale, CAUSAL, BLOCK_M, BLOCK_N,
-                                                 D, dtype, num_warps, MASK_ALL, EXP_EMU)
+                                                 D, dtype, num_warps, MASK_ALL)
         for i in range(1, steps):  # each phase a proton scope: what the intra-kernel profiler draws
             cur = (pos + i) % STAGES
             prev = (pos + i - 1) % STAGES
@@ -568,7 +520,7 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
                 p_prev = p_op
                 with pl.scope("softmax"):
                     p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
-                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL, EXP_EMU)
+                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
                 acc, p_prev = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p_prev))
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 acc = acc * alpha[:, None]
@@ -576,7 +528,7 @@ def pingpong_consumer(o_desc, q_smem, k_ring, v_ring, o_smem, q_bar, q_empty, k_
                 mbarrier.arrive(v_empty.index(prev), count=1)
                 with pl.scope("softmax"):
                     p_op, m_i, l_i, alpha = pingpong_softmax(s_acc, m_i, l_i, i, start_m, qk_scale, CAUSAL,
-                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL, EXP_EMU)
+                                                             BLOCK_M, BLOCK_N, D, dtype, num_warps, MASK_ALL)
                     acc = acc * alpha[:, None]
         mbarrier.arrive(q_empty, count=1)  # every S of this tile is done: the producer may load the next Q
         last = pos + steps - 1
@@ -630,15 +582,13 @@ def pingpong_producer(q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, 
 def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, CAUSAL: gl.constexpr,
                               STAGES: gl.constexpr, num_warps: gl.constexpr, GROUP: gl.constexpr = 1,
                               MASK_ALL: gl.constexpr = False, REVERSE: gl.constexpr = False,
-                              PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False,
-                              EXP_EMU: gl.constexpr = False):
+                              PERSISTENT: gl.constexpr = False, EARLY: gl.constexpr = False):
     """Two query tiles of BLOCK_M rows a program, one a consumer warpgroup (the kernel's 4 warps and a
     worker of 4), and a producer warp (``pingpong_consumer``, ``pingpong_producer``). ``MASK_ALL``: with
     ``CAUSAL``, mask every key block rather than only those that cross the diagonal. ``REVERSE``: program
     m takes a head's m-th pair of tiles from the end, the heaviest first when causal (``_pingpong_tile_m``).
     ``PERSISTENT``: a grid of one program an SM (``launch_plan``), each taking tile after tile. ``EARLY``: each
-    softmax starts under its warpgroup's own last P V (``pingpong_consumer``). ``EXP_EMU``: a quarter of the
-    softmax's exponentials on the FMA pipe (``exp2_shared``).
+    softmax starts under its warpgroup's own last P V (``pingpong_consumer``).
     ``LSE``: a pointer to (B, Hq, N) fp32 for each row's log-sum-exp."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     D: gl.constexpr = q_desc.block_type.shape[1]
@@ -669,10 +619,10 @@ def attention_pingpong_kernel(q_desc, k_desc, v_desc, o_desc, N, sm_scale, LSE, 
     gl.warp_specialize([
         (pingpong_consumer, (o_desc, q_smem0, k_ring, v_ring, o_smem0, q_bar, q_empty, k_ready, k_empty, v_ready,
                              v_empty, turns.index(0), turns.index(1), N, sm_scale, LSE, 0, CAUSAL, STAGES, num_warps,
-                             MASK_ALL, REVERSE, PERSISTENT, EARLY, EXP_EMU)),
+                             MASK_ALL, REVERSE, PERSISTENT, EARLY)),
         (pingpong_consumer, (o_desc, q_smem1, k_ring, v_ring, o_smem1, q_bar, q_empty, k_ready, k_empty, v_ready,
                              v_empty, turns.index(1), turns.index(0), N, sm_scale, LSE, 1, CAUSAL, STAGES, num_warps,
-                             MASK_ALL, REVERSE, PERSISTENT, EARLY, EXP_EMU)),
+                             MASK_ALL, REVERSE, PERSISTENT, EARLY)),
         (pingpong_producer, (q_desc, k_desc, v_desc, q_smem0, q_smem1, k_ring, v_ring, q_bar, q_empty, k_ready,
                              k_empty, v_ready, v_empty, N, CAUSAL, STAGES, GROUP, REVERSE, PERSISTENT)),
     ], [4, 1], [232, 24])
@@ -714,8 +664,7 @@ HEAD_DIMS = (64, 128)
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
                       "STAGES": (integer, 2, 8), "num_warps": (power_of_two, 4, 8),
                       "MASK_ALL": (boolean, 0, 1), "REVERSE": (boolean, 0, 1),  # the ping-pong rung's only
-                      "PERSISTENT": (boolean, 0, 1), "EARLY": (boolean, 0, 1),
-                      "EXP_EMU": (boolean, 0, 1)},
+                      "PERSISTENT": (boolean, 0, 1), "EARLY": (boolean, 0, 1)},
                      required=("BLOCK_M", "BLOCK_N", "STAGES", "num_warps"))
 
 
