@@ -8,7 +8,7 @@ ships ``ptxas`` and ``cuobjdump``.
         [--stages S]
 
 CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``, ``gemv``, ``gemv32``,
-``gemv_deq1``, ``m16``, ``swap128``; default all. ``--gluon``: the Hopper prefill kernel
+``gemv_deq1``, ``m16``, ``left16``, ``pair16``, ``pair16_128``, ``swap128``; default all. ``--gluon``: the Hopper prefill kernel
 (``solutions/kernels/gluon_int4.py``, ``--pingpong`` its ping-pong rung) at M 128, 8192 x 8192, one line:
 its shared memory, registers, spills, whether ptxas serializes its wgmma (warning C7514), whether they take
 their left operand from registers, whether its split-K adds by atomics, the waits that leave wgmma in
@@ -47,6 +47,10 @@ CONFIGS = {
     "gemv32": fast.config(1, 32, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv_deq1": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=1),
     "m16": fast.CONFIGS[16],
+    "left16": fast.config(16, 128, 128, 0, False, 4, 3, deq=3, post_scale=True),  # CONFIGS[16] before PAIR
+    # 16 rows of x as two mma.sync of 8 columns on the same dequantized weight (``PAIR``)
+    "pair16": fast.config(16, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, pair=True),
+    "pair16_128": fast.config(16, 128, 128, 0, True, 4, 3, deq=3, post_scale=True, pair=True),
     "swap128": fast.config(128, 128, 64, 0, True, 8, 4, deq=3),  # M 128 with the weight as wgmma's register operand
     "large_swap": fast.config(128, 128, 64, 0, True, 8, 3, deq=3),
     "large_swap_ps": fast.config(128, 128, 64, 0, True, 8, 3, deq=3, post_scale=True),

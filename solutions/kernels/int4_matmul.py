@@ -31,13 +31,15 @@ fifths of the rate of a Triton kernel that only reads the same bytes (``research
   rows tall (``mma.sync``) or 64 (``wgmma``), while a decode step has 1 to 16 rows of x. Computing
   ``y.T = W @ x.T`` puts the weight's many rows (N) where the instruction's rows are and x's rows in its
   columns, of which ``mma.sync`` takes as few as 8 (``BLOCK_M`` 8): the dequantized weight goes from
-  registers into the MMA, and no registers are spent copying a padded x.
+  registers into the MMA, and no registers are spent copying a padded x. With 16 columns Triton picks
+  ``wgmma``, whose register operand costs a repacking of the weight each step; ``PAIR`` keeps ``mma.sync``
+  there: the tile's 16 rows of x as two MMAs of 8 columns on the same dequantized weight.
 - **Split-K at small batch** (``SPLIT_K``; 0: by the work, ``auto_split``): a layer of N = 4096
   outputs makes 64 tiles of 64 rows; to keep 132 SMs reading, each tile's K is also split over
   programs of about 8 steps each, and the last to finish adds the fp32 partials (serial split-K, as
   ``matmul_small`` does it).
 
-The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, x on the left at 16, 128-row
+The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, two of them (``PAIR``) at 16, 128-row
 tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``, which times
 M 1, 4, 16 and 128; at 8 rows, a model's batch of 8, the swapped tile took a decode step of the 8B model
 from 1972 to 2368 tokens/s against the 16-row tile: ``research/llm/logs/step_probe_second.log``).
@@ -157,6 +159,7 @@ def int4_mm_kernel(
     EARLY_SCALES: tl.constexpr = False,  # load the next step's scales during this step
     POST_SCALE: tl.constexpr = False,  # scale the MMA's product (fp32, a value an output) instead of the weight
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
+    PAIR: tl.constexpr = False,  # SWAP: x's rows as two MMAs of BLOCK_M / 2 columns each (mma.sync's 8)
 ):
     if PDL:
         gdc_wait()  # x may be the previous kernel's output, and y's memory what it still reads
@@ -166,7 +169,13 @@ def int4_mm_kernel(
     n_tiles = tl.cdiv(N, BLOCK_N)
     pid_n = tile % n_tiles
     pid_m = tile // n_tiles
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if PAIR:  # the first half of the tile's rows of x here, the second in offs_m2
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M // 2)
+        offs_m2 = offs_m + BLOCK_M // 2
+        m_ok2 = offs_m2 < M
+        x_row2 = x_ptr + offs_m2.to(tl.int64) * stride_xm
+    else:
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     rows_n = tl.where(offs_n < N, offs_n, 0)  # a weight row past N reads row 0, never stored
@@ -177,7 +186,10 @@ def int4_mm_kernel(
     first = split * per_split
     last = tl.minimum(first + per_split, steps)
     dt = x_ptr.dtype.element_ty
-    if SWAP:
+    if PAIR:
+        acc = tl.zeros((BLOCK_N, BLOCK_M // 2), dtype=tl.float32)
+        acc2 = tl.zeros((BLOCK_N, BLOCK_M // 2), dtype=tl.float32)
+    elif SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -221,6 +233,15 @@ def int4_mm_kernel(
                 else:
                     acc = tl.dot(lo, x_lo, acc)
                     acc = tl.dot(hi, x_hi, acc)
+                if PAIR:  # the same dequantized weight times the second half of x's rows
+                    x_lo2 = tl.load(x_row2[None, :] + (k0 + offs_k)[:, None], mask=m_ok2[None, :], other=0.0)
+                    x_hi2 = tl.load(x_row2[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok2[None, :], other=0.0)
+                    if POST_SCALE:
+                        acc2 += (tl.dot(lo, x_lo2) * s_lo.to(tl.float32)[:, None]
+                                 + tl.dot(hi, x_hi2) * s_hi.to(tl.float32)[:, None])
+                    else:
+                        acc2 = tl.dot(lo, x_lo2, acc2)
+                        acc2 = tl.dot(hi, x_hi2, acc2)
             else:
                 x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
                 x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
@@ -239,6 +260,10 @@ def int4_mm_kernel(
             acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
     if PDL:
         gdc_launch_dependents()  # the loop is done: the next kernel may get onto the SMs
+    if PAIR:  # the two halves side by side: the (BLOCK_N, BLOCK_M) tile of y.T the rest expects
+        acc = tl.reshape(tl.permute(tl.join(acc, acc2), (0, 2, 1)), (BLOCK_N, BLOCK_M))
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
     if SWAP:
         y_ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
         y_mask = m_ok[None, :] & (offs_n < N)[:, None]
@@ -263,22 +288,24 @@ def int4_mm_kernel(
 
 
 def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=False, early_scales=False,
-           post_scale=False):
+           post_scale=False, pair=False):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, DOT=dot, DEQ=deq, PREFETCH=prefetch,
-                EARLY_SCALES=early_scales, POST_SCALE=post_scale,
+                EARLY_SCALES=early_scales, POST_SCALE=post_scale, PAIR=pair,
                 num_warps=warps, num_stages=stages)
 
 
 #: Configs by the largest M each serves (``plan``), the H200's choices of ``research/int4/sweep.py`` (its
 #: sixth run, log ``research/int4/logs/sweep_sixth.*``), each the best on average over the four weight
 #: shapes of ``benchmarks/int4_matmul.py`` in bf16: up to 8 rows, the weight as the MMA's left operand with
-#: 8 columns of x, scaled after the MMA; at 16 rows, x on the left; above, 128-row tiles that fill the SMs.
+#: 8 columns of x, scaled after the MMA; at 16 rows the same as two MMAs of 8 columns (``PAIR``, which beat x on
+#: the left by 2-14% at every shape, fp16 and bf16: ``research/int4/logs/pair_probe_first.log``); above,
+#: 128-row tiles that fill the SMs.
 #: ``SPLIT_K`` 0 splits K by the work (``auto_split``).
 CONFIGS = {
     1: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
     4: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
     8: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),  # not swept at 8 rows (module docstring)
-    16: config(16, 128, 128, 0, False, 4, 3, deq=3, post_scale=True),
+    16: config(16, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, pair=True),
     1 << 62: config(128, 128, 64, 0, False, 8, 4, deq=3),
 }
 
@@ -322,8 +349,10 @@ def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None, sm
                          f"divide both group_size and K/2 (use a group_size that is a multiple of 32)")
     cfg["BLOCK_K"] = bk
     need = triton.next_power_of_2(max(M, 1))
-    # an MMA's columns may be as few as 8 (x's rows when SWAP puts them there), its rows no fewer than 16
-    least = 8 if cfg["SWAP"] else 16
+    # an MMA's columns may be as few as 8 (x's rows when SWAP puts them there), its rows no fewer than 16;
+    # PAIR's tile is two MMAs of half its rows of x each
+    least = 16 if not cfg["SWAP"] or cfg.get("PAIR") else 8
+    cfg["PAIR"] = bool(cfg.get("PAIR")) and cfg["SWAP"] and cfg["DOT"]
     cfg["BLOCK_M"] = max(least, min(cfg["BLOCK_M"], need)) if cfg["DOT"] else min(cfg["BLOCK_M"], need)
     if INTERPRET and cfg["DEQ"] >= 2:  # the interpreter runs no PTX: the same trick in Triton
         cfg["DEQ"] = 1
