@@ -1,6 +1,6 @@
 """Benchmark cases of lessons 06 and 07: FlashAttention forward and backward against SDPA.
 
-Shapes keep B*N = 16k tokens and H*D = 2048. FLOPs: 4*B*H*N*N*D forward (half when causal), the
+Shapes keep B*N = 16k tokens and H*D = 2048, in fp16 and bf16. FLOPs: 4*B*H*N*N*D forward (half when causal), the
 backward 2.5x that. Peers: SDPA's flash backend (FlashAttention-2) and its cuDNN backend.
 Peak memory of forward + backward is recorded too (metric "GB", lower is better).
 
@@ -22,6 +22,8 @@ from tkcourse.bench import Case, attention_flops
 TOKENS, WIDTH = 16384, 2048
 NS = [1024, 4096, 16384]
 DS = [64, 128]
+#: The dtypes of lessons 06 and 07's shapes (the small and grouped-query rows are fp16 only).
+DTYPES = ["float16", "bfloat16"]
 
 
 def _sdpa(backend):
@@ -77,38 +79,52 @@ def shape_name(B: int, H: int, N: int, D: int, causal: bool) -> str:
     return f"B{B}-H{H}-N{N}-D{D}" + ("-causal" if causal else "")
 
 
-def _qkv(B, H, N, D, grad=False, device="cuda"):
-    return [torch.randn(B, H, N, D, dtype=torch.float16, device=device, requires_grad=grad) for _ in range(3)]
+def _qkv(B, H, N, D, grad=False, device="cuda", dtype="float16"):
+    return [torch.randn(B, H, N, D, dtype=getattr(torch, dtype), device=device, requires_grad=grad) for _ in range(3)]
 
 
 def cases():
     yield from small_cases()
-    for D in DS:
-        for N in NS:
-            B, H = TOKENS // N, WIDTH // D
-            for causal in (False, True):
-                for name, f in providers().items():
-                    q, k, v = _qkv(B, H, N, D)
-                    yield Case("attention_fwd", name, shape_name(B, H, N, D, causal), "float16",
-                               lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c), flops=attention_flops(B, H, N, D, causal))
-                    yield backward_case(name, f, B, H, N, D, causal)
+    for dtype in DTYPES:
+        for D in DS:
+            for N in NS:
+                B, H = TOKENS // N, WIDTH // D
+                for causal in (False, True):
+                    for name, f in providers().items():
+                        yield forward_case(name, f, B, H, N, D, causal, dtype)
+                        yield backward_case(name, f, B, H, N, D, causal, dtype=dtype)
     yield from gqa_cases()
 
 
-def backward_case(provider: str, f, B: int, H: int, N: int, D: int, causal: bool, device="cuda") -> Case:
+def forward_case(provider: str, f, B: int, H: int, N: int, D: int, causal: bool, dtype: str = "float16",
+                 device="cuda") -> Case:
+    """The forward ``f(q, k, v, causal)`` at one shape; its tensors are made on its first call (so that building
+    the cases of shapes that ``--shape`` leaves out costs nothing)."""
+    kept = []
+
+    def run():
+        if not kept:
+            kept.extend(_qkv(B, H, N, D, device=device, dtype=dtype))
+        return f(*kept, causal)
+    return Case("attention_fwd", provider, shape_name(B, H, N, D, causal), dtype, run,
+                flops=attention_flops(B, H, N, D, causal))
+
+
+def backward_case(provider: str, f, B: int, H: int, N: int, D: int, causal: bool, device="cuda",
+                  dtype: str = "float16") -> Case:
     """The backward of ``f(q, k, v, causal)`` at one shape: the forward runs once, on the first call (so that
     building the cases of shapes that ``--shape`` leaves out costs nothing), and each call is one backward."""
     kept = {}
 
     def run():
         if not kept:
-            q, k, v = _qkv(B, H, N, D, grad=True, device=device)
+            q, k, v = _qkv(B, H, N, D, grad=True, device=device, dtype=dtype)
             o = f(q, k, v, causal)
             kept.update(q=q, k=k, v=v, o=o, do=torch.randn_like(o))
         q, k, v = kept["q"], kept["k"], kept["v"]
         q.grad = k.grad = v.grad = None
         kept["o"].backward(kept["do"], retain_graph=True)
-    return Case("attention_bwd", provider, shape_name(B, H, N, D, causal), "float16", run,
+    return Case("attention_bwd", provider, shape_name(B, H, N, D, causal), dtype, run,
                 flops=attention_flops(B, H, N, D, causal, backward=True), graph=False)
 
 

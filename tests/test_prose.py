@@ -231,8 +231,8 @@ def _lesson_shapes(ratios: dict) -> dict:
 def _attention_against_sdpa(rows):
     """Forward: ahead of SDPA's FlashAttention everywhere; from N = 1024 within a sixth of cuDNN's rate at
     every shape and level with it (within 2%) at one shape at least."""
-    flash = _lesson_shapes(_ratios(rows, "attention_fwd", "sdpa-flash"))
-    cudnn = _lesson_shapes(_ratios(rows, "attention_fwd", "sdpa-cudnn"))
+    flash = _lesson_shapes(_ratios(rows, "attention_fwd", "sdpa-flash", dtype="float16"))
+    cudnn = _lesson_shapes(_ratios(rows, "attention_fwd", "sdpa-cudnn", dtype="float16"))
     large = {k[0]: q for k, q in cudnn.items() if "-N512-" not in k[0]}
     return all(q > 1 for q in flash.values()) and all(q > 5 / 6 for q in large.values()) and max(large.values()) > 0.98
 
@@ -259,8 +259,9 @@ def _attention_at_n512(rows):
 
 
 def _backward_against_sdpa(rows):
-    return (all(q > 1 for q in _lesson_shapes(_ratios(rows, "attention_bwd", "sdpa-flash")).values())
-            and all(0.5 < q < 1 for q in _lesson_shapes(_ratios(rows, "attention_bwd", "sdpa-cudnn")).values()))
+    return (all(q > 1 for q in _lesson_shapes(_ratios(rows, "attention_bwd", "sdpa-flash", dtype="float16")).values())
+            and all(0.5 < q < 1 for q in _lesson_shapes(_ratios(rows, "attention_bwd", "sdpa-cudnn",
+                                                                 dtype="float16")).values()))
 
 
 def _matmul_4096_few_percent_behind(rows):

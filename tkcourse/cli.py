@@ -83,15 +83,18 @@ def _bench(args) -> int:
             cases = (c for c in cases if c.kernel in args.kernel)
         if args.provider:  # only these providers' cases (a changed kernel's rows and its peers', say)
             cases = (c for c in cases if c.provider in args.provider)
+        if args.dtype:  # only the cases of these dtypes
+            cases = (c for c in cases if c.dtype in args.dtype)
         new = bench.run(cases, warmup=args.warmup, rep=args.rep, on_row=lambda row: save([row]),
                         rounds=args.rounds)
         extra = []
         # extra rows (a module's ``EXTRA_KERNELS``, e.g. peak memory): in an unfiltered run, or named by --kernel
         wanted = set(args.kernel) & set(getattr(module, "EXTRA_KERNELS", ()))
-        if hasattr(module, "extra_rows") and (not (args.shape or args.kernel or args.provider) or wanted):
+        if hasattr(module, "extra_rows") and (not (args.shape or args.kernel or args.provider or args.dtype) or wanted):
             extra = [r for r in module.extra_rows(bench.provenance())
                      if (not args.kernel or r["kernel"] in wanted) and (not args.shape or r["shape"] in args.shape)
-                     and (not args.provider or r["provider"] in args.provider)]
+                     and (not args.provider or r["provider"] in args.provider)
+                     and (not args.dtype or r["dtype"] in args.dtype)]
         if extra or not written:  # (a lesson with no rows still leaves a table behind)
             save(extra)
         path = written[-1]
@@ -195,6 +198,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--provider", action="append", default=[], metavar="PROVIDER",
                    help="measure only this provider's cases (the table's provider column, e.g. triton or "
                         "sdpa-cudnn); repeatable")
+    b.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
+                   help="measure only the cases of this dtype (the table's dtype column, e.g. bfloat16); repeatable")
     b.add_argument("--rounds", type=_positive, default=None, metavar="R",
                    help="rounds in which a row's providers take turns for their times (default 3: the GPU's clock "
                         "moves during a run, and a turn each keeps it from deciding a ratio; 1 is quicker)")
