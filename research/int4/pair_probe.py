@@ -19,6 +19,7 @@ import torch
 
 import tkcourse  # noqa: F401  (the mode, before any kernel is defined)
 from benchmarks.int4_matmul import GROUP, WEIGHTS
+from research.int4.sweep import problem  # (M, N, K) of x and a quantized weight on the GPU
 from solutions import int4_matmul as lesson
 from solutions.kernels import int4_matmul as fast
 from tkcourse.bench import graph_ms
@@ -32,14 +33,6 @@ CANDIDATES = {
     "pair bn128 w4 s3": cfg(16, 128, 128, 0, True, 4, 3, deq=3, post_scale=True, pair=True),
     "pair bn128 w8 s3": cfg(16, 128, 128, 0, True, 8, 3, deq=3, post_scale=True, pair=True),
 }
-
-
-def problem(M, N, K, dtype, seed=0):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    w = (torch.randn(N, K, generator=g) * 0.02).to(dtype).cuda()
-    x = torch.randn(M, K, generator=g).to(dtype).cuda()
-    p, s = lesson.quantize(w, GROUP)
-    return x, w, p, s
 
 
 def check():
