@@ -186,13 +186,14 @@ def test_bench_saves_each_row_as_it_is_measured(tmp_path, monkeypatch):
 
 
 def test_bench_kernel_and_shape_filters_pick_the_cases_measured(tmp_path, monkeypatch):
-    """``--kernel``, ``--shape`` and ``--provider`` keep only their cases (a forward's rows without its backward's); the
+    """``--kernel``, ``--shape``, ``--provider`` and ``--dtype`` keep only their cases (a forward's rows without its backward's); the
     other cases are never measured, and a filtered run adds no extra rows."""
     from tkcourse import bench, mode
 
     monkeypatch.setattr(mode, "INTERPRET", False)
-    cases = [types.SimpleNamespace(kernel=k, shape=s, provider=p) for k in ("fwd", "bwd") for s in ("a", "b")
-             for p in ("ours", "peer")]
+    cases = [types.SimpleNamespace(kernel=k, shape=s, provider=p, dtype="float16") for k in ("fwd", "bwd")
+             for s in ("a", "b") for p in ("ours", "peer")]
+    cases.append(types.SimpleNamespace(kernel="fwd", shape="a", provider="ours", dtype="bfloat16"))
     measured = []
 
     def run(cases, on_row=None, **kwargs):
@@ -204,13 +205,16 @@ def test_bench_kernel_and_shape_filters_pick_the_cases_measured(tmp_path, monkey
     monkeypatch.setattr(bench.core, "module_for", lambda name: module)
     out = str(tmp_path / "bench.csv")
     assert cli.main(["bench", "vector_add", "--out", out, "--kernel", "fwd"]) == 0
-    assert measured == [("fwd", "a"), ("fwd", "a"), ("fwd", "b"), ("fwd", "b")]
+    assert measured == [("fwd", "a"), ("fwd", "a"), ("fwd", "b"), ("fwd", "b"), ("fwd", "a")]
     measured.clear()
     assert cli.main(["bench", "vector_add", "--out", out, "--kernel", "bwd", "--shape", "b"]) == 0
     assert measured == [("bwd", "b")] * 2
     measured.clear()
     assert cli.main(["bench", "vector_add", "--out", out, "--provider", "peer", "--shape", "a"]) == 0
     assert measured == [("fwd", "a"), ("bwd", "a")]
+    measured.clear()
+    assert cli.main(["bench", "vector_add", "--out", out, "--dtype", "bfloat16"]) == 0
+    assert measured == [("fwd", "a")]
 
 
 def test_bench_rounds_reach_the_run_and_must_be_positive(tmp_path, monkeypatch, capsys):

@@ -229,6 +229,26 @@ def test_attention_backward_case_runs_the_given_function():
     assert calls == [True]
 
 
+def test_attention_forward_case_makes_its_tensors_on_its_first_call_in_its_dtype():
+    from benchmarks.flash_attention import DTYPES, forward_case
+
+    seen = []
+
+    def f(q, k, v, causal):
+        seen.append((q.dtype, q.shape, causal, q.data_ptr()))
+        return q
+
+    assert "bfloat16" in DTYPES
+    case = forward_case("mine", f, 1, 2, 8, 16, False, "bfloat16", device=mode.DEVICE)
+    assert (case.kernel, case.provider, case.shape, case.dtype) == ("attention_fwd", "mine", "B1-H2-N8-D16", "bfloat16")
+    assert case.flops == bench.attention_flops(1, 2, 8, 16, causal=False)
+    assert seen == []  # building the case makes no tensors
+    case.fn()
+    case.fn()
+    assert [s[:3] for s in seen] == [(torch.bfloat16, (1, 2, 8, 16), False)] * 2
+    assert seen[0][3] == seen[1][3]  # the same tensors each call
+
+
 @pytest.mark.skipif(mode.INTERPRET, reason="times kernels on a GPU")
 def test_launch_timers_and_peak_memory_on_a_gpu():
     from benchmarks.flash_attention import peak_memory_gb, providers
