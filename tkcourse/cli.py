@@ -76,25 +76,16 @@ def _bench(args) -> int:
     for name in names:
         print(f"== {name}")
         module = module_for(name)
-        cases = module.cases()
-        if args.shape:  # only the cases of these shapes (the others are built, then dropped unmeasured)
-            cases = (c for c in cases if c.shape in args.shape)
-        if args.kernel:  # only the cases of these kernels (a forward's rows without its backward's, say)
-            cases = (c for c in cases if c.kernel in args.kernel)
-        if args.provider:  # only these providers' cases (a changed kernel's rows and its peers', say)
-            cases = (c for c in cases if c.provider in args.provider)
-        if args.dtype:  # only the cases of these dtypes
-            cases = (c for c in cases if c.dtype in args.dtype)
+        # the cases the filters keep (the others are built, then dropped unmeasured)
+        cases = (c for c in module.cases() if _picked(args, c.kernel, c.shape, c.provider, c.dtype))
         new = bench.run(cases, warmup=args.warmup, rep=args.rep, on_row=lambda row: save([row]),
                         rounds=args.rounds)
         extra = []
         # extra rows (a module's ``EXTRA_KERNELS``, e.g. peak memory): in an unfiltered run, or named by --kernel
-        wanted = set(args.kernel) & set(getattr(module, "EXTRA_KERNELS", ()))
-        if hasattr(module, "extra_rows") and (not (args.shape or args.kernel or args.provider or args.dtype) or wanted):
+        named = set(args.kernel) & set(getattr(module, "EXTRA_KERNELS", ()))
+        if hasattr(module, "extra_rows") and (not (args.shape or args.kernel or args.provider or args.dtype) or named):
             extra = [r for r in module.extra_rows(bench.provenance())
-                     if (not args.kernel or r["kernel"] in wanted) and (not args.shape or r["shape"] in args.shape)
-                     and (not args.provider or r["provider"] in args.provider)
-                     and (not args.dtype or r["dtype"] in args.dtype)]
+                     if _picked(args, r["kernel"], r["shape"], r["provider"], r["dtype"])]
         if extra or not written:  # (a lesson with no rows still leaves a table behind)
             save(extra)
         path = written[-1]
@@ -135,6 +126,14 @@ def _lab(args) -> int:
     argv += ["--no-browser"] if args.no_browser else []
     argv += ["--solutions"] if args.solutions else []
     return lab.main(argv)
+
+
+def _picked(args, kernel: str, shape: str, provider: str, dtype: str) -> bool:
+    """Whether a bench case or row passes ``--kernel``, ``--shape``, ``--provider`` and ``--dtype`` (each one
+    not given passes everything): a forward's rows without its backward's, a changed kernel's rows and its
+    peers', one dtype's."""
+    return all(not wanted or value in wanted for wanted, value in
+               ((args.kernel, kernel), (args.shape, shape), (args.provider, provider), (args.dtype, dtype)))
 
 
 def _nonnegative(text: str) -> int:

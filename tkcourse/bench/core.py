@@ -251,11 +251,10 @@ class GraphTimer:
             raise ValueError(f"flush = {flush!r}: 'zero' or 'read'")
         refuse_in_interpreter()
         import torch
-        from triton import runtime
 
         self.graph, _ = capture(fn)
         self.flush = flush
-        self.cache = runtime.driver.active.get_empty_cache_for_benchmark() if cache is None else cache
+        self.cache = _flush_buffer() if cache is None else cache
         self.sink = torch.empty(1, dtype=self.cache.dtype, device=self.cache.device)
         for _ in range(10):
             self.graph.replay()
