@@ -30,8 +30,10 @@ VARIANTS = {
     "split by the work": config(8, 16, 32, 0, True, 4, 1, post_scale=True),
     "one-row GEMV": config(1, 32, 32, 1, False, 4, 1, dot=False, deq=1),
     "one-row GEMV split-K 2, PTX": config(1, 16, 64, 2, False, 4, 1, dot=False, deq=2),
-    "swapped in pairs": config(16, 32, 32, 1, True, 4, 1, pair=True),
-    "swapped in pairs, split-K 2, scaled after": config(16, 32, 64, 2, True, 4, 1, post_scale=True, pair=True),
+    "swapped in pairs": config(16, 32, 32, 1, True, 4, 1, parts=2),
+    "swapped in pairs, split-K 2, scaled after": config(16, 32, 64, 2, True, 4, 1, post_scale=True, parts=2),
+    "swapped in fours": config(32, 32, 32, 1, True, 4, 1, parts=4),
+    "swapped in fours, split-K 2, scaled after": config(32, 16, 64, 2, True, 4, 1, post_scale=True, parts=4),
 }
 
 
@@ -93,14 +95,16 @@ def test_split_zero_gives_a_small_weight_two_programs_an_sm(N, K, want):
 
 
 def test_up_to_eight_rows_take_the_swapped_tile_and_sixteen_two_of_them():
-    assert all(fast.plan(M, 4096, 4096, 128)["SWAP"] and not fast.plan(M, 4096, 4096, 128)["PAIR"] for M in (1, 4, 5, 8))
+    assert all(fast.plan(M, 4096, 4096, 128)["SWAP"] and fast.plan(M, 4096, 4096, 128)["PARTS"] == 1 for M in (1, 4, 5, 8))
     for M in (9, 16):
         cfg = fast.plan(M, 4096, 4096, 128)
-        assert cfg["SWAP"] and cfg["PAIR"] and cfg["BLOCK_M"] == 16
-    assert not fast.plan(17, 4096, 4096, 128)["SWAP"]
-    # a pair needs 16 rows of x in its tile, whatever M; without SWAP there is nothing to pair
-    assert fast.plan(1, 4096, 4096, 128, config(16, 64, 128, 0, True, 4, 3, pair=True))["BLOCK_M"] == 16
-    assert not fast.plan(16, 4096, 4096, 128, config(16, 64, 128, 0, False, 4, 3, pair=True))["PAIR"]
+        assert cfg["SWAP"] and cfg["PARTS"] == 2 and cfg["BLOCK_M"] == 16
+    # parts of 8 columns need 8 rows of x each in the tile, whatever M; without SWAP there is nothing to part
+    assert fast.plan(1, 4096, 4096, 128, config(16, 64, 128, 0, True, 4, 3, parts=2))["BLOCK_M"] == 16
+    assert fast.plan(3, 4096, 4096, 128, config(32, 64, 128, 0, True, 4, 3, parts=4))["BLOCK_M"] == 32
+    assert fast.plan(16, 4096, 4096, 128, config(16, 64, 128, 0, False, 4, 3, parts=2))["PARTS"] == 1
+    with pytest.raises(ValueError, match="PARTS = 3"):
+        fast.plan(24, 4096, 4096, 128, config(32, 64, 128, 0, True, 4, 3, parts=3))
 
 
 @pytest.mark.parametrize("N,K,want", [(8192, 8192, 2), (4096, 14336, 4), (14336, 4096, 1), (28672, 8192, 1)])

@@ -8,7 +8,7 @@ ships ``ptxas`` and ``cuobjdump``.
         [--stages S]
 
 CONFIG: ``recorded`` (``CONFIGS[1]``), ``deq3``, ``deq3w8``, ``large``, ``swap``, ``gemv``, ``gemv32``,
-``gemv_deq1``, ``m16``, ``left16``, ``pair16``, ``pair16_128``, ``swap128``; default all. ``--gluon``: the Hopper prefill kernel
+``gemv_deq1``, ``m16``, ``left16``, ``pair16``, ``pair16_128``, ``quad32``, ``quad32_w8``, ``swap128``; default all. ``--gluon``: the Hopper prefill kernel
 (``solutions/kernels/gluon_int4.py``, ``--pingpong`` its ping-pong rung) at M 128, 8192 x 8192, one line:
 its shared memory, registers, spills, whether ptxas serializes its wgmma (warning C7514), whether they take
 their left operand from registers, whether its split-K adds by atomics, the waits that leave wgmma in
@@ -47,10 +47,12 @@ CONFIGS = {
     "gemv32": fast.config(1, 32, 128, 2, False, 4, 3, dot=False, deq=2),
     "gemv_deq1": fast.config(1, 64, 128, 2, False, 4, 3, dot=False, deq=1),
     "m16": fast.CONFIGS[16],
-    "left16": fast.config(16, 128, 128, 0, False, 4, 3, deq=3, post_scale=True),  # CONFIGS[16] before PAIR
-    # 16 rows of x as two mma.sync of 8 columns on the same dequantized weight (``PAIR``)
-    "pair16": fast.config(16, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, pair=True),
-    "pair16_128": fast.config(16, 128, 128, 0, True, 4, 3, deq=3, post_scale=True, pair=True),
+    "left16": fast.config(16, 128, 128, 0, False, 4, 3, deq=3, post_scale=True),  # CONFIGS[16] before PARTS
+    # 16 rows of x as two mma.sync of 8 columns on the same dequantized weight (``PARTS`` 2), 32 as four
+    "pair16": fast.config(16, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, parts=2),
+    "pair16_128": fast.config(16, 128, 128, 0, True, 4, 3, deq=3, post_scale=True, parts=2),
+    "quad32": fast.config(32, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, parts=4),
+    "quad32_w8": fast.config(32, 128, 128, 0, True, 8, 3, deq=3, post_scale=True, parts=4),
     "swap128": fast.config(128, 128, 64, 0, True, 8, 4, deq=3),  # M 128 with the weight as wgmma's register operand
     "large_swap": fast.config(128, 128, 64, 0, True, 8, 3, deq=3),
     "large_swap_ps": fast.config(128, 128, 64, 0, True, 8, 3, deq=3, post_scale=True),
@@ -59,8 +61,8 @@ CONFIGS = {
 
 
 def compile_one(cfg: dict, dtype: str, fp32_scales: bool):
-    # as the plan launches it at 8192 x 8192 (SPLIT_K 0 resolved, BLOCK_M what one row or 128 rows need)
-    c = fast.plan(1 if cfg["BLOCK_M"] <= 16 else 128, 8192, 8192, 128, cfg)
+    # as the plan launches it at 8192 x 8192 (SPLIT_K 0 resolved, BLOCK_M what its own rows or 128 rows need)
+    c = fast.plan(cfg["BLOCK_M"] if cfg["BLOCK_M"] <= 32 else 128, 8192, 8192, 128, cfg)
     warps, stages = c.pop("num_warps"), c.pop("num_stages")
     sig = {"x_ptr": f"*{dtype}", "w_ptr": "*i8", "s_ptr": "*fp32" if fp32_scales else f"*{dtype}", "y_ptr": f"*{dtype}",
            "ws_ptr": "*fp32", "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",

@@ -32,14 +32,15 @@ fifths of the rate of a Triton kernel that only reads the same bytes (``research
   ``y.T = W @ x.T`` puts the weight's many rows (N) where the instruction's rows are and x's rows in its
   columns, of which ``mma.sync`` takes as few as 8 (``BLOCK_M`` 8): the dequantized weight goes from
   registers into the MMA, and no registers are spent copying a padded x. With 16 columns Triton picks
-  ``wgmma``, whose register operand costs a repacking of the weight each step; ``PAIR`` keeps ``mma.sync``
-  there: the tile's 16 rows of x as two MMAs of 8 columns on the same dequantized weight.
+  ``wgmma``, whose register operand costs a repacking of the weight each step; ``PARTS`` keeps ``mma.sync``
+  there: the tile's 16 (or 32) rows of x as two (or four) MMAs of 8 columns on the same dequantized weight,
+  which is dequantized once for all of them.
 - **Split-K at small batch** (``SPLIT_K``; 0: by the work, ``auto_split``): a layer of N = 4096
   outputs makes 64 tiles of 64 rows; to keep 132 SMs reading, each tile's K is also split over
   programs of about 8 steps each, and the last to finish adds the fp32 partials (serial split-K, as
   ``matmul_small`` does it).
 
-The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, two of them (``PAIR``) at 16, 128-row
+The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, two of them (``PARTS`` 2) at 16, 128-row
 tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``, which times
 M 1, 4, 16 and 128; at 8 rows, a model's batch of 8, the swapped tile took a decode step of the 8B model
 from 1972 to 2368 tokens/s against the 16-row tile: ``research/llm/logs/step_probe_second.log``).
@@ -144,6 +145,29 @@ def _dequant(b, DEQ: tl.constexpr, dtype: tl.constexpr):
     return lo, hi
 
 
+@triton.jit
+def _swapped_part(acc, lo, hi, s_lo, s_hi, x_ptr, offs_m, M, stride_xm, k0, half, offs_k, POST_SCALE: tl.constexpr):
+    """One step of ``y.T = W @ x.T`` for the rows ``offs_m`` of x: the dequantized weight's two K halves
+    (``lo``, ``hi``) times x's matching columns, added into ``acc`` (BLOCK_N, len(offs_m))."""
+    m_ok = offs_m < M
+    x_row = x_ptr + offs_m.to(tl.int64) * stride_xm
+    x_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+    x_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
+    if POST_SCALE:  # the MMA of the unscaled integers (exact in x's dtype), then a scale an output
+        acc += (tl.dot(lo, x_lo) * s_lo.to(tl.float32)[:, None]
+                + tl.dot(hi, x_hi) * s_hi.to(tl.float32)[:, None])
+    else:
+        acc = tl.dot(lo, x_lo, acc)
+        acc = tl.dot(hi, x_hi, acc)
+    return acc
+
+
+@triton.jit
+def _beside(a, b):
+    """Two (R, C) tiles side by side: (R, 2C)."""
+    return tl.reshape(tl.permute(tl.join(a, b), (0, 2, 1)), (a.shape[0], 2 * a.shape[1]))
+
+
 @triton.jit(do_not_specialize=["M"])  # one compile serves every M: M only masks
 def int4_mm_kernel(
     x_ptr, w_ptr, s_ptr, y_ptr,  # x (M, K), packed (N, K/2) as int8, scales (N, K/GROUP), y (M, N)
@@ -159,7 +183,7 @@ def int4_mm_kernel(
     EARLY_SCALES: tl.constexpr = False,  # load the next step's scales during this step
     POST_SCALE: tl.constexpr = False,  # scale the MMA's product (fp32, a value an output) instead of the weight
     PDL: tl.constexpr = False,  # launched with programmatic dependent launch (``lean.pdl_meta``)
-    PAIR: tl.constexpr = False,  # SWAP: x's rows as two MMAs of BLOCK_M / 2 columns each (mma.sync's 8)
+    PARTS: tl.constexpr = 1,  # SWAP: x's rows as 1, 2 or 4 MMAs of BLOCK_M / PARTS columns each (mma.sync's 8)
 ):
     if PDL:
         gdc_wait()  # x may be the previous kernel's output, and y's memory what it still reads
@@ -169,13 +193,7 @@ def int4_mm_kernel(
     n_tiles = tl.cdiv(N, BLOCK_N)
     pid_n = tile % n_tiles
     pid_m = tile // n_tiles
-    if PAIR:  # the first half of the tile's rows of x here, the second in offs_m2
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M // 2)
-        offs_m2 = offs_m + BLOCK_M // 2
-        m_ok2 = offs_m2 < M
-        x_row2 = x_ptr + offs_m2.to(tl.int64) * stride_xm
-    else:
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M // PARTS)  # the first part's rows of x (all, at 1 part)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     rows_n = tl.where(offs_n < N, offs_n, 0)  # a weight row past N reads row 0, never stored
@@ -186,11 +204,13 @@ def int4_mm_kernel(
     first = split * per_split
     last = tl.minimum(first + per_split, steps)
     dt = x_ptr.dtype.element_ty
-    if PAIR:
-        acc = tl.zeros((BLOCK_N, BLOCK_M // 2), dtype=tl.float32)
-        acc2 = tl.zeros((BLOCK_N, BLOCK_M // 2), dtype=tl.float32)
-    elif SWAP:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if SWAP:  # an accumulator a part: y.T's columns for that part's rows of x
+        acc = tl.zeros((BLOCK_N, BLOCK_M // PARTS), dtype=tl.float32)
+        if PARTS >= 2:
+            acc1 = tl.zeros((BLOCK_N, BLOCK_M // PARTS), dtype=tl.float32)
+        if PARTS == 4:
+            acc2 = tl.zeros((BLOCK_N, BLOCK_M // PARTS), dtype=tl.float32)
+            acc3 = tl.zeros((BLOCK_N, BLOCK_M // PARTS), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     w_row = w_ptr + rows_n.to(tl.int64)[:, None] * stride_wn
@@ -225,23 +245,16 @@ def int4_mm_kernel(
                 lo = lo * s_lo.to(dt)[:, None]
                 hi = hi * s_hi.to(dt)[:, None]
             if SWAP:  # y.T = W @ x.T: the weight tile on the left, x's rows as the columns
-                x_lo = tl.load(x_row[None, :] + (k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
-                x_hi = tl.load(x_row[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok[None, :], other=0.0)
-                if POST_SCALE:  # the MMA of the unscaled integers (exact in x's dtype), then a scale an output
-                    acc += (tl.dot(lo, x_lo) * s_lo.to(tl.float32)[:, None]
-                            + tl.dot(hi, x_hi) * s_hi.to(tl.float32)[:, None])
-                else:
-                    acc = tl.dot(lo, x_lo, acc)
-                    acc = tl.dot(hi, x_hi, acc)
-                if PAIR:  # the same dequantized weight times the second half of x's rows
-                    x_lo2 = tl.load(x_row2[None, :] + (k0 + offs_k)[:, None], mask=m_ok2[None, :], other=0.0)
-                    x_hi2 = tl.load(x_row2[None, :] + (half + k0 + offs_k)[:, None], mask=m_ok2[None, :], other=0.0)
-                    if POST_SCALE:
-                        acc2 += (tl.dot(lo, x_lo2) * s_lo.to(tl.float32)[:, None]
-                                 + tl.dot(hi, x_hi2) * s_hi.to(tl.float32)[:, None])
-                    else:
-                        acc2 = tl.dot(lo, x_lo2, acc2)
-                        acc2 = tl.dot(hi, x_hi2, acc2)
+                cols: tl.constexpr = BLOCK_M // PARTS  # each further part: the same dequantized weight, the next rows
+                acc = _swapped_part(acc, lo, hi, s_lo, s_hi, x_ptr, offs_m, M, stride_xm, k0, half, offs_k, POST_SCALE)
+                if PARTS >= 2:
+                    acc1 = _swapped_part(acc1, lo, hi, s_lo, s_hi, x_ptr, offs_m + cols, M, stride_xm, k0, half, offs_k,
+                                         POST_SCALE)
+                if PARTS == 4:
+                    acc2 = _swapped_part(acc2, lo, hi, s_lo, s_hi, x_ptr, offs_m + 2 * cols, M, stride_xm, k0, half,
+                                         offs_k, POST_SCALE)
+                    acc3 = _swapped_part(acc3, lo, hi, s_lo, s_hi, x_ptr, offs_m + 3 * cols, M, stride_xm, k0, half,
+                                         offs_k, POST_SCALE)
             else:
                 x_lo = tl.load(x_row[:, None] + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
                 x_hi = tl.load(x_row[:, None] + (half + k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
@@ -260,8 +273,11 @@ def int4_mm_kernel(
             acc += p_lo * s_lo.to(tl.float32)[None, :] + p_hi * s_hi.to(tl.float32)[None, :]
     if PDL:
         gdc_launch_dependents()  # the loop is done: the next kernel may get onto the SMs
-    if PAIR:  # the two halves side by side: the (BLOCK_N, BLOCK_M) tile of y.T the rest expects
-        acc = tl.reshape(tl.permute(tl.join(acc, acc2), (0, 2, 1)), (BLOCK_N, BLOCK_M))
+    if PARTS == 2:  # the parts side by side: the (BLOCK_N, BLOCK_M) tile of y.T the rest expects
+        acc = _beside(acc, acc1)
+    if PARTS == 4:
+        acc = _beside(_beside(acc, acc1), _beside(acc2, acc3))
+    if PARTS > 1:
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         m_ok = offs_m < M
     if SWAP:
@@ -288,16 +304,16 @@ def int4_mm_kernel(
 
 
 def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=False, early_scales=False,
-           post_scale=False, pair=False):
+           post_scale=False, parts=1):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, DOT=dot, DEQ=deq, PREFETCH=prefetch,
-                EARLY_SCALES=early_scales, POST_SCALE=post_scale, PAIR=pair,
+                EARLY_SCALES=early_scales, POST_SCALE=post_scale, PARTS=parts,
                 num_warps=warps, num_stages=stages)
 
 
 #: Configs by the largest M each serves (``plan``), the H200's choices of ``research/int4/sweep.py`` (its
 #: sixth run, log ``research/int4/logs/sweep_sixth.*``), each the best on average over the four weight
 #: shapes of ``benchmarks/int4_matmul.py`` in bf16: up to 8 rows, the weight as the MMA's left operand with
-#: 8 columns of x, scaled after the MMA; at 16 rows the same as two MMAs of 8 columns (``PAIR``, which beat x on
+#: 8 columns of x, scaled after the MMA; at 16 rows the same as two MMAs of 8 columns (``PARTS`` 2, which beat x on
 #: the left by 2-14% at every shape, fp16 and bf16: ``research/int4/logs/pair_probe_first.log``); above,
 #: 128-row tiles that fill the SMs.
 #: ``SPLIT_K`` 0 splits K by the work (``auto_split``).
@@ -305,7 +321,7 @@ CONFIGS = {
     1: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
     4: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
     8: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),  # not swept at 8 rows (module docstring)
-    16: config(16, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, pair=True),
+    16: config(16, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, parts=2),
     1 << 62: config(128, 128, 64, 0, False, 8, 4, deq=3),
 }
 
@@ -327,7 +343,7 @@ def auto_split(M: int, N: int, K: int, cfg: dict, sms: int) -> int:
     """The split of K for ``SPLIT_K`` 0: a power of two, at least 1, at most ``MAX_SPLIT``."""
     steps = max(1, (K // 2) // cfg["BLOCK_K"])
     tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
-    if cfg["BLOCK_M"] <= 16:  # decode: short programs, many of them in flight on each SM
+    if cfg["BLOCK_M"] <= 16 or cfg.get("PARTS", 1) > 1:  # decode: short programs, many in flight on each SM
         split = 1 << max(0, round(math.log2(max(1.0, steps / STEPS_A_PROGRAM))))
         while cfg["BLOCK_M"] <= 8 and tiles * split < FILL_PER_SM * sms and steps // (2 * split) >= MIN_STEPS:
             split *= 2
@@ -350,9 +366,12 @@ def plan(M: int, N: int, K: int, group_size: int, config: dict | None = None, sm
     cfg["BLOCK_K"] = bk
     need = triton.next_power_of_2(max(M, 1))
     # an MMA's columns may be as few as 8 (x's rows when SWAP puts them there), its rows no fewer than 16;
-    # PAIR's tile is two MMAs of half its rows of x each
-    least = 16 if not cfg["SWAP"] or cfg.get("PAIR") else 8
-    cfg["PAIR"] = bool(cfg.get("PAIR")) and cfg["SWAP"] and cfg["DOT"]
+    # PARTS' tile is that many MMAs of 8 columns each (only the swapped MMA has x's rows as its columns)
+    parts = cfg.get("PARTS", 1) if cfg["SWAP"] and cfg["DOT"] else 1
+    if parts not in (1, 2, 4):
+        raise ValueError(f"PARTS = {parts}: the tile's rows of x go in as 1, 2 or 4 MMAs")
+    cfg["PARTS"] = parts
+    least = 8 * parts if cfg["SWAP"] else 16
     cfg["BLOCK_M"] = max(least, min(cfg["BLOCK_M"], need)) if cfg["DOT"] else min(cfg["BLOCK_M"], need)
     if INTERPRET and cfg["DEQ"] >= 2:  # the interpreter runs no PTX: the same trick in Triton
         cfg["DEQ"] = 1
