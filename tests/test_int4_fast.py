@@ -94,7 +94,7 @@ def test_split_zero_gives_a_small_weight_two_programs_an_sm(N, K, want):
     assert fast.plan(16, 4096, 4096, 128, config(16, 64, 128, 0, False, 4, 3), sms=132)["SPLIT_K"] == 2
 
 
-def test_up_to_eight_rows_take_the_swapped_tile_and_sixteen_two_of_them():
+def test_up_to_eight_rows_take_the_swapped_tile_sixteen_two_of_them_and_32_four():
     assert all(fast.plan(M, 4096, 4096, 128)["SWAP"] and fast.plan(M, 4096, 4096, 128)["PARTS"] == 1 for M in (1, 4, 5, 8))
     for M in (9, 16):
         cfg = fast.plan(M, 4096, 4096, 128)
@@ -102,6 +102,10 @@ def test_up_to_eight_rows_take_the_swapped_tile_and_sixteen_two_of_them():
     # parts of 8 columns need 8 rows of x each in the tile, whatever M; without SWAP there is nothing to part
     assert fast.plan(1, 4096, 4096, 128, config(16, 64, 128, 0, True, 4, 3, parts=2))["BLOCK_M"] == 16
     assert fast.plan(3, 4096, 4096, 128, config(32, 64, 128, 0, True, 4, 3, parts=4))["BLOCK_M"] == 32
+    for M in (17, 32):  # a decode batch of 17 to 32: four MMAs of 8 columns, K split as at 16 rows
+        cfg = fast.plan(M, 4096, 4096, 128)
+        assert cfg["SWAP"] and cfg["PARTS"] == 4 and cfg["BLOCK_M"] == 32 and cfg["SPLIT_K"] == 2
+    assert not fast.plan(33, 4096, 4096, 128)["SWAP"]
     assert fast.plan(16, 4096, 4096, 128, config(16, 64, 128, 0, False, 4, 3, parts=2))["PARTS"] == 1
     with pytest.raises(ValueError, match="PARTS = 3"):
         fast.plan(24, 4096, 4096, 128, config(32, 64, 128, 0, True, 4, 3, parts=3))

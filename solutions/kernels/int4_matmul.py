@@ -40,8 +40,8 @@ fifths of the rate of a Triton kernel that only reads the same bytes (``research
   programs of about 8 steps each, and the last to finish adds the fp32 partials (serial split-K, as
   ``matmul_small`` does it).
 
-The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, two of them (``PARTS`` 2) at 16, 128-row
-tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``, which times
+The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, two of them (``PARTS`` 2) at 16, four at
+32, 128-row tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``, which times
 M 1, 4, 16 and 128; at 8 rows, a model's batch of 8, the swapped tile took a decode step of the 8B model
 from 1972 to 2368 tokens/s against the 16-row tile: ``research/llm/logs/step_probe_second.log``).
 
@@ -314,14 +314,17 @@ def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=Fal
 #: sixth run, log ``research/int4/logs/sweep_sixth.*``), each the best on average over the four weight
 #: shapes of ``benchmarks/int4_matmul.py`` in bf16: up to 8 rows, the weight as the MMA's left operand with
 #: 8 columns of x, scaled after the MMA; at 16 rows the same as two MMAs of 8 columns (``PARTS`` 2, which beat x on
-#: the left by 2-14% at every shape, fp16 and bf16: ``research/int4/logs/pair_probe_first.log``); above,
-#: 128-row tiles that fill the SMs.
+#: the left by 2-14% at every shape, fp16 and bf16: ``research/int4/logs/pair_probe_first.log``); at 17-32 rows
+#: four of them (``PARTS`` 4: 1.24x cuBLAS on average over the four shapes, against 1.18x for the 128-row tile,
+#: from 0.96x its speed at 14336 x 4096 to 1.21x at 28672 x 8192: ``research/int4/logs/quad_probe_first.log``);
+#: above, 128-row tiles that fill the SMs.
 #: ``SPLIT_K`` 0 splits K by the work (``auto_split``).
 CONFIGS = {
     1: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
     4: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),
     8: config(8, 64, 128, 0, True, 4, 3, deq=3, post_scale=True),  # not swept at 8 rows (module docstring)
     16: config(16, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, parts=2),
+    32: config(32, 64, 128, 0, True, 4, 3, deq=3, post_scale=True, parts=4),
     1 << 62: config(128, 128, 64, 0, False, 8, 4, deq=3),
 }
 
