@@ -182,3 +182,37 @@ def test_the_kernel_compiles_for_hopper_on_any_machine(dtype):
                          capture_output=True, text=True, timeout=300, cwd=root)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "sm_90a" in run.stdout and "mma.sync" in run.stdout and "LOP3" in run.stdout
+
+
+_DTYPES = [torch.float16, torch.float32] + ([] if mode.INTERPRET else [torch.bfloat16])  # the interpreter has no bf16
+
+
+@pytest.mark.parametrize("dtype", _DTYPES)
+@pytest.mark.parametrize("N,K,G", [(33, 256, 64), (8, 96, 32), (40, 512, 128)])
+def test_the_dequantize_kernel_is_the_lessons_bit_for_bit(dtype, N, K, G):
+    g = torch.Generator().manual_seed(N)
+    w = (torch.randn(N, K, generator=g) * 3).to(dtype).to(DEV)
+    packed, scales = lesson.quantize(w, G)
+    assert torch.equal(fast.dequantize(packed, scales, G), lesson.dequantize(packed, scales, G))
+    # into another dtype: the fp32 product rounded once to it
+    want = lesson.dequantize(packed, scales.float(), G).to(torch.float16)
+    assert torch.equal(fast.dequantize(packed, scales, G, torch.float16), want)
+    with pytest.raises(ValueError, match="group_size"):
+        fast.dequantize(packed, scales, 48)
+
+
+def test_many_rows_go_to_cublas_on_the_dequantized_weight(monkeypatch):
+    fast.forget()
+    monkeypatch.setattr(fast, "DENSE_MIN_M", 5)
+    table = fast.LEANS["int4_matmul"]
+    x, packed, scales = _problem(6, 40, 256, 64)
+    want = (x.float() @ fast.dequantize(packed, scales, 64, x.dtype).float().T).to(x.dtype)
+    for _ in range(2):  # the first call routes the key, the second finds it routed
+        y = fast.matmul(x.reshape(2, 3, 256), packed, scales, 64)
+        assert y.shape == (2, 3, 40) and _err(y.reshape(6, 40), x, packed, scales, 64) < 2e-3
+        torch.testing.assert_close(y.reshape(6, 40), want, rtol=2e-3, atol=2e-3)
+    assert len(fast._DENSE) == 1 and not table.entries  # no int4 kernel entry for it
+    fast.matmul(x[:4], packed, scales, 64)  # fewer rows: the int4 kernel, as before
+    assert len(table.entries) == 1 and len(fast._DENSE) == 1
+    fast.forget()
+    assert not fast._DENSE

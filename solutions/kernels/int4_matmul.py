@@ -70,11 +70,11 @@ from tkcourse.mode import INTERPRET
 from .. import int4_matmul as lesson
 from .decode_plan import sm_count
 from .int4_ptx import DEQ3_ASM_BF16, DEQ3_ASM_FP16, DEQ3_CONSTRAINTS_BF16, DEQ3_CONSTRAINTS_FP16, MAGIC16, MAGIC_BF16
-from .lean import Lean, hooks_on, pdl_meta
+from .lean import MAX_ENTRIES, Lean, hooks_on, pdl_meta
 from .lean import tensor_key as _t
 
 __all__ = ["matmul", "int4_mm_kernel", "plan", "auto_split", "run", "config", "scales32", "CONFIGS", "FP32_SCALES",
-           "INT4_PDL", "FILL_PER_SM", "LEANS", "forget"]
+           "INT4_PDL", "FILL_PER_SM", "LEANS", "forget", "dequantize", "dequant_kernel", "DENSE_MIN_M"]
 
 
 
@@ -303,6 +303,26 @@ def int4_mm_kernel(
             tl.atomic_xchg(count_ptr + tile, 0)
 
 
+@triton.jit
+def dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
+                   GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr):
+    """``out`` (N, K) = the weight that the packed bytes (N, K/2) and scales stand for: each value times its
+    group's scale in fp32, rounded once to ``out``'s dtype (``lesson.dequantize``'s maths). A program takes
+    ``BLOCK_N`` rows by ``BLOCK_J`` bytes: the low nibbles' columns j, the high nibbles' K/2 + j."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    half = K // 2
+    ok = (rows < N)[:, None] & (j < half)[None, :]
+    b = tl.load(w_ptr + rows.to(tl.int64)[:, None] * stride_wn + j[None, :], mask=ok, other=0)
+    lo, hi = _dequant(b, 0, tl.float32)
+    s_row = s_ptr + rows.to(tl.int64)[:, None] * stride_sn
+    s_lo = tl.load(s_row + (j // GROUP)[None, :], mask=ok, other=0.0).to(tl.float32)
+    s_hi = tl.load(s_row + ((half + j) // GROUP)[None, :], mask=ok, other=0.0).to(tl.float32)
+    o_row = out_ptr + rows.to(tl.int64)[:, None] * stride_on
+    tl.store(o_row + j[None, :], (lo * s_lo).to(out_ptr.dtype.element_ty), mask=ok)
+    tl.store(o_row + (half + j)[None, :], (hi * s_hi).to(out_ptr.dtype.element_ty), mask=ok)
+
+
 def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=False, early_scales=False,
            post_scale=False, parts=1):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, SWAP=swap, DOT=dot, DEQ=deq, PREFETCH=prefetch,
@@ -451,6 +471,35 @@ def scales32(scales: torch.Tensor) -> torch.Tensor:
     return copy
 
 
+def dequantize(packed, scales, group_size=128, dtype=None):
+    """``solutions.int4_matmul.dequantize`` in one pass of a Triton kernel over the bytes, into ``dtype``
+    (default: the scales'): the same values, bit for bit."""
+    N, K, group_size = lesson.check_args(None, packed, scales, group_size)
+    out = torch.empty((N, K), dtype=dtype or scales.dtype, device=packed.device)
+    if N and K:
+        w, s = packed.contiguous().view(torch.int8), scales.contiguous()
+        grid = (triton.cdiv(N, DEQUANT_BLOCK[0]), triton.cdiv(K // 2, DEQUANT_BLOCK[1]))
+        dequant_kernel[grid](w, s, out, N, K, w.stride(0), s.stride(0), out.stride(0), GROUP=group_size,
+                             BLOCK_N=DEQUANT_BLOCK[0], BLOCK_J=DEQUANT_BLOCK[1], num_warps=4)
+    return out
+
+
+#: Rows of the weight and bytes of a row a program of ``dequant_kernel`` takes.
+DEQUANT_BLOCK = (32, 128)
+#: From this many rows of x on, ``matmul`` dequantizes the weight into x's dtype (``dequantize``) and hands
+#: the product to cuBLAS: its 16-bit weight's extra bytes (three times the packed weight's, written once
+#: and read once) cost less than the int4 kernels' dequantization inside every tile, which the tensor
+#: cores wait on. None: never.
+DENSE_MIN_M = None
+_DENSE: set = set()  # keys of first calls that took the dense route
+
+
+def _dense(x, packed, scales, group_size):
+    """``x @ dequantize(...).T`` by cuBLAS on the dequantized weight in x's dtype (``DENSE_MIN_M``)."""
+    w = dequantize(packed, scales, group_size, x.dtype)
+    return torch.matmul(x, w.T)
+
+
 def matmul(x, packed, scales, group_size=128):
     """``x @ dequantize(packed, scales, group_size).T`` as ``solutions.int4_matmul.matmul``, on the plan."""
     try:
@@ -459,6 +508,8 @@ def matmul(x, packed, scales, group_size=128):
     except (AttributeError, TypeError):
         return lesson.matmul(x, packed, scales, group_size)  # not tensors: the lesson's checks and errors
     if e is None:
+        if key in _DENSE:
+            return _dense(x, packed, scales, group_size)
         return _first(key, x, packed, scales, group_size)
     if FP32_SCALES:
         scales = scales32(scales)
@@ -483,6 +534,11 @@ def _first(key, x, packed, scales, group_size):
     M = x2.shape[0]
     if not (x2.stride(-1) == 1 and packed.is_contiguous() and scales.is_contiguous()) or M == 0 or N == 0:
         return run(x, packed, scales, group_size)  # unusual layouts: the ordinary launch, every call
+    if DENSE_MIN_M is not None and M >= DENSE_MIN_M:  # many rows: cuBLAS on the dequantized weight
+        if len(_DENSE) >= MAX_ENTRIES:
+            _DENSE.clear()
+        _DENSE.add(key)
+        return _dense(x, packed, scales, group_size)
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     out_shape = (*x.shape[:-1], N)
     template = torch.empty((), dtype=x.dtype, device=x.device).expand(M, N)  # empty_like: a new (M, N) tensor
@@ -540,3 +596,4 @@ def forget():
         LEANS["int4_gluon"].entries.clear()
     _WORKSPACE.clear()
     _SCALES32.clear()
+    _DENSE.clear()
