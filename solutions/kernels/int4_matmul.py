@@ -308,19 +308,22 @@ def dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, stride_wn, stride_sn, stride_on,
                    GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr):
     """``out`` (N, K) = the weight that the packed bytes (N, K/2) and scales stand for: each value times its
     group's scale in fp32, rounded once to ``out``'s dtype (``lesson.dequantize``'s maths). A program takes
-    ``BLOCK_N`` rows by ``BLOCK_J`` bytes: the low nibbles' columns j, the high nibbles' K/2 + j."""
+    ``BLOCK_N`` rows by ``BLOCK_J`` bytes: the low nibbles' columns j, the high nibbles' K/2 + j. ``BLOCK_J``
+    divides K/2 and the group, so each row of the block has one scale for its low values and one for its high."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
+    j0 = tl.program_id(1) * BLOCK_J
+    j = j0 + tl.arange(0, BLOCK_J)
     half = K // 2
-    ok = (rows < N)[:, None] & (j < half)[None, :]
-    b = tl.load(w_ptr + rows.to(tl.int64)[:, None] * stride_wn + j[None, :], mask=ok, other=0)
+    ok = rows < N
+    rows = rows.to(tl.int64)
+    b = tl.load(w_ptr + rows[:, None] * stride_wn + j[None, :], mask=ok[:, None], other=0)
     lo, hi = _dequant(b, 0, tl.float32)
-    s_row = s_ptr + rows.to(tl.int64)[:, None] * stride_sn
-    s_lo = tl.load(s_row + (j // GROUP)[None, :], mask=ok, other=0.0).to(tl.float32)
-    s_hi = tl.load(s_row + ((half + j) // GROUP)[None, :], mask=ok, other=0.0).to(tl.float32)
-    o_row = out_ptr + rows.to(tl.int64)[:, None] * stride_on
-    tl.store(o_row + j[None, :], (lo * s_lo).to(out_ptr.dtype.element_ty), mask=ok)
-    tl.store(o_row + (half + j)[None, :], (hi * s_hi).to(out_ptr.dtype.element_ty), mask=ok)
+    s_lo = tl.load(s_ptr + rows * stride_sn + j0 // GROUP, mask=ok, other=0.0).to(tl.float32)
+    s_hi = tl.load(s_ptr + rows * stride_sn + (half + j0) // GROUP, mask=ok, other=0.0).to(tl.float32)
+    dt = out_ptr.dtype.element_ty
+    o_row = out_ptr + rows[:, None] * stride_on
+    tl.store(o_row + j[None, :], (lo * s_lo[:, None]).to(dt), mask=ok[:, None])
+    tl.store(o_row + (half + j)[None, :], (hi * s_hi[:, None]).to(dt), mask=ok[:, None])
 
 
 def config(bm, bn, bk, split, swap, warps, stages, dot=True, deq=2, prefetch=False, early_scales=False,
@@ -478,14 +481,16 @@ def dequantize(packed, scales, group_size=128, dtype=None):
     out = torch.empty((N, K), dtype=dtype or scales.dtype, device=packed.device)
     if N and K:
         w, s = packed.contiguous().view(torch.int8), scales.contiguous()
-        grid = (triton.cdiv(N, DEQUANT_BLOCK[0]), triton.cdiv(K // 2, DEQUANT_BLOCK[1]))
-        dequant_kernel[grid](w, s, out, N, K, w.stride(0), s.stride(0), out.stride(0), GROUP=group_size,
-                             BLOCK_N=DEQUANT_BLOCK[0], BLOCK_J=DEQUANT_BLOCK[1], num_warps=4)
+        rows, j = DEQUANT_BLOCK[0], math.gcd(DEQUANT_BLOCK[1], group_size, K // 2)  # a power of two
+        dequant_kernel[(triton.cdiv(N, rows), (K // 2) // j)](w, s, out, N, K, w.stride(0), s.stride(0), out.stride(0),
+                                                             GROUP=group_size, BLOCK_N=rows, BLOCK_J=j,
+                                                             num_warps=DEQUANT_WARPS)
     return out
 
 
-#: Rows of the weight and bytes of a row a program of ``dequant_kernel`` takes.
-DEQUANT_BLOCK = (32, 128)
+#: Rows of the weight and (at most) bytes of a row a program of ``dequant_kernel`` takes, and its warps.
+DEQUANT_BLOCK = (16, 128)
+DEQUANT_WARPS = 4
 #: From this many rows of x on, ``matmul`` dequantizes the weight into x's dtype (``dequantize``) and hands
 #: the product to cuBLAS: its 16-bit weight's extra bytes (three times the packed weight's, written once
 #: and read once) cost less than the int4 kernels' dequantization inside every tile, which the tensor
