@@ -216,3 +216,15 @@ def test_many_rows_go_to_cublas_on_the_dequantized_weight(monkeypatch):
     assert len(table.entries) == 1 and len(fast._DENSE) == 1
     fast.forget()
     assert not fast._DENSE
+
+
+def test_the_dense_route_starts_at_dense_min_m():
+    fast.forget()
+    assert fast.DENSE_MIN_M is not None
+    _, packed, scales = _problem(1, 16, 64, 32)
+    x = torch.randn(fast.DENSE_MIN_M, 64, device=DEV).to(torch.float16)
+    for rows in (fast.DENSE_MIN_M - 1, fast.DENSE_MIN_M):
+        y = fast.matmul(x[:rows], packed, scales, 32)
+        assert _err(y, x[:rows], packed, scales, 32) < 2e-3
+    assert len(fast._DENSE) == 1 and len(fast.LEANS["int4_matmul"].entries) == 1  # the smaller call: a kernel
+    fast.forget()

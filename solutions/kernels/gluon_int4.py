@@ -390,7 +390,8 @@ CONFIG = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, SPLIT_K=0, num_war
 #: ``kernels.int4_matmul`` routes here on Hopper GPUs for x of more than ``MIN_M`` and at most ``MAX_M`` rows:
 #: where the ping-pong kernel was measured faster than the Triton kernel (a 128-row tile of x, so fewer rows
 #: take as long as 128): at 48 to 2048 rows, not at 24 or 32 (``research/int4/logs/gluon_probe_tenth.log``
-#: to ``_twelfth``); above 2048 not measured.
+#: to ``_twelfth``); above 2048 not measured. From ``int4_matmul.DENSE_MIN_M`` rows on, ``int4_matmul`` hands the
+#: product to cuBLAS on the dequantized weight before it asks here.
 ROUTE = True
 MIN_M, MAX_M = 32, 2048
 

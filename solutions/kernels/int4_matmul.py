@@ -41,7 +41,9 @@ fifths of the rate of a Triton kernel that only reads the same bytes (``research
   ``matmul_small`` does it).
 
 The plan (``plan``) picks a config by M: the swapped MMA up to 8 rows, two of them (``PARTS`` 2) at 16, four at
-32, 128-row tiles at prefill sizes. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``, which times
+32, 128-row tiles at prefill sizes. From ``DENSE_MIN_M`` rows on, ``matmul`` dequantizes the weight in one
+pass (``dequantize``) and calls cuBLAS instead: there the tensor cores decide, and cuBLAS keeps them busier
+than a kernel that must dequantize inside each tile. ``CONFIGS`` holds the H200's choices (``research/int4/sweep.py``, which times
 M 1, 4, 16 and 128; at 8 rows, a model's batch of 8, the swapped tile took a decode step of the 8B model
 from 1972 to 2368 tokens/s against the 16-row tile: ``research/llm/logs/step_probe_second.log``).
 
@@ -494,8 +496,12 @@ DEQUANT_WARPS = 4
 #: From this many rows of x on, ``matmul`` dequantizes the weight into x's dtype (``dequantize``) and hands
 #: the product to cuBLAS: its 16-bit weight's extra bytes (three times the packed weight's, written once
 #: and read once) cost less than the int4 kernels' dequantization inside every tile, which the tensor
-#: cores wait on. None: never.
-DENSE_MIN_M = None
+#: cores wait on. The call holds a 16-bit copy of the weight while it runs. None: never. On the H200
+#: (``research/int4/dense_probe.py``, log ``research/int4/logs/dense_probe_second.log``, the four weight
+#: shapes, fp16 and bf16), x cuBLAS on the 16-bit weight: at 1024 rows 0.79-0.83 against the Gluon
+#: kernel's 0.67-0.72, at 2048 0.86-0.92 against 0.62-0.73, at 4096 0.96-1.03 against the 128-row tile's
+#: 0.37-0.53; at 512 rows 0.65-0.71 against 0.69-0.74, where the Gluon kernel stays.
+DENSE_MIN_M = 1024
 _DENSE: set = set()  # keys of first calls that took the dense route
 
 
