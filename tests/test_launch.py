@@ -202,3 +202,12 @@ def test_host_vs_gpu_plot_reads_the_new_columns():
     assert "reference kernel (triton)" in fig.axes[0].get_yticklabels()[0].get_text()
     with pytest.raises(ValueError, match="recorded before the column existed"):
         host_vs_gpu(rows[2:])
+
+
+def test_a_provenance_label_names_every_date_of_its_rows():
+    from tkcourse.plots.bench import provenance_label
+
+    row = dict(gpu="NVIDIA H200", date="2026-12-04", triton="3.6.0", torch="2.11.0+cu130")
+    assert provenance_label([row, row]) == "measured on NVIDIA H200, 2026-12-04, triton 3.6.0, torch 2.11.0+cu130"
+    label = provenance_label([row, dict(row, date="2026-12-02")])
+    assert "2026-12-02 and 2026-12-04" in label and provenance_label([]) == ""

@@ -9,10 +9,14 @@ from ..bench.summary import provider_label
 
 
 def provenance_label(rows) -> str:
+    """Where and when ``rows`` were measured: every GPU, date and version among them, not only the first's."""
     if not rows:
         return ""
-    r = rows[0]
-    return f"measured on {r['gpu']}, {r['date']}, triton {r['triton']}, torch {r['torch']}"
+
+    def each(key):
+        return " and ".join(sorted({str(r.get(key)) for r in rows}))
+
+    return f"measured on {each('gpu')}, {each('date')}, triton {each('triton')}, torch {each('torch')}"
 
 
 def rate_vs_size(rows, kernel: str, dtype: str | None = None, ax=None, title: str | None = None,
