@@ -73,7 +73,7 @@ def shared_memory_bytes(config: dict, dtype_bytes: int = 2) -> int:
 
 
 def prune(configs: list[dict], M: int, N: int, K: int, dtype_bytes: int = 2,
-          smem_limit: int = 228 * 1024) -> list[dict]:
+          smem_limit: int = 227 * 1024) -> list[dict]:
     """The configs worth compiling for an M x K by K x N matmul, in their original order.
 
     Drops a config whose shared memory (``shared_memory_bytes``) exceeds ``smem_limit``, and one
@@ -137,7 +137,7 @@ def early_config_prune(configs, named_args, **kwargs):
         raise KeyError(f"early_config_prune needs kernel arguments named M, N and K; got {sorted(named_args)}") from e
     dtype_bytes = next((v.element_size() for v in named_args.values() if hasattr(v, "element_size")), 2)
     dicts = [_as_dict(c) for c in configs]
-    keep = prune(dicts, M, N, K, dtype_bytes=dtype_bytes, smem_limit=kwargs.get("smem_limit", 228 * 1024))
+    keep = prune(dicts, M, N, K, dtype_bytes=dtype_bytes, smem_limit=kwargs.get("smem_limit", 227 * 1024))
     kept = [c for c, d in zip(configs, dicts) if d in keep]
     if not kept:
         kept = [min(configs, key=lambda c: shared_memory_bytes(_as_dict(c), dtype_bytes))]

@@ -395,8 +395,8 @@ def test_prune_keeps_the_best_and_drops_what_cannot_fit():
     assert best in space
     kept = sol.prune(space, 4096, 4096, 4096)
     assert best in kept and kept == [c for c in space if c in kept], "keeps order"
-    assert all(sol.shared_memory_bytes(c) <= 228 * 1024 for c in kept)
-    assert len(kept) < len(space), "something in the space must not fit in 228 KiB"
+    assert all(sol.shared_memory_bytes(c) <= 227 * 1024 for c in kept)
+    assert len(kept) < len(space), "something in the space must not fit in 227 KiB"
     tight = 48 * 1024
     kept_tight = sol.prune(space, 4096, 4096, 4096, smem_limit=tight)
     assert len(kept_tight) <= len(space) // 2
@@ -478,7 +478,7 @@ def _fits(c, M, N, K, pow2=sol.next_pow2, floor=16):
 
 def _prune_by(keep):
     """A prune that keeps ``keep(config, M, N, K, dtype_bytes, smem_limit)``."""
-    def prune(configs, M, N, K, dtype_bytes=2, smem_limit=228 * 1024):
+    def prune(configs, M, N, K, dtype_bytes=2, smem_limit=227 * 1024):
         return [c for c in configs if keep(c, M, N, K, dtype_bytes, smem_limit)]
     return prune
 
@@ -525,13 +525,13 @@ PLANTED_PRUNES = [
 ]
 
 
-def _in_place(configs, M, N, K, dtype_bytes=2, smem_limit=228 * 1024):
+def _in_place(configs, M, N, K, dtype_bytes=2, smem_limit=227 * 1024):
     keep = sol.prune(list(configs), M, N, K, dtype_bytes, smem_limit)
     configs[:] = keep
     return configs
 
 
-def _clamping(configs, M, N, K, dtype_bytes=2, smem_limit=228 * 1024):
+def _clamping(configs, M, N, K, dtype_bytes=2, smem_limit=227 * 1024):
     for c in configs:  # "fix" the configs that do not fit by dropping stages: changes the caller's dicts
         while c["num_stages"] > 1 and _est(c, dtype_bytes) > smem_limit:
             c["num_stages"] -= 1

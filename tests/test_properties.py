@@ -191,7 +191,7 @@ def test_autotune_prune(cfgs, M, N, K, dtype_bytes):
         assert all(any(c is k for c in configs) for k in kept)  # a subset, in order
         assert [c for c in configs if any(c is k for k in kept)] == kept
         for c in kept:
-            assert sol_at.shared_memory_bytes(c, dtype_bytes[0]) <= 228 * 1024
+            assert sol_at.shared_memory_bytes(c, dtype_bytes[0]) <= 227 * 1024
 
 
 @_settings(100)
