@@ -395,3 +395,71 @@ def test_a_loop_that_changes_a_values_type_gets_a_hint_that_names_it():
     assert case.status == "error" and "accumulate in fp32" in case.hint and "changes its type" in case.hint
     other = error_case("M=1", RuntimeError("index out of range"))
     assert "accumulate" not in other.hint  # only that error gets that hint
+
+
+def _planted_exercise(tmp_path, lesson, old, new):
+    """``solutions/<lesson>.py`` as a learner would have finished it, with ``old`` replaced by ``new``, written to
+    ``tmp_path/exercises/`` (a folder of that name, as a learner's file lies in) and imported from there."""
+    import importlib.util
+    from pathlib import Path
+
+    from tkcourse import stubs
+
+    text = stubs.answer_text((Path(__file__).resolve().parents[1] / "solutions" / f"{lesson}.py").read_text())
+    assert text.count(old) == 1, f"the planted edit no longer matches solutions/{lesson}.py: {old!r}"
+    text = text.replace(old, new).replace("from ._checks import", "from solutions._checks import")
+    path = tmp_path / "exercises" / f"{lesson}.py"
+    path.parent.mkdir()
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"planted_exercise_{lesson}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, text.splitlines()
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="on a GPU Triton's compiler names the kernel's line in its message")
+def test_an_error_inside_the_kernel_is_reported_at_the_kernels_line(tmp_path):
+    """The interpreter re-raises an error of the kernel's body as InterpreterError(...) from e, whose traceback
+    stops at the launch: the hint names the kernel's line (in e.__cause__), not the launcher's."""
+    mod, lines = _planted_exercise(tmp_path, "vector_add", "    pid = tl.program_id(axis=0)", "    who = tl.program_id(axis=0)")
+    line = next(i for i, t in enumerate(lines, 1) if "offsets = pid * BLOCK" in t)
+    bad = check.run("vector_add", module=mod, quiet=True).first_problem()
+    assert bad.status == "error" and "'pid' is not defined" in bad.detail, bad
+    assert bad.hint.endswith(f": vector_add.py:{line} (add_kernel)"), bad
+
+
+def test_where_an_error_was_raised_follows_the_chain_to_the_learners_innermost_line():
+    """``learners_frame`` walks __cause__ / __context__ (a cycle once), keeps the outer line where no inner one is
+    the learner's, stops at an error the learner's code raised itself, and ignores folders that only contain the
+    word (a checkout in ~/solutions-course)."""
+    from tkcourse.check.core.reports import error_case, learners_frame
+
+    learner, library = "/home/a/exercises/lesson.py", "/home/a/.venv/lib/triton/interpreter.py"
+    lib = {}
+    exec(compile("def launch(e=None):\n    raise RuntimeError('launch') from e", library, "exec"), lib)
+
+    def run(code, filename=learner):
+        try:
+            exec(compile(code, filename, "exec"), dict(lib))
+        except Exception as e:
+            return e
+        raise AssertionError("did not raise")
+
+    # the learner's launcher (line 1) calls the library, which raises from an error of the kernel (line 3)
+    inner = run("\n\nraise KeyError('kernel')")
+    lib["e"] = inner
+    outer = run("launch(e)")
+    assert outer.__cause__ is inner and outer.__traceback__ is not None
+    assert (learners_frame(outer).filename, learners_frame(outer).lineno) == (learner, 3)
+    assert "lesson.py:3 (<module>)" in error_case("c", outer).hint
+    inner.__context__ = outer  # a cycle: walked once
+    assert learners_frame(outer).lineno == 3
+    # no learner's frame in the cause: the launcher's line stays
+    lib["e"] = run("raise KeyError('deep')", library)
+    assert learners_frame(run("\nlaunch(e)")).lineno == 2
+    # an error the learner raised while handling another: its own line, not the handled one's
+    handled = run("try:\n    raise KeyError('x')\nexcept KeyError:\n    raise ValueError('mine')")
+    assert isinstance(handled.__context__, KeyError) and learners_frame(handled).lineno == 4
+    # a folder that only contains the word is not the learner's: no place named
+    assert learners_frame(run("raise KeyError('x')", "/home/solutions-course/.venv/triton/x.py")) is None
+    assert error_case("c", run("raise KeyError('x')", library)).hint == "your code raised; the message above says where"

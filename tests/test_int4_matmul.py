@@ -214,6 +214,13 @@ PLANTED = [
      "x's rows are strided here"),
     ("the loop body left empty", [(SOURCE[SOURCE.index("        k = k0 + offs_k"):SOURCE.index("    y_mask")],
                                    "        pass\n")], "the output is all 0"),
+    # BLOCK_N == BLOCK_K (32) by default: tl.dot takes the untransposed (BLOCK_N, BLOCK_K) tile, no shape error
+    ("the weight tiles not transposed", [(DOT_LO, "acc += tl.dot(x_lo, w_lo)"), (DOT_HI, "acc += tl.dot(x_hi, w_hi)")],
+     "the weight tiles are not transposed"),
+    ("the low tile not transposed", [(DOT_LO, "acc += tl.dot(x_lo, w_lo)")],
+     "the low nibbles' weight tile is not transposed"),
+    ("the high tile not transposed", [(DOT_HI, "acc += tl.dot(x_hi, w_hi)")],
+     "the high nibbles' weight tile is not transposed"),
 ]
 
 
@@ -255,6 +262,23 @@ def test_the_grader_models_each_mistake_apart():
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert not grader.close(ys[a], ys[b], 5e-2), (a, b)
+
+
+def test_tiles_not_transposed_are_named_whatever_square_tile_the_launcher_picks():
+    """With BLOCK_N == BLOCK_K == 64 (not the exercise's 32) a missing tl.trans still runs, and is still named."""
+    planted = _mutant((DOT_LO, "acc += tl.dot(x_lo, w_lo)"), (DOT_HI, "acc += tl.dot(x_hi, w_hi)"),
+                      ("BLOCK_N: int = 32, BLOCK_K: int = 32", "BLOCK_N: int = 64, BLOCK_K: int = 64"))
+    assert_grader_catches("int4_matmul", planted, "tiles of 64 not transposed", "the weight tiles are not transposed")
+
+
+def test_the_precision_hint_blames_only_what_the_grader_catches():
+    """tl.dot(..., out_dtype=tl.float16) added to an fp32 acc rounds only each step's own products, which no case
+    can tell from fp32: the precision hint names the fp16 accumulator, not out_dtype."""
+    assert "fp16 accumulator" in grader.PRECISION and "out_dtype=tl.float16" not in grader.PRECISION
+    if mode.INTERPRET:  # what the interpreter computes; a GPU's fp16 dot may round differently
+        planted = _mutant((DOT_LO, DOT_LO[:-1] + ", out_dtype=tl.float16)"),
+                          (DOT_HI, DOT_HI[:-1] + ", out_dtype=tl.float16)"))
+        assert check.run("int4_matmul", module=planted, quiet=True).passed
 
 
 def test_small_errors_everywhere_are_named_as_precision():

@@ -110,6 +110,13 @@ def _mistakes(space, M, N, K, db, limit):
         ("compare each tile side with its own dimension: BLOCK_M with M, BLOCK_N with N, BLOCK_K with K",
          lambda c: smem(c, db) <= limit and _fits_problem(c, K, N, M)),
     ]
+    for floor in (32, 64, 128, 256):  # a floor above tl.dot's 16 (say 64, for Hopper's 64-row wgmma)
+        m_only = lambda c, f=floor: (c["BLOCK_M"] <= max(f, _pow2(M)) and  # noqa: E731
+                                     _fits_problem(c, 1 << 30, N, K))
+        cands.append((_floor_hint(floor, ("BLOCK_M",), M, N, K),
+                      lambda c, rule=m_only: smem(c, db) <= limit and rule(c)))
+        cands.append((_floor_hint(floor, ("BLOCK_M", "BLOCK_N", "BLOCK_K"), M, N, K),
+                      lambda c, f=floor: smem(c, db) <= limit and _fits_problem(c, M, N, K, floor=f)))
     if db != 2:
         cands.append(("dtype_bytes ignored: the estimate must multiply by dtype_bytes (2 for fp16, 4 for "
                       "fp32), not a fixed 2", lambda c: smem(c, 2) <= limit and size(c)))
@@ -117,6 +124,35 @@ def _mistakes(space, M, N, K, db, limit):
                       "fp32), not a fixed 2", lambda c: smem(c, 2) <= limit))
     for hint, rule in cands:
         yield hint, {_key(c) for c in space if rule(c)}
+
+
+def _floor_hint(floor: int, sides: tuple, M: int, N: int, K: int) -> str:
+    """The hint for tile sides ``sides`` bounded by max(``floor``, next_pow2(dim)) instead of max(16, ...),
+    naming the first side where that keeps a larger tile than the rule."""
+    dims = {"BLOCK_M": ("M", M), "BLOCK_N": ("N", N), "BLOCK_K": ("K", K)}
+    side = next((k for k in sides if max(floor, _pow2(dims[k][1])) > max(16, _pow2(dims[k][1]))), sides[0])
+    dim, v = dims[side]
+    what = side if len(sides) == 1 else "every tile side"
+    return (f"a tile larger than the problem is kept: for {dim}={v} prune keeps {side} up to "
+            f"{max(floor, _pow2(v))}, while the rule graded here allows at most max(16, next_pow2({dim})) = "
+            f"{max(16, _pow2(v))} (is {what} floored at {floor} instead of 16?). Keep BLOCK_M <= "
+            "max(16, next_pow2(M)) (16: tl.dot's smallest tile), and the same for N and K; a larger floor "
+            "(64, the rows of Hopper's wgmma) is an experiment to measure, not the exercise's rule")
+
+
+def _tile_hint(extra, M, N, K) -> str:
+    """A hint for kept configs that fit in shared memory but have a tile larger than the problem: what
+    the first one keeps, against what the rule allows."""
+    for c in extra:
+        over = [(k, c[k], dim, v, max(16, _pow2(v))) for k, dim, v in
+                (("BLOCK_M", "M", M), ("BLOCK_N", "N", N), ("BLOCK_K", "K", K)) if c[k] > max(16, _pow2(v))]
+        if over:
+            said = ", ".join(f"{k}={got} > max(16, next_pow2({dim}={v})) = {most}" for k, got, dim, v, most in over)
+            return (f"a kept config has a tile larger than the problem: {_label(c)} fits in shared memory, but "
+                    f"{said}. A tile side may be at most its dimension rounded up to a power of two, and never "
+                    "less than 16 (tl.dot's smallest tile): drop BLOCK_M > max(16, next_pow2(M)), and the same "
+                    "for N and K")
+    return ""
 
 
 def _diagnose(prune, space, kept, M, N, K, db, limit) -> str:
@@ -218,9 +254,11 @@ def _check_prune(prune, label, space, M, N, K, db, limit, must_keep=None, must_k
             lines.append(f"  kept    {_label(c):<28} {why}")
         for c in missing[:3]:
             lines.append(f"  dropped {_label(c):<28} needs {smem(c, db)} B <= {limit} B and fits the problem")
-        hint = diag() or (
-            "a kept config does not fit: keep a config only when (BLOCK_M*BLOCK_K + BLOCK_K*BLOCK_N) * "
-            "dtype_bytes * num_stages <= smem_limit and no tile side exceeds max(16, next_pow2(dim))"
+        too_big = extra and all(smem(c, db) <= limit for c in extra)  # every extra fits: a tile-size mistake
+        hint = diag() or (too_big and _tile_hint(extra, M, N, K)) or (
+            "a kept config does not fit in shared memory: keep a config only when (BLOCK_M*BLOCK_K + "
+            "BLOCK_K*BLOCK_N) * dtype_bytes * num_stages <= smem_limit and no tile side exceeds "
+            "max(16, next_pow2(dim))"
             if extra else
             "prune drops configs that fit: drop only what exceeds smem_limit or is larger than the problem")
         return Case(label, "fail", "\n".join(lines), hint)

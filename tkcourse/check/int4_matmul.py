@@ -15,8 +15,10 @@ ragged; group sizes 32, 64 and 128 (and 16); strided rows of x; a 3-D x; long su
 fp16, where an fp16 accumulator loses digits that an fp32 one keeps; seeded random sizes; then what must be
 refused. fp16 everywhere, and bf16 again on a GPU (the interpreter has no bf16).
 Expected values are float64 from the inputs. A wrong result gets a hint from the models of the usual
-mistakes below, each a float64 computation of what that mistake returns; an out-of-bounds access found by
-the tracer gets a hint that names the mask (or the group index) from where it landed.
+mistakes below, each a float64 computation of what that mistake returns (a weight tile not transposed among
+them: tl.dot takes it where BLOCK_N == BLOCK_K, as in the exercise, and the values come out wrong instead of
+a shape error); an out-of-bounds access found by the tracer gets a hint that names the mask (or the group
+index) from where it landed.
 
 What the tests use besides ``grade``: ``quantize``, ``nibbles``, ``weight`` and ``expected`` (the layout and
 the models of ``MISTAKES``, in torch), ``inputs`` (one case's padded inputs) and ``close``.
@@ -103,14 +105,41 @@ def weight(packed, scales, group_size, mistake: str = "") -> torch.Tensor:
     return q * s[:, group.clamp(max=groups)]
 
 
-def expected(x, packed, scales, group_size, mistake: str = "") -> torch.Tensor:
-    """``x @ w.T`` in float64 on the CPU, (..., N); ``mistake``: what that mistake returns instead."""
+UNTRANSPOSED = {"not transposed": (True, True), "low tile not transposed": (True, False),
+                "high tile not transposed": (False, True)}  # which of the two tl.dot calls lacks its tl.trans
+BLOCK = 32  # the exercise's BLOCK_N == BLOCK_K: a tile not transposed is square there, so tl.dot takes it
+
+
+def _untransposed_dot(xh: torch.Tensor, wh: torch.Tensor, block: int) -> torch.Tensor:
+    """What ``tl.dot(x_part, w_part)`` adds up over the K loop, the (BLOCK_N, BLOCK_K) weight tile not transposed,
+    with BLOCK_N == BLOCK_K == ``block``: for the tile of rows n0.. and the step of bytes k0.., y[m, n0 + j] gets
+    sum_i x[m, k0 + i] * w[n0 + i, k0 + j]. ``xh`` (M, K/2) and ``wh`` (N, K/2) are one half each; rows past N and
+    bytes past K/2 are masked to 0."""
+    M, half = xh.shape
+    N = wh.shape[0]
+    nb, kb = -(-N // block), -(-half // block)
+    xp = torch.zeros(M, kb * block, dtype=xh.dtype)
+    xp[:, :half] = xh
+    wp = torch.zeros(nb * block, kb * block, dtype=wh.dtype)
+    wp[:N, :half] = wh
+    y = torch.einsum("mbi,aibj->maj", xp.reshape(M, kb, block), wp.reshape(nb, block, kb, block))
+    return y.reshape(M, nb * block)[:, :N]
+
+
+def expected(x, packed, scales, group_size, mistake: str = "", block: int = BLOCK) -> torch.Tensor:
+    """``x @ w.T`` in float64 on the CPU, (..., N); ``mistake``: what that mistake returns instead (``block``: the
+    tiles' BLOCK_N == BLOCK_K, for a weight tile not transposed)."""
     K = x.shape[-1]
+    half = K // 2
     x2 = x.detach().reshape(-1, K).double().cpu()
-    w = weight(packed, scales, group_size, "" if mistake == "x's first half twice" else mistake)
+    w = weight(packed, scales, group_size, "" if mistake in ("x's first half twice", *UNTRANSPOSED) else mistake)
     if mistake == "x's first half twice":  # the high nibbles multiplied by x[:, k], not x[:, K/2 + k]
-        half = K // 2
         y = x2[:, :half] @ (w[:, :half] + w[:, half:]).T
+    elif mistake in UNTRANSPOSED:
+        y = torch.zeros(x2.shape[0], w.shape[0], dtype=x2.dtype)
+        for part, untransposed in zip((slice(None, half), slice(half, None)), UNTRANSPOSED[mistake]):
+            xh, wh = x2[:, part], w[:, part]
+            y += _untransposed_dot(xh, wh, block) if untransposed else xh @ wh.T
     else:
         y = x2 @ w.T
     return y.reshape(*x.shape[:-1], w.shape[0])
@@ -148,6 +177,15 @@ MISTAKES = [
                                     "worked out for each byte k. K/2 // GROUP + k // GROUP, or one group for a whole "
                                     "step, differ from it there"),
     ("no scales", "the scales are not applied: the weight is q * scale, with scale = scales[n, c // GROUP]"),
+    ("not transposed", "the weight tiles are not transposed: a dequantized tile is (BLOCK_N, BLOCK_K), and "
+                       "tl.dot(x_part, w_part) needs (BLOCK_K, BLOCK_N); it ran only because BLOCK_N == BLOCK_K here. Add "
+                       "tl.dot(x_lo, tl.trans(w_lo)) and tl.dot(x_hi, tl.trans(w_hi)) to acc"),
+    ("low tile not transposed", "the low nibbles' weight tile is not transposed: it is (BLOCK_N, BLOCK_K), and "
+                                "tl.dot(x_lo, w_lo) needs (BLOCK_K, BLOCK_N); it ran only because BLOCK_N == BLOCK_K "
+                                "here. Add tl.dot(x_lo, tl.trans(w_lo)) to acc"),
+    ("high tile not transposed", "the high nibbles' weight tile is not transposed: it is (BLOCK_N, BLOCK_K), and "
+                                 "tl.dot(x_hi, w_hi) needs (BLOCK_K, BLOCK_N); it ran only because BLOCK_N == "
+                                 "BLOCK_K here. Add tl.dot(x_hi, tl.trans(w_hi)) to acc"),
 ]
 
 
@@ -163,9 +201,10 @@ def _diagnose(x, packed, scales, group_size, layout: str = ""):
             return ("the output is all 0: nothing reaches acc. Is the K loop's body still the stub? Each step adds "
                     "tl.dot(x part, dequantized weight part transposed) to acc, for the low and the high nibbles")
         for mistake, text in MISTAKES:
-            m = expected(x, packed, scales, group_size, mistake)
-            if close(o, m, 2e-2) and not close(m, e, 5e-2):
-                return text
+            for block in (BLOCK, 16, 64, 128) if mistake in UNTRANSPOSED else (BLOCK,):  # the tiles the learner chose
+                m = expected(x, packed, scales, group_size, mistake, block)
+                if close(o, m, 2e-2) and not close(m, e, 5e-2):
+                    return text
         if layout:
             return layout
         if close(o, e, 3e-2):  # every value near, none right enough: precision, not a formula
@@ -176,7 +215,7 @@ def _diagnose(x, packed, scales, group_size, layout: str = ""):
 
 PRECISION = ("digits lost in a long sum? Keep acc in fp32 (acc = tl.zeros(..., dtype=tl.float32); tl.dot's default "
              "out_dtype is fp32, and acc += tl.dot(...) keeps it) and round to x's dtype only at the store. An fp16 "
-             "accumulator (or out_dtype=tl.float16) rounds every partial sum; dequantize in fp32 and cast the tile to "
+             "accumulator rounds every partial sum; dequantize in fp32 and cast the tile to "
              "x's dtype once")
 
 

@@ -9,7 +9,9 @@ is traced; aliasing and modified inputs fail (``core.attempt``).
 
 from __future__ import annotations
 
+import functools
 import math
+import traceback
 
 import torch
 
@@ -25,6 +27,10 @@ N_RANDOM_MN = (2, 1, 96)  # random M and N
 ACC_SHAPE = (32, 32, 2048)  # the fp16 accumulation case: long sums of positive values
 # the edge masks that out-of-bounds hints name
 MASK = "(offs_m[:, None] < M) & (offs_n[None, :] < N) on the C tile, and k < K on the K slices of A and B"
+# an fp16 accumulator, in either form: acc += tl.dot(a, b).to(fp16) rounds, acc = tl.dot(a, b, acc) raises
+ACC_HINT = ("accumulate in fp32 (acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), then acc = tl.dot(a, b, acc) "
+            "or acc += tl.dot(a, b), whose default out_dtype is fp32) and convert to fp16 only at the store; an "
+            "fp16 accumulator rounds every partial sum")
 
 
 def _inputs(M, N, K, layout, dtype, gen):
@@ -148,12 +154,50 @@ def _acc_case(mod, gen):
     b = padded(torch.rand(K, N, generator=gen, dtype=torch.float64).to(torch.float16).to(mode.DEVICE))
 
     def hint(o, e, wrong):
-        return ("digits lost in a long sum: accumulate in fp32 (acc = tl.zeros((BLOCK_M, BLOCK_N), "
-                "dtype=tl.float32); acc += tl.dot(a, b), whose default out_dtype is fp32) and convert to fp16 "
-                "only at the store; an fp16 accumulator (or out_dtype=tl.float16) rounds every partial sum")
-    return attempt(f"M={M} N={N} K={K} float16 (positive values: fp16 accumulation loses digits)", mod.matmul,
-                   (a, b), a.double() @ b.double(), dtype=torch.float16, atol=0.0, rtol=1.2e-3, diagnose=hint,
-                   oob_hint=_oob_hint, mask=MASK)
+        return f"digits lost in a long sum: {ACC_HINT}"
+    return _attempt(f"M={M} N={N} K={K} float16 (positive values: fp16 accumulation loses digits)", mod.matmul,
+                    (a, b), a.double() @ b.double(), dtype=torch.float16, atol=0.0, rtol=1.2e-3, diagnose=hint,
+                    oob_hint=_oob_hint, mask=MASK)
+
+
+def _dot_acc_mismatch(exc) -> bool:
+    """Whether ``exc``, or an exception along its chain (``__cause__``/``__context__``, as Triton's interpreter
+    and compiler wrap it), is ``tl.dot``'s own check that ``acc`` has the dot's shape and out_dtype: what
+    ``acc = tl.dot(a, b, acc)`` raises with an fp16 ``acc`` (the out_dtype is fp32 by default). A bare
+    ``AssertionError`` from a frame named ``dot`` in Triton whose line tests ``acc``; a chain that loops is
+    walked once."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, AssertionError) and not str(exc):
+            for f in traceback.extract_tb(exc.__traceback__):
+                if f.name == "dot" and "triton" in f.filename.replace("\\", "/") and "acc" in (f.line or "acc"):
+                    return True
+        exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+    return False
+
+
+def _attempt(label, fn, args, expected, **kwargs):
+    """``core.attempt``, which also names what a raised error means when it is ``tl.dot``'s check of an fp16
+    accumulator (``acc = tl.dot(a, b, acc)``, the lesson's form): the error case alone says only where."""
+    if not callable(fn):
+        return attempt(label, fn, args, expected, **kwargs)
+    raised = []
+
+    @functools.wraps(fn)  # the same name and signature: the report and the input names stay the learner's
+    def watched(*a, **k):
+        try:
+            return fn(*a, **k)
+        except BaseException as exc:
+            raised.append(exc)
+            raise
+    case = attempt(label, watched, args, expected, **kwargs)
+    if case.status == "error" and raised and _dot_acc_mismatch(raised[-1]):
+        where = case.hint.partition("says where")[2].lstrip(": ")  # core's hint names the line, where it knows it
+        case.hint = ("tl.dot(a, b, acc) checks that acc has the dot's out_dtype, fp32 by default, and your "
+                     f"accumulator is not fp32 (an fp16 acc = tl.zeros(..., dtype=tl.float16)?): {ACC_HINT}"
+                     + (f". It raised at {where}" if where else ""))
+    return case
 
 
 def _fixed(mod, dtype, gen, shapes):
@@ -161,8 +205,8 @@ def _fixed(mod, dtype, gen, shapes):
         label = f"M={M} N={N} K={K} {str(dtype)[6:]}" + (f" ({layout})" if layout else "")
         a, b = _inputs(M, N, K, layout, dtype, gen)
         atol, rtol = _tolerance(dtype)
-        yield attempt(label, mod.matmul, (a, b), a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
-                      diagnose=_diagnose(a, b, layout), oob_hint=_oob_hint, mask=MASK)
+        yield _attempt(label, mod.matmul, (a, b), a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
+                       diagnose=_diagnose(a, b, layout), oob_hint=_oob_hint, mask=MASK)
 
 
 def _random(mod, dtype, gen):
@@ -172,9 +216,9 @@ def _random(mod, dtype, gen):
     atol, rtol = _tolerance(dtype)
     for M, N, K in zip(ms, ns, ks):
         a, b = _inputs(M, N, K, "", dtype, gen)
-        yield attempt(seeded(f"M={M} N={N} K={K} {str(dtype)[6:]}", seed), mod.matmul, (a, b),
-                      a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
-                      diagnose=_diagnose(a, b, ""), oob_hint=_oob_hint, mask=MASK)
+        yield _attempt(seeded(f"M={M} N={N} K={K} {str(dtype)[6:]}", seed), mod.matmul, (a, b),
+                       a.double() @ b.double(), dtype=dtype, atol=atol, rtol=rtol,
+                       diagnose=_diagnose(a, b, ""), oob_hint=_oob_hint, mask=MASK)
 
 
 def grade(mod):

@@ -2,7 +2,8 @@
 
 Every graded call runs under the tracer and is checked for aliasing and modified inputs (``core.attempt``).
 The cases, in order: awkward fixed shapes (one element, rows shorter and longer than any block, values
-that overflow ``exp``, the max in the last block, rows that start with whole blocks of -inf); strided
+that overflow ``exp``, the max in the last block, rows that start with whole blocks of -inf, rows whose
+values all lie far below 0, where a running max started at 0 instead of -inf underflows to 0/0); strided
 layouts of ``x`` (rows further apart than their width, every other row, a column slice, a transposed
 ``x``: ``softmax`` must compute them all, as the solution does by reading rows in place and copying
 ``x`` whose columns are not contiguous); seeded random sizes over four orders of magnitude, which
@@ -18,9 +19,10 @@ import torch
 from .. import mode
 from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows, transposed
 
-# rows shorter and longer than any block, one element, strided rows, values that overflow exp
+# rows shorter and longer than any block, one element, strided rows, values that overflow exp, values far below 0
 SHAPES = [(3, 5000, ""), (2, 1, ""), (4, 100, ""), (2, 20_011, ""), (5, 3000, "strided rows"),
-          (3, 4099, "large values"), (2, 2500, "one huge value"), (3, 3001, "leading -inf"), (130, 77, "many rows")]
+          (3, 4099, "large values"), (2, 2500, "one huge value"), (3, 3001, "leading -inf"),
+          (2, 3000, "all far below 0"), (130, 77, "many rows")]
 # (rows, cols, layout): the layouts a caller hands over; the gaps of each hold core.INPUT_PAD
 LAYOUTS = [(4, 1500, "every other row"), (3, 1000, "a column slice"), (5, 700, "transposed")]
 BLOCKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)  # the blocks a learner may have chosen
@@ -35,6 +37,8 @@ def _values(rows, cols, note, dtype, gen):
         x[:, -1] = 1e4  # the max arrives in the very last block: every earlier block must be rescaled
     if note == "leading -inf":
         x[:, : cols // 2] = float("-inf")  # whole blocks of -inf first, as a masked row of scores has
+    if note == "all far below 0":
+        x = x - 200  # every value near -200: exp(x - 0) underflows to 0 in fp32, so a max started at 0 gives l = 0
     return x.to(dtype)
 
 
@@ -88,6 +92,10 @@ def _diagnose(note, x):
         if finite and x.shape[1] > 1 and _matches_some_block(o, x, masked_zero=True):
             return ("the masked lanes of the last, partial block count in the sum (and the max): load them with "
                     "other=float('-inf'), so that they add exp(-inf) = 0 and never win the max")
+        if note == "all far below 0" and not finite:
+            return ("the running max must start at -inf, not 0: on a row whose values all lie far below 0 (here "
+                    "near -200) a max started at 0 stays 0, every exp(x - 0) underflows to 0 in fp32, l ends at 0 "
+                    "and exp(x - m) / l is 0/0 = NaN. Start with m = tl.full((), float('-inf'), tl.float32)")
         if note == "leading -inf" and torch.isnan(o).any():
             return ("NaN from a row that starts with whole blocks of -inf: there m_new is -inf and "
                     "exp(-inf - (-inf)) is NaN. While the running max is still -inf, subtract 0 instead "
@@ -95,6 +103,10 @@ def _diagnose(note, x):
         if not finite and note in ("large values", "one huge value"):
             return ("overflow: keep a running max m and compute exp(x - m); when a block raises the max, "
                     "rescale the running sum: l = l * exp(m_old - m_new) + sum(exp(x - m_new))")
+        if bool(torch.isnan(o).all()):  # compare drops this (it says "written") where the tracer saw the NaN stored
+            return ("nothing was written: every output is still the grader's NaN poison, so the second pass stores "
+                    "nothing. In write_softmax, loop over the row's blocks (tl.range(start, end, BLOCK, ...)), load "
+                    "each (mask cols < end) and tl.store exp(x - m) / l into out_row + cols with the same mask")
         if note == "one huge value":
             return ("the max came in the last block and earlier blocks were not rescaled: multiply the running "
                     "sum by exp(m_old - m_new) whenever the max grows")
@@ -164,7 +176,7 @@ def _two_pass_cases(softmax):
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float16):
         for rows, cols, note in SHAPES:
-            if dtype == torch.float16 and note in ("one huge value", "leading -inf", "many rows"):
+            if dtype == torch.float16 and note in ("one huge value", "leading -inf", "all far below 0", "many rows"):
                 continue  # keep the fp16 pass short
             label = f"{rows}x{cols} {str(dtype)[6:]}" + (f" ({note})" if note else "")
             yield _graded(label, softmax, _input(rows, cols, note, dtype, gen), note, dtype)

@@ -53,7 +53,7 @@ from .inputs import (
     transposed,
 )
 from .memory import Snapshot, alias_case, input_names, storage_overlap
-from .reports import Case, NotDone, Report, error_case
+from .reports import STILL_NONE, Case, NotDone, Report, error_case
 from .source import boolean_op_hint, launched_kernels
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "INPUT_PAD",
     "NotDone",
     "Report",
+    "STILL_NONE",
     "Snapshot",
     "TRACE_MAX_BYTES",
     "alias_case",

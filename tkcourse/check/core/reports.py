@@ -71,21 +71,55 @@ class NotDone(Exception):
     """The learner's function is still the stub."""
 
 
+LEARNERS_DIRS = ("exercises", "solutions")  # a frame in a file under one of these is the learner's code
+
+
+def _is_learners(filename: str) -> bool:
+    """``filename`` lies in a folder ``exercises/`` (or ``solutions/``): a folder of that name, not a substring of
+    some other path (a checkout in ``~/solutions-course`` would make every frame the learner's)."""
+    return any(part in LEARNERS_DIRS for part in filename.replace("\\", "/").split("/")[:-1])
+
+
+def _base(filename: str) -> str:
+    return filename.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def learners_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The line of the learner's code that raised ``exc``: the innermost frame in the learner's files, looked for
+    along the chain of exceptions too. Triton's interpreter re-raises an error of the kernel's body as
+    ``InterpreterError(...) from e``, whose own traceback stops at the launch; the kernel's line is in
+    ``e.__cause__``'s. Going inward stops at an exception that the learner's code raised itself (its last frame
+    is theirs, as ``raise ValueError`` in an ``except`` block): the one it handled is not where it went wrong. A
+    chain that loops is walked once. ``None`` where no frame of the learner's code is in the chain."""
+    found, seen = None, set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = traceback.extract_tb(exc.__traceback__)
+        found = next((f for f in reversed(tb) if _is_learners(f.filename)), None) or found
+        if tb and _is_learners(tb[-1].filename):
+            break
+        exc = exc.__cause__ if exc.__cause__ is not None else (None if exc.__suppress_context__ else exc.__context__)
+    return found
+
+
+#: What a grader says of a stub's placeholder left None (a lesson's hint may add what it saw).
+STILL_NONE = "something is still None: the stub's placeholder was not replaced"
+
+
 def error_case(label: str, exc: BaseException) -> Case:
     """A case whose call raised: say where, briefly."""
     if isinstance(exc, (NotImplementedError, NotDone)):
         return Case(label, "todo", str(exc) or "not implemented yet", "fill in the TODO parts")
     if isinstance(exc, mode.UnsupportedInInterpreter):
         return Case(label, "error", str(exc))
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = next((f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} ({f.name})" for f in reversed(tb)
-                  if "exercises" in f.filename or "solutions" in f.filename), "")
+    frame = learners_frame(exc)
+    where = f"{_base(frame.filename)}:{frame.lineno} ({frame.name})" if frame else ""
     text = f"{type(exc).__name__}: {exc}".strip()
     if len(text) > 600:
         text = text[:600] + " ..."
     hint = "your code raised; the message above says where" + (f": {where}" if where else "")
     if isinstance(exc, (TypeError, NameError)) and "NoneType" in str(exc):
-        hint = "something is still None: the stub's placeholder was not replaced"
+        hint = STILL_NONE
     elif "Loop-carried variable" in str(exc):  # Triton's compiler (on a GPU; the interpreter runs such a loop)
         hint = ("a value your loop carries changes its type inside the loop, such as an accumulator started in "
                 "fp16 while tl.dot returns fp32: accumulate in fp32 (tl.zeros(..., dtype=tl.float32)), or give "
