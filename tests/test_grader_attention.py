@@ -354,3 +354,58 @@ def test_backward_grader_names_an_off_by_one_mask_in_the_learners_kernel():
                            "pT = tl.where(offs_m[None, :] > offs_n[:, None], pT, 0.0)")],
                  "planted_backward_mask", "solutions/flash_attention_backward.py")
     assert_grader_catches("flash_attention_backward", mod, "causal mask off by one", "causal mask is off by one")
+
+
+# ----- slips planted in the lessons' own kernels -------------------------------------------------
+
+
+def _planted_kernel(lesson, old, new):
+    """solutions/<lesson>.py as a learner who finished the exercise has it (``answer_text``), ``old`` replaced."""
+    from pathlib import Path
+
+    from helpers import mutant
+
+    from tkcourse.stubs import answer_text
+
+    source = answer_text((Path(__file__).parents[1] / "solutions" / f"{lesson}.py").read_text())
+    return mutant(source, [(old, new)], f"planted_{lesson}_slip", f"solutions/{lesson}.py")
+
+
+def test_attention_grader_names_l_not_rescaled():
+    """acc rescaled by alpha, the running sum l_i not: the catch-all hint before, a missing rescale of l now."""
+    mod = _planted_kernel("flash_attention", "l_i = l_i * alpha + tl.sum(p, axis=1)", "l_i = l_i + tl.sum(p, axis=1)")
+    rep = assert_grader_catches("flash_attention", mod, "l not rescaled", "missing rescale of l")
+    assert "l_i = l_i * alpha" in rep.first_problem().hint, rep
+
+
+DKDV_DIAGONAL = "start_n, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, BLOCK_M, {})"
+
+
+@pytest.mark.parametrize("name, old, new, hint", [
+    ("the diagonal loop launched with MASK=False",  # causal blocks still skipped, the diagonal unmasked
+     DKDV_DIAGONAL.format(True), DKDV_DIAGONAL.format(False), "the diagonal block is not masked"),
+    ("the scale inside the loop as well as after it",  # dk = right · sm_scale · log2(e)
+     "dk += tl.dot(dsT.to(q.dtype), q)", "dk += tl.dot(dsT.to(q.dtype), q) * qk_scale",
+     "the scale is applied twice, once as qk_scale"),
+])
+def test_backward_grader_names_the_learners_slip(name, old, new, hint):
+    rep = assert_grader_catches("flash_attention_backward", _planted_kernel("flash_attention_backward", old, new),
+                                name, hint)
+    assert "dk" in rep.first_problem().label and "recompute P" not in rep.first_problem().hint, rep
+
+
+def test_backward_models_of_the_new_slips():
+    """The models: a diagonal block wider than N is no mask at all; an extra gain scales dq and dk only."""
+    q, k, v, do = (torch.randn(1, 1, 40, 16, generator=torch.Generator().manual_seed(i)) for i in range(4))
+    scale = 0.25
+    unmasked = model_backward(q, k, v, do, True, scale, mask=False)
+    for a, b in zip(model_backward(q, k, v, do, True, scale, diagonal_block=64), unmasked):
+        torch.testing.assert_close(a, b)
+    right = model_backward(q, k, v, do, True, scale)
+    blocked = model_backward(q, k, v, do, True, scale, diagonal_block=16)
+    same = torch.isclose(blocked[1], right[1]).all(-1).reshape(-1)  # per key: its column of P unchanged
+    assert same.tolist() == [j % 16 == 0 for j in range(40)]  # a key sees the earlier queries of its block too
+    gained = model_backward(q, k, v, do, True, scale, gain=2.0)
+    torch.testing.assert_close(gained[0], 2 * right[0])
+    torch.testing.assert_close(gained[1], 2 * right[1])
+    torch.testing.assert_close(gained[2], right[2])

@@ -163,3 +163,43 @@ def test_grader_never_crashes_on_a_function_that_changes_its_mind():
     rep = check.run("decode_attention", module=mod, quiet=True)
     assert rep.status == "fail" and "rows are NaN" in rep.first_problem().hint, rep
     assert mod.BLOCK_N == "sixty-four" and mod.INTERPRET is None
+
+
+ROW = "row = (page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh"
+#: Addressing slips of the split kernel, planted in the code a learner who finished the exercise has
+#: (``answer_text``): the mask hints the tracer's out-of-bounds accesses would give otherwise send the
+#: learner the wrong way, so the hint must name the address (or grid) and not a mask.
+ADDRESS_SLIPS = [
+    ("the slot taken as pos, not pos % PAGE_SIZE",  # loads past the end of K and V, under a right mask
+     (ROW, "row = (page.to(tl.int64) * PAGE_SIZE + pos) * HKV + kvh"),
+     "the slot in the page is pos % PAGE_SIZE, not pos"),
+    ("the split kernel launched on (B * Hq, splits)",  # programs past B * Hkv store past the end of M
+     ("decode_split[(B * Hkv, splits)]", "decode_split[(B * Hq, splits)]"),
+     "the split kernel's grid has B * Hq = 16 programs on its first axis, not B * Hkv = 4"),
+    ("HKV left out of the pool's row, kvh kept",  # reads the neighbouring tokens' rows: NaN, then wrong
+     (ROW, "row = (page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE) + kvh"),
+     "HKV is missing from the pool's row"),
+]
+
+
+@pytest.mark.parametrize("name, edit, hint", ADDRESS_SLIPS, ids=[s[0] for s in ADDRESS_SLIPS])
+def test_grader_names_the_address_slip_not_a_mask(name, edit, hint):
+    from tkcourse.stubs import answer_text
+
+    rep = assert_grader_catches("decode_attention", _mutant(edit, source=answer_text(SOURCE), name="planted_address"),
+                                name, hint)
+    bad = rep.first_problem()
+    assert "B=2 lengths [37, 100]" in bad.label, rep
+    for mask_words in ("give it one", "Mask the store", "unmasked tail", "check the block-table lookup"):
+        assert mask_words not in bad.hint, rep
+
+
+def test_address_models_are_the_lesson_rows():
+    """``reference``'s ``address``: the right row formula gives the right answer; HKV dropped reads other rows."""
+    args = grader.paged([37, 100], 16, 8, 2, 64, torch.float32, torch.Generator().manual_seed(0))
+    right = grader.reference(*args)
+    same = grader.reference(*args, address=lambda page, pos, kvh, ps, hkv: (page * ps + pos % ps) * hkv + kvh)
+    assert torch.equal(same, right)
+    assert not torch.allclose(grader.reference(*args, address=grader.NO_HKV), right)
+    slot = grader.reference(*args, address=grader.NO_SLOT)  # rows past the pool read NaN
+    assert torch.isnan(slot).any() and not torch.isnan(slot[0]).all()

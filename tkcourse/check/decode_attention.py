@@ -83,14 +83,16 @@ def poisoned(k_cache, v_cache, seq_lens, block_table):
 
 
 def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens=None, table=None, kv_head=None,
-              split=None, rescale=True, step=None, forget=""):
+              split=None, rescale=True, step=None, forget="", address=None):
     """Decode attention in float64 torch, and the usual mistakes by its keywords: ``lens`` (tokens each
     sequence attends to, default ``seq_lens``; 0 gives a NaN row), ``table`` (the block table used),
     ``kv_head(h, Hq, Hkv)`` (the KV head of query head h, default h // (Hq // Hkv)), and with ``split`` (tokens
     a split) the combine and the split kernel's loop: ``rescale`` the combine's weights exp(rescale · (m_i - m))
     (True: 1, the right rule; False: 0, partials summed as they are; ln 2 or log2(e): a max kept in one base and
     weighed in the other), ``forget`` "l" or "acc" (that running value not multiplied by alpha when the max
-    grows, each split walked ``step`` tokens at a time)."""
+    grows, each split walked ``step`` tokens at a time), ``address(page, pos, kvh, page_size, Hkv)`` (the row of the
+    pool, seen as (num_pages * page_size * Hkv, D), that a kernel reads for token ``pos`` on physical ``page`` and KV
+    head ``kvh``: a wrong formula for it; a row outside the pool reads NaN)."""
     B, Hq, D = q.shape
     page_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     scale = 1 / math.sqrt(D) if sm_scale is None else sm_scale
@@ -104,7 +106,15 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
             continue
         pos = torch.arange(n)
         rows = (table[b, pos // page_size], pos % page_size)
-        k, v = kc[rows][:, heads], vc[rows][:, heads]  # (n, Hq, D)
+        if address is None:
+            k, v = kc[rows][:, heads], vc[rows][:, heads]  # (n, Hq, D)
+        else:  # the pool read at the rows a wrong formula gives, NaN outside it
+            flat_k, flat_v = kc.reshape(-1, D), vc.reshape(-1, D)
+            at = torch.as_tensor(address(rows[0][:, None], pos[:, None], heads[None, :], page_size, Hkv)).long()
+            at = at.expand(n, Hq)
+            inside = ((at >= 0) & (at < flat_k.shape[0]))[..., None]
+            at = at.clamp(0, flat_k.shape[0] - 1)
+            k, v = (torch.where(inside, flat[at], float("nan")) for flat in (flat_k, flat_v))
         s = torch.einsum("hd,nhd->hn", qd[b], k) * scale
         if split is None or (rescale is True and not forget):
             out[b] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v)
@@ -126,6 +136,64 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
         out[b] = (sum(w_i[:, None] * a for w_i, (_, _, a) in zip(w, parts))
                   / sum(w_i * l_i for w_i, (_, l_i, _) in zip(w, parts))[:, None])
     return out
+
+
+# ----- the pool's addressing: wrong row formulas, modelled and named ----------------------------------
+
+#: Rows of the pool (seen as (num_pages * PAGE_SIZE * Hkv, D)) that two slips give, as ``reference``'s ``address``:
+#: HKV left out, (page * PAGE_SIZE + slot) + kvh; the slot taken as pos, not pos % PAGE_SIZE.
+NO_HKV = lambda page, pos, kvh, ps, hkv: page * ps + pos % ps + kvh  # noqa: E731
+NO_SLOT = lambda page, pos, kvh, ps, hkv: (page * ps + pos) * hkv + kvh  # noqa: E731
+
+HKV_HINT = ("HKV is missing from the pool's row: the pool (pages, PAGE_SIZE, Hkv, D) interleaves the KV heads, so a "
+            "token's row is (page * PAGE_SIZE + slot) * HKV + kvh (slot = pos % PAGE_SIZE, D values a row); "
+            "(page * PAGE_SIZE + slot) + kvh reads the heads of other tokens")
+SLOT_HINT = ("the slot in the page is pos % PAGE_SIZE, not pos: token pos lies on logical page pos // PAGE_SIZE, at "
+             "slot pos % PAGE_SIZE of its physical page, so its row of the pool is "
+             "(page * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh. With pos itself, every token past the first page of "
+             "its sequence reads a slot of another page (or past the end of the pool); your masks are not the "
+             "problem")
+
+
+def _address_oob(args):
+    """The out-of-bounds hint of the split kernel's addressing slips: loads of the pool past its end exactly
+    where the slot taken as pos (not pos % PAGE_SIZE) puts them, or accesses by programs bh >= B * Hkv only (a
+    grid of B * Hq programs, whose programs past B * Hkv read seq_lens past its end); ``""`` for any other
+    pattern, which keeps the mask hint."""
+    q, k, _, seq_lens, table = args
+    B, Hq, D = q.shape
+    ps, Hkv = k.shape[1], k.shape[2]
+    pool = k.numel()
+
+    def slot_offsets():
+        """The offsets into the pool of every (valid token, KV head) with the slot taken as pos."""
+        tab, offs = table.long().cpu(), []
+        for b, n in enumerate(int(n) for n in seq_lens):
+            pos = torch.arange(n)
+            row = NO_SLOT(tab[b, pos // ps][:, None], pos[:, None], torch.arange(Hkv)[None, :], ps, Hkv)
+            offs.append((row[..., None] * D + torch.arange(D)).reshape(-1))
+        return torch.cat(offs).numpy() if offs else np.zeros(0, np.int64)
+
+    def hint(bad, default):
+        if not bad or not all(o.derived for o in bad):
+            return ""
+        if all(o.kind == "load" and o.numel == pool for o in bad):
+            slots = slot_offsets()
+            if all(np.isin(np.asarray(o.offsets, dtype=np.int64), slots).all() for o in bad):
+                return SLOT_HINT
+        # the split kernel's programs past the batch (b = bh // HKV >= B: each loads seq_lens[b] past its B
+        # values); not the combine's, whose grid is B * Hq and which never reads seq_lens
+        if all(o.program[0] >= B * Hkv for o in bad) and any(o.kind == "load" and o.numel == B for o in bad):
+            lo, hi = min(o.program[0] for o in bad), max(o.program[0] for o in bad)
+            names = ", ".join(dict.fromkeys(o.tensor for o in bad))
+            grid = f"B * Hq = {B * Hq}" if hi + 1 == B * Hq else f"at least {hi + 1}"
+            return (f"the split kernel's grid has {grid} programs on its first axis, not B * Hkv = {B * Hkv}: "
+                    f"only programs {lo}..{hi} (bh >= B * Hkv) went out of bounds ({names}). Launch "
+                    "decode_split on (B * Hkv, splits): a program per (sequence, KV head, split), each handling the "
+                    "G = Hq // Hkv query heads that share its KV head; with b = bh // HKV a program bh >= B * Hkv "
+                    "has no sequence. The masks are not the problem")
+        return ""
+    return hint
 
 
 def _diagnose(args, unstored=lambda: ""):
@@ -164,6 +232,10 @@ def _diagnose(args, unstored=lambda: ""):
             if close(pool=(headless(k), headless(v))):
                 return ("the KV head is missing from the pool's row: the pool is (pages, PAGE_SIZE, Hkv, D), so token "
                         "pos of KV head kvh lies at row (page * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh, D values each")
+            if close(address=NO_HKV):
+                return HKV_HINT
+        if close(address=NO_SLOT):
+            return SLOT_HINT
         arange = torch.arange(table.shape[1], device=table.device)
         for skipped in (arange.expand_as(table), arange + table.shape[1] * torch.arange(B, device=table.device)[:, None]):
             if close(table=skipped):
@@ -345,7 +417,18 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     if not extra and block_n > k.shape[1]:
         extra = f"{GENERIC}; and {_spanning(block_n, k.shape[1])}"
     B, Hq, D = q.shape
-    g = graded_call(label, fn, call, kwargs=kwargs, oob_hint=_partials_oob(splits, B, Hq, D) if splits else None,
+    hints = [_address_oob(args)] + ([_partials_oob(splits, B, Hq, D)] if splits else [])
+
+    def oob_hint(bad, default):
+        for h in hints:
+            try:
+                found = h(bad, default)
+            except Exception:  # noqa: BLE001  (a diagnosis never crashes the grader: the default hint stays)
+                found = ""
+            if found:
+                return found
+        return ""
+    g = graded_call(label, fn, call, kwargs=kwargs, oob_hint=oob_hint,
                     mask="valid = pos < end, each token against its sequence's length (seq_lens[b]), on the loads")
     if isinstance(g, Case):
         return g

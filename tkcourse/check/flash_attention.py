@@ -71,8 +71,9 @@ def _unmasked_tail(q, k, v, scale, block):
     return reference(q, torch.cat([k, z], -2), torch.cat([v, z], -2), False, scale)
 
 
-def _no_rescale(q, k, v, causal, scale, block):
-    """The classic mistake: the running max grows but the accumulator is not rescaled."""
+def _no_rescale(q, k, v, causal, scale, block, forget="acc"):
+    """The classic mistake: the running max grows but ``forget`` ("acc" or "l"), the accumulator or the
+    running sum, is not rescaled."""
     q, k, v = q.double(), k.double(), v.double()
     n = q.shape[-2]
     s = scores(q, k, scale, causal)
@@ -83,8 +84,9 @@ def _no_rescale(q, k, v, causal, scale, block):
         sj = s[..., j:j + block]
         m_new = torch.maximum(m, sj.amax(-1))
         p = torch.exp(sj - m_new[..., None])
-        l = l * torch.exp(m - m_new) + p.sum(-1)
-        acc = acc + p @ v[..., j:j + block, :]  # missing: acc * exp(m - m_new)
+        alpha = torch.exp(m - m_new)
+        l = (l if forget == "l" else l * alpha) + p.sum(-1)  # missing: l * alpha
+        acc = (acc if forget == "acc" else acc * alpha[..., None]) + p @ v[..., j:j + block, :]  # missing: acc * alpha
         m = m_new
     return acc / l[..., None]
 
@@ -137,6 +139,10 @@ def _diagnose(q, k, v, causal, note=""):
             if close(_no_rescale(qc, kc, vc, causal, scale, block)):
                 return ("missing rescale: when the running max grows, multiply the accumulator (and l) by "
                         "exp(m_old - m_new) before adding p @ v")
+            if close(_no_rescale(qc, kc, vc, causal, scale, block, forget="l")):
+                return ("missing rescale of l: when the running max grows, the running sum shrinks as the "
+                        "accumulator does: l_i = l_i * alpha + tl.sum(p, axis=1), with alpha = exp(m_i - m_new), "
+                        "the alpha that rescales acc (acc = acc * alpha[:, None] + tl.dot(p, v))")
         if note == "strided":
             return ("a strided q, k or v is wrong while contiguous ones pass: the kernel reads all three with "
                     "one set of strides, so attention_forward makes them contiguous (prepare) before your "

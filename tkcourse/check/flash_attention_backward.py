@@ -32,6 +32,7 @@ from .core import (
 )
 from .flash_attention import scores
 
+LOG2E = 1.4426950408889634  # qk_scale = sm_scale · log2(e)
 SHAPES = [(2, 2, 100, 16, False), (1, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 1, 17, 64, True),
           (2, 1, 64, 32, False), (1, 1, 257, 16, True)]
 # (B, H, N, D, causal, layout)
@@ -42,10 +43,14 @@ MASK = ("offs_m < N on the query rows of lse and Δ in attn_bwd_dkdv_loop (other
         "of shape [N, HEAD_DIM], clip the tiles of Q, K, V, dO, dK and dV at row N themselves")
 
 
-def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False, diagonal=1):
+def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False, diagonal=1,
+             gain=1.0, diagonal_block=None):
     """dq, dk, dv in float64 by the lesson's formulas, with switches that reproduce the classic mistakes
     (``lse_base2``: P recomputed as exp2(s·log2(e) − lse), with the natural-log lse taken for a base-2 one;
-    ``diagonal``: P zeroed from this diagonal on, 1 by the definition, 0 or 2 a causal mask off by one)."""
+    ``diagonal``: P zeroed from this diagonal on, 1 by the definition, 0 or 2 a causal mask off by one;
+    ``gain``: dq and dk multiplied by it as well, an extra factor such as qk_scale; ``diagonal_block``: the
+    dK/dV programs' BLOCK_N keys, whose diagonal block is left unmasked while the query blocks before it are
+    skipped: P zeroed only where the query comes before its key's block)."""
     q, k, v, do = (t.double().cpu() for t in (q, k, v, do))
     n = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
@@ -55,13 +60,16 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
     p_forward = torch.exp(s - lse[..., None])
     o = (p_forward.masked_fill(causal_mask, 0.0) if causal else p_forward) @ v
     p = torch.exp(s - lse[..., None] * (math.log(2) if lse_base2 else 1.0))
-    if causal and mask:
+    if causal and mask and diagonal_block:
+        rows, cols = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        p = p.masked_fill(rows < cols // diagonal_block * diagonal_block, 0.0)
+    elif causal and mask:
         p = p.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(diagonal), 0.0)
     dv = p.transpose(-1, -2) @ do
     dp = do @ v.transpose(-1, -2)
     d = (do * o).sum(-1, keepdim=True) if delta else 0.0
     ds = p * (dp - d)
-    g = scale ** scale_power
+    g = scale ** scale_power * gain
     return ds @ k * g, ds.transpose(-1, -2) @ q * g, dv
 
 
@@ -94,6 +102,14 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
             return "Δ is missing: dS = P ∘ (dP − Δ) with Δ = rowsum(dO ∘ O), one value per query row"
         if close(scale_power=2):
             return "the scale is applied twice: P already includes it; dQ = dS·K·scale and dK = dSᵀ·Q·scale, once"
+        if which == "dk" and close(gain=scale * LOG2E):
+            return ("the scale is applied twice, once as qk_scale: dk += dot(dsT, q) * qk_scale in the loop and then "
+                    "dk *= sm_scale gives scale²·log2(e). qk_scale = sm_scale·log2(e) belongs only in the exponent of "
+                    "exp2; in attn_bwd_dkdv_loop add dot(dsT.to(q.dtype), q) with no scale, and multiply dk by "
+                    "sm_scale once, after the loops")
+        if which == "dk" and close(gain=LOG2E):
+            return ("dk is scaled by qk_scale = sm_scale·log2(e), not sm_scale: log2(e) belongs only in the "
+                    "exponent of exp2; multiply dk by sm_scale once, after the loops")
         if close(scale_power=0):
             return ("the scale is missing: dQ = dS·K·scale and dK = dSᵀ·Q·scale (the chain rule through "
                     "S = scale·QKᵀ; dV = Pᵀ·dO has none)")
@@ -104,6 +120,11 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
             return ("the causal mask is off by one: query i sees keys j <= i, key i itself included. Zero pT "
                     "(keys along the first axis) where key > query: tl.where(offs_m[None, :] >= offs_n[:, None], "
                     "pT, 0.0)")
+        if which != "dq" and causal and any(close(diagonal_block=b) for b in (16, 32, 64, 128, 256) if b < q.shape[-2]):
+            return ("the diagonal block is not masked: the query blocks before start_n are skipped as they must be, "
+                    "but the loop over the diagonal rows [start_n, min(start_n + BLOCK_N, N)) must run with "
+                    "MASK=True, so that pT is zeroed where key > query (tl.where(offs_m[None, :] >= "
+                    "offs_n[:, None], pT, 0.0)); only the rows after it, [start_n + BLOCK_N, N), run with MASK=False")
         if causal and close(mask=False):
             return ("the causal mask is forgotten: in attn_bwd_dkdv_loop, if MASK, zero pT where key > query "
                     "(tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)), and in attn_bwd_dkdv run the "
