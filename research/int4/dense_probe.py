@@ -37,7 +37,7 @@ def check():
         for M, N, K in ((300, 320, 2048), (1024, 4096, 4096)):
             x, w, p, s = problem(M, N, K, dtype, seed=M)
             same = torch.equal(fast.dequantize(p, s, GROUP), lesson.dequantize(p, s, GROUP))
-            y = fast._dense(x, p, s, GROUP).float()
+            y = fast.dense_matmul(x, p, s, GROUP).float()
             r = lesson.reference(x, p, s, GROUP).float()
             err = ((y - r).abs().max() / r.abs().max()).item()
             ok = same and err < 1e-2
@@ -91,7 +91,7 @@ def main(argv=None):
             for M in args.ms:
                 x, w, p, s = problem(M, N, K, dtype)
                 calls = {"cublas": lambda: x @ w.T, "library": lambda: fast.matmul(x, p, s, GROUP),
-                         "dense": lambda: fast._dense(x, p, s, GROUP),
+                         "dense": lambda: fast.dense_matmul(x, p, s, GROUP),
                          "dequantize": lambda: fast.dequantize(p, s, GROUP, x.dtype)}
                 for f in calls.values():  # compile and warm
                     f()

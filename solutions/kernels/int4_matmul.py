@@ -76,7 +76,7 @@ from .lean import MAX_ENTRIES, Lean, hooks_on, pdl_meta
 from .lean import tensor_key as _t
 
 __all__ = ["matmul", "int4_mm_kernel", "plan", "auto_split", "run", "config", "scales32", "CONFIGS", "FP32_SCALES",
-           "INT4_PDL", "FILL_PER_SM", "LEANS", "forget", "dequantize", "dequant_kernel", "DENSE_MIN_M"]
+           "INT4_PDL", "FILL_PER_SM", "LEANS", "forget", "dequantize", "dequant_kernel", "dense_matmul", "DENSE_MIN_M"]
 
 
 
@@ -505,8 +505,9 @@ DENSE_MIN_M = 1024
 _DENSE: set = set()  # keys of first calls that took the dense route
 
 
-def _dense(x, packed, scales, group_size):
-    """``x @ dequantize(...).T`` by cuBLAS on the dequantized weight in x's dtype (``DENSE_MIN_M``)."""
+def dense_matmul(x, packed, scales, group_size=128):
+    """``x @ dequantize(packed, scales, group_size).T`` by cuBLAS on the weight dequantized into x's dtype: what
+    ``matmul`` runs from ``DENSE_MIN_M`` rows on (no argument checks: ``matmul``'s first call made them)."""
     w = dequantize(packed, scales, group_size, x.dtype)
     return torch.matmul(x, w.T)
 
@@ -520,7 +521,7 @@ def matmul(x, packed, scales, group_size=128):
         return lesson.matmul(x, packed, scales, group_size)  # not tensors: the lesson's checks and errors
     if e is None:
         if key in _DENSE:
-            return _dense(x, packed, scales, group_size)
+            return dense_matmul(x, packed, scales, group_size)
         return _first(key, x, packed, scales, group_size)
     if FP32_SCALES:
         scales = scales32(scales)
@@ -549,7 +550,7 @@ def _first(key, x, packed, scales, group_size):
         if len(_DENSE) >= MAX_ENTRIES:
             _DENSE.clear()
         _DENSE.add(key)
-        return _dense(x, packed, scales, group_size)
+        return dense_matmul(x, packed, scales, group_size)
     y = torch.empty((M, N), dtype=x.dtype, device=x.device)
     out_shape = (*x.shape[:-1], N)
     template = torch.empty((), dtype=x.dtype, device=x.device).expand(M, N)  # empty_like: a new (M, N) tensor
