@@ -25,7 +25,7 @@ import torch
 
 import tkcourse  # noqa: F401  (the mode, before any kernel is defined)
 from benchmarks.int4_matmul import GROUP, WEIGHTS
-from research.int4.sweep import problem  # (M, N, K) of x and a quantized weight on the GPU
+from research.int4.sweep import in_turns, problem  # problem: (M, N, K) of x and a quantized weight on the GPU
 from solutions import int4_matmul as lesson
 from solutions.kernels import int4_matmul as fast
 from tkcourse.bench import graph_ms
@@ -93,14 +93,7 @@ def main(argv=None):
                 calls = {"cublas": lambda: x @ w.T, "library": lambda: fast.matmul(x, p, s, GROUP),
                          "dense": lambda: fast.dense_matmul(x, p, s, GROUP),
                          "dequantize": lambda: fast.dequantize(p, s, GROUP, x.dtype)}
-                for f in calls.values():  # compile and warm
-                    f()
-                times = {name: [] for name in calls}
-                for r in range(args.rounds):
-                    names = list(calls)
-                    names = names[r % len(names):] + names[:r % len(names)]
-                    for name in names:
-                        times[name].append(graph_ms(calls[name], rep=10))
+                times = in_turns(calls, args.rounds, rep=10)
                 med = {name: statistics.median(t) * 1e3 for name, t in times.items()}
                 row = (f"{str(dtype)[6:]:8} {N:5}x{K:<5} M {M:4} cuBLAS {med['cublas']:7.1f} us | library "
                        f"{med['library']:7.1f} ({med['cublas'] / med['library']:.2f}x)  dense {med['dense']:7.1f} "

@@ -21,10 +21,9 @@ import torch
 
 import tkcourse  # noqa: F401  (the mode, before any kernel is defined)
 from benchmarks.int4_matmul import GROUP, WEIGHTS
-from research.int4.sweep import problem  # (M, N, K) of x and a quantized weight on the GPU
+from research.int4.sweep import in_turns, problem  # problem: (M, N, K) of x and a quantized weight on the GPU
 from solutions import int4_matmul as lesson
 from solutions.kernels import int4_matmul as fast
-from tkcourse.bench import graph_ms
 
 cfg = fast.config
 SETS = {
@@ -86,14 +85,7 @@ def main(argv=None):
                 x, w, p, s = problem(M, N, K, dtype)
                 calls = {"cublas": lambda: x @ w.T}
                 calls.update({name: (lambda c=c: fast.run(x, p, s, GROUP, c)) for name, c in CANDIDATES.items()})
-                for f in calls.values():  # compile and warm
-                    f()
-                times = {name: [] for name in calls}
-                for r in range(args.rounds):
-                    names = list(calls)
-                    names = names[r % len(names):] + names[:r % len(names)]
-                    for name in names:
-                        times[name].append(graph_ms(calls[name], rep=20))
+                times = in_turns(calls, args.rounds, rep=20)
                 med = {name: statistics.median(t) for name, t in times.items()}
                 row = f"{str(dtype)[6:]:8} M {M:3} {N:5}x{K:<5} cuBLAS {med['cublas'] * 1e3:6.1f} us | " + "  ".join(
                     f"{name} {med[name] * 1e3:5.1f} ({med['cublas'] / med[name]:.2f}x)" for name in CANDIDATES)

@@ -56,6 +56,20 @@ SCALE_KINDS = (False,)  # fp32 scales too: (False, True)
 BUCKETS = {1: SWAP8, 4: SWAP8, 16: SMALL + SWAP8[::6], 128: LARGE}
 
 
+def in_turns(calls: dict, rounds: int, rep: int) -> dict:
+    """Each call's graph times (``graph_ms``, ms) over ``rounds`` rounds that take the calls in turns, each
+    round starting one further along, so that no call always runs first or after the same one. Calls
+    each ``calls`` value once first (compiling, warming)."""
+    for f in calls.values():
+        f()
+    times = {name: [] for name in calls}
+    for r in range(rounds):
+        names = list(calls)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(graph_ms(calls[name], rep=rep))
+    return times
+
+
 def problem(M, N, K, dtype, seed=0):
     g = torch.Generator(device="cpu").manual_seed(seed)
     w = (torch.randn(N, K, generator=g) * 0.02).to(dtype).cuda()
