@@ -9,14 +9,23 @@ is traced; aliasing and modified inputs fail (``core.attempt``).
 
 from __future__ import annotations
 
-import functools
 import math
 import traceback
 
 import torch
 
 from .. import mode
-from .core import attempt, describe_wrong, padded, random_sizes, refuses, row_padded, seeded, sliced_rows
+from .core import (
+    attempt,
+    describe_wrong,
+    exception_chain,
+    padded,
+    random_sizes,
+    refuses,
+    row_padded,
+    seeded,
+    sliced_rows,
+)
 
 # (M, N, K, layout): primes, size 1, K not a multiple of any BLOCK_K, transposed inputs
 SHAPES = [(67, 45, 29, ""), (128, 128, 64, ""), (1, 1, 1, ""), (1, 37, 300, ""), (131, 1, 17, ""),
@@ -161,43 +170,32 @@ def _acc_case(mod, gen):
 
 
 def _dot_acc_mismatch(exc) -> bool:
-    """Whether ``exc``, or an exception along its chain (``__cause__``/``__context__``, as Triton's interpreter
-    and compiler wrap it), is ``tl.dot``'s own check that ``acc`` has the dot's shape and out_dtype: what
+    """Whether ``exc``, or an exception along its chain (``core.exception_chain``: Triton's interpreter and
+    compiler wrap it), is ``tl.dot``'s own check that ``acc`` has the dot's shape and out_dtype: what
     ``acc = tl.dot(a, b, acc)`` raises with an fp16 ``acc`` (the out_dtype is fp32 by default). A bare
-    ``AssertionError`` from a frame named ``dot`` in Triton whose line tests ``acc``; a chain that loops is
-    walked once."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, AssertionError) and not str(exc):
-            for f in traceback.extract_tb(exc.__traceback__):
+    ``AssertionError`` from a frame named ``dot`` in Triton whose line tests ``acc``."""
+    for e in exception_chain(exc):
+        if isinstance(e, AssertionError) and not str(e):
+            for f in traceback.extract_tb(e.__traceback__):
                 if f.name == "dot" and "triton" in f.filename.replace("\\", "/") and "acc" in (f.line or "acc"):
                     return True
-        exc = exc.__cause__ if exc.__cause__ is not None else exc.__context__
     return False
 
 
-def _attempt(label, fn, args, expected, **kwargs):
-    """``core.attempt``, which also names what a raised error means when it is ``tl.dot``'s check of an fp16
-    accumulator (``acc = tl.dot(a, b, acc)``, the lesson's form): the error case alone says only where."""
-    if not callable(fn):
-        return attempt(label, fn, args, expected, **kwargs)
-    raised = []
+def _error_hint(exc, hint):
+    """``attempt``'s ``error_hint``: what a raised error means when it is ``tl.dot``'s check of an fp16
+    accumulator (``acc = tl.dot(a, b, acc)``, the lesson's form); the error case alone says only where."""
+    if not _dot_acc_mismatch(exc):
+        return ""
+    where = hint.partition("says where")[2].lstrip(": ")  # core's hint names the line, where it knows it
+    return ("tl.dot(a, b, acc) checks that acc has the dot's out_dtype, fp32 by default, and your accumulator is "
+            f"not fp32 (an fp16 acc = tl.zeros(..., dtype=tl.float16)?): {ACC_HINT}"
+            + (f". It raised at {where}" if where else ""))
 
-    @functools.wraps(fn)  # the same name and signature: the report and the input names stay the learner's
-    def watched(*a, **k):
-        try:
-            return fn(*a, **k)
-        except BaseException as exc:
-            raised.append(exc)
-            raise
-    case = attempt(label, watched, args, expected, **kwargs)
-    if case.status == "error" and raised and _dot_acc_mismatch(raised[-1]):
-        where = case.hint.partition("says where")[2].lstrip(": ")  # core's hint names the line, where it knows it
-        case.hint = ("tl.dot(a, b, acc) checks that acc has the dot's out_dtype, fp32 by default, and your "
-                     f"accumulator is not fp32 (an fp16 acc = tl.zeros(..., dtype=tl.float16)?): {ACC_HINT}"
-                     + (f". It raised at {where}" if where else ""))
-    return case
+
+def _attempt(label, fn, args, expected, **kwargs):
+    """``core.attempt`` with this lesson's ``error_hint``."""
+    return attempt(label, fn, args, expected, error_hint=_error_hint, **kwargs)
 
 
 def _fixed(mod, dtype, gen, shapes):

@@ -53,7 +53,7 @@ from .inputs import (
     transposed,
 )
 from .memory import Snapshot, alias_case, input_names, storage_overlap
-from .reports import STILL_NONE, Case, NotDone, Report, error_case
+from .reports import STILL_NONE, Case, NotDone, Report, error_case, exception_chain
 from .source import boolean_op_hint, launched_kernels
 
 __all__ = [
@@ -76,6 +76,7 @@ __all__ = [
     "describe",
     "describe_wrong",
     "error_case",
+    "exception_chain",
     "explain_warnings",
     "graded_call",
     "grading_seed",

@@ -38,11 +38,12 @@ class GradedCall:
 
 
 def graded_call(label, fn, args, *, kwargs=None, trace: bool = True, oob_hint=None,
-                mask: str | None = None) -> "GradedCall | Case":
+                mask: str | None = None, error_hint=None) -> "GradedCall | Case":
     """``fn(*args, **kwargs)`` under poisoned allocations and the tracer: a ``GradedCall``, or the Case of
     an out-of-bounds access (``oob_case``, with the lesson's ``oob_hint(bad, hint)`` where it gives one,
-    and its edge ``mask`` named) or of a raised error. ``None`` arguments (an optional input left out)
-    are not inputs."""
+    and its edge ``mask`` named) or of a raised error (``error_case``, with the lesson's
+    ``error_hint(exc, hint)`` where it gives one). ``None`` arguments (an optional input left out) are not
+    inputs."""
     inputs = {k: v for k, v in input_names(fn, args).items() if v is not None}
     fn_name = getattr(fn, "__name__", "function")
     snap = Snapshot(inputs)
@@ -59,7 +60,10 @@ def graded_call(label, fn, args, *, kwargs=None, trace: bool = True, oob_hint=No
             case.hint = oob_hint(exc.out_of_bounds, case.hint) or case.hint
         return case
     except Exception as exc:
-        return error_case(label, exc)
+        case = error_case(label, exc)
+        if error_hint is not None and case.status == "error":
+            case.hint = error_hint(exc, case.hint) or case.hint
+        return case
     return GradedCall(out, allocs, traces, inputs, snap, fn_name, fn, seen)
 
 
@@ -91,16 +95,17 @@ def returned_case(label, g: "GradedCall") -> Case | None:
 
 
 def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, mask: str | None = None,
-            **compare_kwargs) -> Case:
+            error_hint=None, **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
     for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
     the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
 
     ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say). ``oob_hint(bad, hint)``
-    may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``); ``mask``
+    may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``), and
+    ``error_hint(exc, hint)`` one for an error the call raised; ``mask``
     is the lesson's edge mask (``offsets < n``), which out-of-bounds hints name. A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
     """
-    g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint, mask=mask)
+    g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint, mask=mask, error_hint=error_hint)
     if isinstance(g, Case):
         return g
     out = g.out

@@ -84,6 +84,16 @@ def _base(filename: str) -> str:
     return filename.replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def exception_chain(exc: BaseException | None):
+    """``exc``, then the exceptions it was raised from or while handling (``__cause__``, else ``__context__``
+    unless suppressed), each once: a chain that loops ends."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ if exc.__cause__ is not None else (None if exc.__suppress_context__ else exc.__context__)
+
+
 def learners_frame(exc: BaseException) -> traceback.FrameSummary | None:
     """The line of the learner's code that raised ``exc``: the innermost frame in the learner's files, looked for
     along the chain of exceptions too. Triton's interpreter re-raises an error of the kernel's body as
@@ -91,14 +101,12 @@ def learners_frame(exc: BaseException) -> traceback.FrameSummary | None:
     ``e.__cause__``'s. Going inward stops at an exception that the learner's code raised itself (its last frame
     is theirs, as ``raise ValueError`` in an ``except`` block): the one it handled is not where it went wrong. A
     chain that loops is walked once. ``None`` where no frame of the learner's code is in the chain."""
-    found, seen = None, set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        tb = traceback.extract_tb(exc.__traceback__)
+    found = None
+    for e in exception_chain(exc):
+        tb = traceback.extract_tb(e.__traceback__)
         found = next((f for f in reversed(tb) if _is_learners(f.filename)), None) or found
         if tb and _is_learners(tb[-1].filename):
             break
-        exc = exc.__cause__ if exc.__cause__ is not None else (None if exc.__suppress_context__ else exc.__context__)
     return found
 
 
