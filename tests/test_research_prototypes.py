@@ -58,3 +58,14 @@ def test_the_table_ahead_prototype_gives_k_and_v_two_buffers_at_three_stages():
     library, ahead = out.splitlines()[-2:]
     assert "'1x128x128'" in library and "2x128x128" not in library, library
     assert "'2x128x128'" in ahead, ahead
+
+
+def test_the_tma_decode_prototype_is_right_in_the_interpreter():
+    """``research/decode/tma_pages.py``: the split kernel with K and V by tensor descriptors gives the library's
+    outputs (pages 16 and 32, boxes of 16 and 32 tokens, several boxes a step, one and several splits), lets no
+    NaN of the pool's rows past a sequence's end in, and keeps the library's NaN rows (a zero length, a page
+    outside the pool), in Triton's interpreter."""
+    run = subprocess.run([sys.executable, "research/decode/tma_pages.py"], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.count(": ok (") == 4 and "NaN rows [False, True]" in run.stdout, run.stdout
