@@ -109,6 +109,12 @@ PLANTED = [
      "A's rows come from pid_n"),
     ("the partial K step dropped", [("for k in range(k_steps):", "for k in range(K // BLOCK_K):")],
      "the last, partial K step is missing"),
+    ("the tiles taken row by row", [("        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)",
+                                     "        pid_m, pid_n = tile // num_pid_n, tile % num_pid_n")],
+     "the tiles were taken row by row"),
+    ("the tiles taken column by column", [("        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)",
+                                           "        pid_m, pid_n = tile % num_pid_m, tile // num_pid_m")],
+     "another order than the grouped one"),
     ("warp specialization left out", [(", warp_specialize=WARP_SPECIALIZE):", "):")], "warp_specialize=WARP_SPECIALIZE"),
 ]
 

@@ -3,11 +3,12 @@
 Every case gives fewer programs than tiles (so each program walks several tiles), a tile count that is
 not a multiple of the programs, ragged edges in M, N and K (the TMA's zeros stand in for masks) and, last,
 more programs than tiles. Besides the values, the tracer's record of C's stores must show each element
-stored once: a tile loop that starts right but steps by one computes the right matrix while doing some
-tiles several times. Hints come from models of the mistakes learners make (a loop that starts at tile 0,
-stops a tile early or never loops; an accumulator carried from one tile to the next; offsets counted in
-blocks, or A's and B's offsets swapped; the last, partial K step dropped) compared with what the kernel
-returned.
+stored once, by the program the grouped order gives it: a tile loop that starts right but steps by one
+computes the right matrix while doing some tiles several times, and one that takes the tiles row by row
+computes it in an order that loses the L2's reuse. Hints come from models of the mistakes learners make
+(a loop that starts at tile 0, stops a tile early or never loops; an accumulator carried from one tile to
+the next; offsets counted in blocks, or A's and B's offsets swapped; the last, partial K step dropped)
+compared with what the kernel returned.
 """
 
 from __future__ import annotations
@@ -211,6 +212,39 @@ def _repeated_case(label, out, traces) -> Case | None:
     return None
 
 
+def _order_case(label, out, traces, cfg, programs) -> Case | None:
+    """A failing case when the tracer saw C's tiles stored by other programs than the grouped order gives them
+    (program ``p`` takes tiles ``p``, ``p + programs``, ... of ``tile_order``): the right matrix, in another order."""
+    M, N = out.shape
+    tiles_m, tiles_n = _grid(M, N, cfg)
+    order = tile_order(tiles_m, tiles_n, cfg["GROUP_M"])
+    want = {tile: t % programs for t, tile in enumerate(order)}
+    row_major = {(t // tiles_n, t % tiles_n): t % programs for t in range(len(order))}
+    if row_major == want:
+        return None  # one row of tiles, or the grouped order falls to the programs as the row-major one does
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    for tr in traces:
+        for i, t in enumerate(tr.tensors):
+            if tuple(t.shape) != tuple(out.shape) or t.name not in ("c", "c_desc") or len(tr.launches) != 1:
+                continue
+            owner = tr.owner_map(i, kind="store")
+            got = {(r, c): int(owner[r * bm, c * bn]) for r in range(tiles_m) for c in range(tiles_n)}
+            if got == want:
+                return None
+            if got == row_major:
+                return Case(label, "fail", "the right matrix, but the tiles were taken row by row: program p stored "
+                            "tiles p, p + NUM_PROGRAMS, ... of the row-major order",
+                            "the tiles were taken row by row: take the tile's pid_m, pid_n from grouped_tile(tile, "
+                            "num_pid_m, num_pid_n, GROUP_M), whose grouped order keeps the tiles in flight neighbours, "
+                            "sharing A's rows and B's columns in the L2")
+            return Case(label, "fail", "the right matrix, but the tiles fell to the programs in another order than "
+                        "the grouped one (program p takes tiles p, p + NUM_PROGRAMS, ... of grouped_tile's order)",
+                        "the tiles fell to the programs in another order than the grouped one: step the tile loop by "
+                        "NUM_PROGRAMS from tl.program_id(axis=0) and take pid_m, pid_n from grouped_tile(tile, "
+                        "num_pid_m, num_pid_n, GROUP_M)")
+    return None
+
+
 def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
     label = f"M={M} N={N} K={K} {str(dtype)[6:]}, {programs} program{'s' if programs > 1 else ''}"
     a = padded((torch.randn(M, K, generator=gen, dtype=torch.float64) / math.sqrt(K)).to(dtype).to(mode.DEVICE))
@@ -236,7 +270,7 @@ def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
     changed = g.snap.case(label, g.fn_name)
     if changed is not None:
         return changed
-    return _repeated_case(label, g.out, g.traces) or case
+    return _repeated_case(label, g.out, g.traces) or _order_case(label, g.out, g.traces, cfg, programs) or case
 
 
 def _warp_specialize_case(mod) -> Case:
