@@ -218,6 +218,21 @@ def test_many_rows_go_to_cublas_on_the_dequantized_weight(monkeypatch):
     assert not fast._DENSE
 
 
+def test_the_dense_route_without_room_for_the_16_bit_weight_runs_the_int4_kernel(monkeypatch):
+    fast.forget()
+    monkeypatch.setattr(fast, "DENSE_MIN_M", 5)
+
+    def no_room(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 112.00 MiB")
+    monkeypatch.setattr(fast, "dequantize", no_room)
+    x, packed, scales = _problem(6, 40, 256, 64)
+    for _ in range(2):  # routed on the first call, and the second finds the key routed
+        y = fast.matmul(x, packed, scales, 64)
+        assert y.shape == (6, 40) and _err(y, x, packed, scales, 64) < 2e-3
+    assert len(fast._DENSE) == 1
+    fast.forget()
+
+
 def test_the_dense_route_starts_at_dense_min_m():
     fast.forget()
     assert fast.DENSE_MIN_M is not None

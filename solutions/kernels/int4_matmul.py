@@ -496,7 +496,8 @@ DEQUANT_WARPS = 4
 #: From this many rows of x on, ``matmul`` dequantizes the weight into x's dtype (``dequantize``) and hands
 #: the product to cuBLAS: its 16-bit weight's extra bytes (three times the packed weight's, written once
 #: and read once) cost less than the int4 kernels' dequantization inside every tile, which the tensor
-#: cores wait on. The call holds a 16-bit copy of the weight while it runs. None: never. On the H200
+#: cores wait on. The call holds a 16-bit copy of the weight while it runs (where it cannot, the int4
+#: kernel runs instead). None: never. On the H200
 #: (``research/int4/dense_probe.py``, log ``research/int4/logs/dense_probe_second.log``, the four weight
 #: shapes, fp16 and bf16), x cuBLAS on the 16-bit weight: at 1024 rows 0.79-0.83 against the Gluon
 #: kernel's 0.67-0.72, at 2048 0.86-0.92 against 0.62-0.73, at 4096 0.96-1.03 against the 128-row tile's
@@ -507,8 +508,12 @@ _DENSE: set = set()  # keys of first calls that took the dense route
 
 def dense_matmul(x, packed, scales, group_size=128):
     """``x @ dequantize(packed, scales, group_size).T`` by cuBLAS on the weight dequantized into x's dtype: what
-    ``matmul`` runs from ``DENSE_MIN_M`` rows on (no argument checks: ``matmul``'s first call made them)."""
-    w = dequantize(packed, scales, group_size, x.dtype)
+    ``matmul`` runs from ``DENSE_MIN_M`` rows on (no argument checks: ``matmul``'s first call made them).
+    Where the device has no room for the 16-bit weight, the int4 kernel takes the product, which needs none."""
+    try:
+        w = dequantize(packed, scales, group_size, x.dtype)
+    except torch.OutOfMemoryError:
+        return run(x, packed, scales, group_size)
     return torch.matmul(x, w.T)
 
 
