@@ -23,8 +23,8 @@ def host_and_gpu_time(fn: Callable[[], object], n: int = 50) -> dict:
       moment the idle GPU could start until it finished the call's last kernel, so the host's launch
       latency plus the GPU's work;
     * ``sync_us``: wall clock from that call until ``torch.cuda.synchronize()`` returned;
-    * ``eager_us``: ``do_bench``'s median, calls back to back as a learner makes them (the bench
-      table's ``ms``); ``graph_us``: the call replayed from a CUDA graph (``graph_ms``), the GPU alone,
+    * ``eager_us``: ``do_bench``'s median, each call after an L2 clear that hides host time shorter than
+      the clear (the bench table's ``ms``); ``graph_us``: the call replayed from a CUDA graph (``graph_ms``), the GPU alone,
       or None where the call cannot be captured.
     """
     refuse_in_interpreter()
