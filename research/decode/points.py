@@ -32,6 +32,17 @@ def shape(name: str, rows: list):
     return (q, k, v, seq_lens, table), ref, base
 
 
+def with_plan(name: str, rows: list):
+    """``shape(name, rows)`` and the library's plan for that shape, printed and kept in the shape's row:
+    ``(q, k, v, seq_lens, table), ref, base, plan``."""
+    tensors, ref, base = shape(name, rows)
+    q, k, _, _, table = tensors
+    plan = fast.plan_of(q, k, table)
+    print(f"{name}: the library's plan {plan}", flush=True)
+    rows[-1]["plan"] = [plan.block_n, plan.splits, plan.num_warps, plan.num_stages]
+    return tensors, ref, base, plan
+
+
 def measure(fn, ref, point: dict, shape: str, copy_us: float, sdpa_us: float, rows: list) -> None:
     """Time ``fn`` (its output checked against ``ref`` first) and append its row to ``rows``; a point that does
     not compile or fit is printed and left out."""

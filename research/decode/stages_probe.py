@@ -59,10 +59,7 @@ def main(argv=None):
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, "page 16", flush=True)
     rows = []
     for name in args.shapes.split(","):
-        (q, k, v, seq_lens, table), ref, base = sweep.shape(name, rows)
-        plan = fast.plan_of(q, k, table)
-        print(f"{name}: the library's plan {plan}", flush=True)
-        rows[-1]["plan"] = [plan.block_n, plan.splits, plan.num_warps, plan.num_stages]
+        (q, k, v, seq_lens, table), ref, base, plan = sweep.with_plan(name, rows)
         copy_us, sdpa_us = base["copy"], base["sdpa"]
         for bn, splits, warps, stages in points(name, plan):
             if time.time() - t0 > BUDGET_S:

@@ -32,7 +32,6 @@ import triton  # noqa: E402
 import points as sweep  # noqa: E402  (this folder's shared sweep loop)
 import tma_pages  # noqa: E402
 
-from solutions.kernels import decode_attention as fast  # noqa: E402
 from solutions.kernels import decode_plan  # noqa: E402
 
 BUDGET_S = 420  # no new point after this many seconds
@@ -59,10 +58,7 @@ def main(argv=None):
     rows = []
     best = []
     for name in args.shapes.split(","):
-        (q, k, v, seq_lens, table), ref, base = sweep.shape(name, rows)
-        plan = fast.plan_of(q, k, table)
-        print(f"{name}: the library's plan {plan}", flush=True)
-        rows[-1]["plan"] = [plan.block_n, plan.splits, plan.num_warps, plan.num_stages]
+        (q, k, v, seq_lens, table), ref, base, plan = sweep.with_plan(name, rows)
         own = (plan.block_n, plan.splits, plan.num_warps, plan.num_stages)
         others = dict.fromkeys([own] + [(bn, plan.splits, w, st) for bn, _, w, st in best])  # the plan's splits
         pts = grid_long() if name == "B1-N32768" else list(others)
