@@ -9,9 +9,15 @@ setting, and the two tables say what a change of the route would do to the recor
 ``--min-n 64,1=1024`` sets ``PINGPONG_MIN_N[(64, True)]`` to 1024 (the ping-pong kernel from 1024 tokens at
 D 64 with the causal mask); ``--early 64,1=0`` sets ``EARLY[(64, True)]``; ``--persistent-max-n 1=0`` sets
 ``PERSISTENT_MAX_N[True]`` (0: a program a tile at every length). What was set is printed first.
+
+    python3 research/hopper/route_bench.py --ratios A.csv B.csv ...
+
+prints, for each file, the library's forward against cuDNN (eager and graph) at each of its shapes and dtypes.
 """
 
+import csv
 import sys
+from pathlib import Path
 
 import tkcourse  # noqa: F401  (the mode, before any kernel is defined)
 from solutions.kernels import attention
@@ -46,5 +52,20 @@ def settings(argv):
     return rest
 
 
+def ratios(paths):
+    """cuDNN's time over the library's (``triton``), eager and graph, a line per shape and dtype of each file."""
+    for path in paths:
+        rows = [r for r in csv.DictReader(open(path)) if r["kernel"] == "attention_fwd"]
+        by = {(r["shape"], r["dtype"], r["provider"]): r for r in rows}
+        for (shape, dtype, provider), r in sorted(by.items()):
+            c = by.get((shape, dtype, "sdpa-cudnn"))
+            if provider == "triton" and c:
+                print(f"{Path(path).name:24s} {shape:28s} {dtype:9s} x cuDNN eager {float(c['ms']) / float(r['ms']):.3f} "
+                      f"graph {float(c['graph_ms']) / float(r['graph_ms']):.3f} ({float(r['ms']) * 1e3:.1f} us)")
+
+
 if __name__ == "__main__":
-    raise SystemExit(main(["bench", *settings(sys.argv[1:])]))
+    if sys.argv[1:2] == ["--ratios"]:
+        ratios(sys.argv[2:])
+    else:
+        raise SystemExit(main(["bench", *settings(sys.argv[1:])]))
