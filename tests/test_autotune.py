@@ -522,6 +522,11 @@ PLANTED_PRUNES = [
      lambda configs, *a, **k: list(_in_place(configs, *a, **k)), "changed the list it was given"),
     ("num_stages clamped in the caller's dicts", lambda configs, *a, **k: _clamping(configs, *a, **k),
      "changed a config dict"),
+    # a finished prune that the stub's check once took for the stub, and one the lesson's cells cannot read
+    ("every config when none fits", lambda configs, *a, **k: sol.prune(configs, *a, **k) or list(configs),
+     "when none fits it returns the empty list"),
+    ("a generator returned", lambda configs, *a, **k: (c for c in sol.prune(configs, *a, **k)),
+     "return a list of the config dicts"),
 ]
 
 

@@ -156,13 +156,13 @@ def _grader_planted(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
 
 
 def _matmul_module(bug, grid_m=None, alloc=None):
-    def matmul(a, b):
+    def matmul(a, b, config=None):
         if a.shape[1] != b.shape[0] or a.dtype != b.dtype:
             raise ValueError("shapes or dtypes")
         M, K = a.shape
         N = b.shape[1]
         c = (alloc or torch.empty)((M, N), dtype=a.dtype, device=a.device)
-        BM, BN, BK = 32, 32, 16
+        BM, BN, BK = (config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]) if config else (32, 32, 16)
         grid = ((grid_m or triton.cdiv)(M, BM), triton.cdiv(N, BN))
         _grader_planted[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                        BM=BM, BN=BN, BK=BK, BUG=bug)
@@ -184,6 +184,24 @@ def _matmul_module(bug, grid_m=None, alloc=None):
 ])
 def test_grader_catches_planted_mistake(name, module, hint):
     assert_grader_catches("matmul", module, name, hint)
+
+
+GRID = 'return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)'
+
+
+def test_grader_catches_a_grid_that_only_square_tiles_hide():
+    """The default config's tiles are square: a grid that counts M's tiles with BLOCK_N (and N's with BLOCK_M)
+    passes every case but the one whose config's tiles are not square, and its hint says so."""
+    from pathlib import Path
+
+    from helpers import mutant
+
+    swapped = GRID.replace('(M, meta["BLOCK_M"])', '(M, meta["BLOCK_N"])').replace('(N, meta["BLOCK_N"])',
+                                                                                 '(N, meta["BLOCK_M"])')
+    module = mutant(Path("solutions/matmul.py").read_text(), [(GRID, swapped)], "planted_matmul_grid",
+                    "solutions/matmul.py")
+    bad = assert_grader_catches("matmul", module, "the grid's blocks swapped").first_problem()
+    assert "tiles not square" in bad.label and "cdiv(M, meta['BLOCK_M'])" in bad.hint, bad
 
 
 def test_grader_passes_a_correct_planted_kernel():

@@ -127,6 +127,8 @@ def _raises(x, y):
     ("store past the end of a torch.full output", _module(_unmasked, alloc=lambda x: torch.full_like(x, 7.0)),
      "unmasked tail"),
     ("loads past the end under a masked store", _module(_loads_unmasked), "loads past the end of x"),
+    ("the grid with 1024 typed in for BLOCK", _module(_good, grid=lambda n, B: triton.cdiv(n, 1024)),
+     "the launcher must use the BLOCK it is given"),
 ])
 def test_grader_catches_planted_mistake(name, module, hint):
     rep = assert_grader_catches("vector_add", module, name, hint)

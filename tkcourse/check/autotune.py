@@ -124,6 +124,10 @@ def _mistakes(space, M, N, K, db, limit):
                       "fp32), not a fixed 2", lambda c: smem(c, 2) <= limit))
     for hint, rule in cands:
         yield hint, {_key(c) for c in space if rule(c)}
+    if not any(smem(c, db) <= limit and size(c) for c in space):  # nothing fits: a fallback keeps everything
+        yield ("nothing fits here, and prune returned every config: prune drops each config that does not fit, "
+               "so when none fits it returns the empty list (return kept, not kept or configs)"), \
+            {_key(c) for c in space}
 
 
 def _floor_hint(floor: int, sides: tuple, M: int, N: int, K: int) -> str:
@@ -173,9 +177,11 @@ def _diagnose(prune, space, kept, M, N, K, db, limit) -> str:
 
 
 def _keeps_everything(prune, space) -> bool:
-    """True for the stub: prune keeps every config even when nothing can fit."""
+    """True for the stub: prune keeps every config even when nothing can fit, and also where only some can (a
+    prune that falls back to every config when none fits, ``return kept or configs``, is finished, and wrong)."""
     try:
-        return len(list(prune([dict(c) for c in space], 1, 1, 1, dtype_bytes=2, smem_limit=1))) == len(space)
+        return all(len(list(prune([dict(c) for c in space], n, n, n, dtype_bytes=2, smem_limit=limit))) == len(space)
+                   for n, limit in ((1, 1), (4096, TIGHT)))
     except Exception:
         return False
 
@@ -216,11 +222,11 @@ def _check_prune(prune, label, space, M, N, K, db, limit, must_keep=None, must_k
     if bad is not None:
         bad.label = label
         return bad
-    try:
-        kept = list(kept)
-    except TypeError:
+    if not isinstance(kept, list):  # a generator, say: the lesson's cells take its len() and test `in` twice
         return Case(label, "fail", f"prune returned a {type(kept).__name__}, not a list",
-                    "return a list of the config dicts you keep")
+                    "return a list of the config dicts you keep (kept = [c for c in configs if ...]): the autotuner "
+                    "and the lesson's cells take its length and look configs up in it more than once, which a "
+                    "generator cannot give")
     if not all(isinstance(c, dict) for c in kept):
         bad = next(c for c in kept if not isinstance(c, dict))
         return Case(label, "fail", f"prune returned a {type(bad).__name__} among the configs",

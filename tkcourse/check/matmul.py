@@ -3,7 +3,8 @@
 Fixed shapes (primes, size 1, K not a multiple of any BLOCK_K), strided layouts the API reads in place
 (transposed, a slice of a wider tensor, every other row), random shapes with K up to 1500 (a K loop
 bound hard-coded to fit the fixed shapes fails there), and one fp16 case whose dot products are long
-sums of positive values, where an fp16 accumulator loses digits that an fp32 one keeps. Every launch
+sums of positive values, where an fp16 accumulator loses digits that an fp32 one keeps, and one config
+whose tiles are not square (a grid that swaps BLOCK_M and BLOCK_N passes square ones). Every launch
 is traced; aliasing and modified inputs fail (``core.attempt``).
 """
 
@@ -33,7 +34,11 @@ SHAPES = [(67, 45, 29, ""), (128, 128, 64, ""), (1, 1, 1, ""), (1, 37, 300, ""),
           (40, 36, 70, "a row-padded"), (45, 20, 50, "b every other row")]
 N_RANDOM_K = (2, 1, 1500)  # random K (the first in the top quarter), between these bounds
 N_RANDOM_MN = (2, 1, 96)  # random M and N
-ACC_SHAPE = (32, 32, 2048)  # the fp16 accumulation case: long sums of positive values
+ACC_SHAPE = (32, 32, 2048)
+#: A config of tiles that are not square, and a C it cuts into 7 x 1 of them: the default config's tiles
+#: are square, so a grid or a (pid_m, pid_n) that swaps BLOCK_M and BLOCK_N passes everywhere else.
+TALL_TILE = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
+TALL_SHAPE = (100, 30, 40)  # the fp16 accumulation case: long sums of positive values
 # the edge masks that out-of-bounds hints name
 MASK = "(offs_m[:, None] < M) & (offs_n[None, :] < N) on the C tile, and k < K on the K slices of A and B"
 # an fp16 accumulator, in either form: acc += tl.dot(a, b).to(fp16) rounds, acc = tl.dot(a, b, acc) raises
@@ -219,6 +224,24 @@ def _random(mod, dtype, gen):
                        diagnose=_diagnose(a, b, ""), oob_hint=_oob_hint, mask=MASK)
 
 
+def _tall_tile_case(mod, dtype, gen):
+    """A config whose tiles are not square (``TALL_TILE``) on a C wider than tall and taller than its tiles: a
+    grid that counts M's tiles with BLOCK_N (or pid_m, pid_n mapped with the blocks swapped) leaves tiles out,
+    which square tiles hide."""
+    M, N, K = TALL_SHAPE
+    a, b = _inputs(M, N, K, "", dtype, gen)
+    atol, rtol = _tolerance(dtype)
+
+    def hint(o, e, wrong):
+        return (f"with BLOCK_M = {TALL_TILE['BLOCK_M']} and BLOCK_N = {TALL_TILE['BLOCK_N']} some tiles of C were "
+                "wrong or never written, though square tiles pass: the grid is cdiv(M, meta['BLOCK_M']) * "
+                "cdiv(N, meta['BLOCK_N']), and pid_m counts BLOCK_M rows, pid_n BLOCK_N columns")
+    label = (f"M={M} N={N} K={K} {str(dtype)[6:]}, config BLOCK_M={TALL_TILE['BLOCK_M']} "
+             f"BLOCK_N={TALL_TILE['BLOCK_N']} (tiles not square)")
+    return _attempt(label, mod.matmul, (a, b), a.double() @ b.double(), kwargs=dict(config=dict(TALL_TILE)),
+                    dtype=dtype, atol=atol, rtol=rtol, diagnose=hint, oob_hint=_oob_hint, mask=MASK)
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     first, *others = mode.float_dtypes()
@@ -226,6 +249,7 @@ def grade(mod):
     yield from _fixed(mod, first, gen, SHAPES[:1])
     yield from _random(mod, first, gen)
     yield from _fixed(mod, first, gen, SHAPES[1:])
+    yield _tall_tile_case(mod, first, gen)
     for dtype in others:
         if dtype == torch.float16:
             yield _acc_case(mod, gen)

@@ -2,9 +2,9 @@
 
 Fixed sizes with tails of every kind, then random sizes over five orders of magnitude (a grid or BLOCK
 hard-coded to fit the fixed sizes fails there), then strided inputs (``add`` must compute them: the
-launcher makes them contiguous). Every launch runs under the tracer, so a load or store past the end is
-reported however the output was allocated; an output that is an input, or an input the call changed,
-fails too (``core.attempt``).
+launcher makes them contiguous), then a BLOCK other than the default (a grid with 1024 typed in fails).
+Every launch runs under the tracer, so a load or store past the end is reported however the output was
+allocated; an output that is an input, or an input the call changed, fails too (``core.attempt``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from .core import STILL_NONE, attempt, block_hint, padded, random_sizes, refuses
 SIZES = [98_433, 1, 1023, 1025, 4097, 77_777]  # tails of every kind; the large one first tells most
 N_RANDOM = (3, 2, 400_000)  # how many random sizes, between what bounds
 MASK = "offsets < n"  # the edge mask that out-of-bounds hints name
+OTHER_BLOCK = 256  # one case passes add a BLOCK other than its default
 
 
 def _diagnose(o, e, wrong):
@@ -40,6 +41,20 @@ def _attempt(label, *args, **kwargs):
                      "(out = torch.empty_like(x)), launch add_kernel on a grid of triton.cdiv(n, BLOCK) programs "
                      "to fill it, and return it")
     return case
+
+
+def _own_block_case(mod, gen):
+    """``add(x, y, BLOCK=OTHER_BLOCK)``: every other case takes the default BLOCK, so a grid or a launch with
+    1024 typed in for BLOCK passes them."""
+    n = 5000
+    x, y = (padded(t) for t in _pair(n, torch.float32, gen))
+
+    def hint(o, e, wrong):
+        return (f"with BLOCK={OTHER_BLOCK} (not the default) {int(wrong.sum())} of {n} elements were wrong: the "
+                "launcher must use the BLOCK it is given, in the grid (triton.cdiv(n, BLOCK)) and in the launch "
+                "(BLOCK=BLOCK), not a number typed in")
+    return _attempt(f"n={n} float32, BLOCK={OTHER_BLOCK}", mod.add, (x, y), x + y, kwargs=dict(BLOCK=OTHER_BLOCK),
+                    diagnose=hint, mask=MASK)
 
 
 def _pair(n, dtype, gen):
@@ -73,6 +88,7 @@ def grade(mod):
                        mask=MASK)
     for dtype in dtypes[1:]:
         yield from _fixed(mod, dtype, gen)
+    yield _own_block_case(mod, gen)
     d = mode.DEVICE
     yield refuses("mismatched lengths raise ValueError", mod.add, torch.ones(3, device=d), torch.ones(4, device=d),
                   hint="the launcher's given first line, validate(x, y, ...), checks the shapes before launching: keep it")
