@@ -135,13 +135,13 @@ def _grader_planted(x_ptr, out_ptr, x_stride, out_stride, n_cols, BLOCK: tl.cons
         x = tl.load(x_ptr + row * stride + cols, mask=mask, other=other).to(tl.float32)
     z = x if BUG == "nomax" else x - tl.max(x, axis=0)
     num = tl.exp2(z) if BUG == "exp2" else tl.exp(z)  # exp2 without the log2(e) factor: 2**z
-    y = num / tl.sum(num, axis=0)
+    y = num / tl.sum(x, axis=0) if BUG == "sum_x" else num / tl.sum(num, axis=0)
     store_mask = cols <= n_cols if BUG == "store_le" else mask
-    out_row = row * out_stride * 1000 if BUG == "far" else row * out_stride
+    out_row = row * out_stride * 1000 if BUG == "far" else row * x_stride if BUG == "out_x_stride" else row * out_stride
     tl.store(out_ptr + out_row + cols, y.to(out_ptr.dtype.element_ty), mask=store_mask)
 
 
-def _softmax_module(bug, block=None, rows=None, contiguous=True, alloc=None, into=None, inplace=False):
+def _softmax_module(bug, block=None, rows=None, contiguous=True, alloc=None, into=None, inplace=False, col_strides=False):
     """A planted ``softmax``; ``alloc(x)`` makes the output, ``into="x"`` writes over x and returns it,
     ``inplace`` subtracts the row max from x in place first ("for stability")."""
     def softmax(x):
@@ -154,7 +154,8 @@ def _softmax_module(bug, block=None, rows=None, contiguous=True, alloc=None, int
         out = x if into == "x" else alloc(x) if alloc else torch.empty_like(x)
         BLOCK = block or triton.next_power_of_2(x.shape[1])
         grid = (rows(x.shape[0]) if rows else x.shape[0],)
-        _grader_planted[grid](x, out, x.stride(0), out.stride(0), x.shape[1], BLOCK=min(BLOCK, triton.next_power_of_2(x.shape[1])), BUG=bug)
+        strides = (x.stride(1), out.stride(1)) if col_strides else (x.stride(0), out.stride(0))
+        _grader_planted[grid](x, out, *strides, x.shape[1], BLOCK=min(BLOCK, triton.next_power_of_2(x.shape[1])), BUG=bug)
         return out
     return types.SimpleNamespace(softmax=softmax, __name__="planted")
 
@@ -173,6 +174,10 @@ def _softmax_module(bug, block=None, rows=None, contiguous=True, alloc=None, int
      "stores one element past the end of out"),
     ("loads past the end under a masked store", _softmax_module("loadnomask"), "loads past the end of x"),
     ("tl.exp2 without log2(e)", _softmax_module("exp2"), "tl.exp2(x) needs x * log2(e)"),
+    # mistakes whose first hints named another (a masked store, the row loop, the masked lanes)
+    ("out's row found with x's stride", _softmax_module("out_x_stride"), "stores whole blocks past the end of out"),
+    ("divided by the sum of x", _softmax_module("sum_x"), "divide by the sum of the exponentials"),
+    ("the column strides passed for the rows", _softmax_module("none", col_strides=True), "the rows overlap"),
 ])
 def test_grader_catches_planted_mistake(name, module, hint):
     assert_grader_catches("softmax", module, name, hint)

@@ -68,12 +68,20 @@ def _diagnose(note, n_cols, x=None):
         if len(nan_cols) and int(nan_cols[0]) > 0 and bool(torch.isnan(o[:, int(nan_cols[0]):]).all()):
             return (f"columns from {int(nan_cols[0])} on were never written: BLOCK must cover the whole row "
                     "(triton.next_power_of_2(n_cols))")
-        nan_rows = torch.isnan(o).all(dim=1)
+        nan = torch.isnan(o)
+        partly = nan.any(dim=1) & ~nan.all(dim=1)
+        if o.shape[0] > 1 and not bool(nan[0].any()) and bool(partly[1:].any()) and bool(nan[1:].any(dim=1).all()):
+            return ("the first row is written and every other row has unwritten elements, some of them only a few: "
+                    "the rows overlap, so a row starts too close to the last. Row i starts at i * x.stride(0) in x and i * out.stride(0) "
+                    "in out: pass the row strides, stride(0), not stride(1)")
+        nan_rows = nan.all(dim=1)
         if nan_rows.any() and not nan_rows.all():
             return ("some rows were never written: the kernel's loop over rows must reach every row (start at "
                     "tl.program_id(0), step by tl.num_programs(0), stop before n_rows)")
         ratio = o / e
-        if bool((ratio[~torch.isnan(ratio)] < 1).all()) and bool(torch.isclose(o.sum(1), e.sum(1) * ratio[:, 0]).all()):
+        known = ratio[~torch.isnan(ratio)]
+        if (bool((known > 0).all()) and bool((known < 1).all())
+                and bool(torch.isclose(o.sum(1), e.sum(1) * ratio[:, 0]).all())):
             return ("each row is scaled down by a constant: the masked lanes count in the sum. Load them as "
                     "-inf (other=float('-inf')) so exp gives 0 there")
         if not torch.isclose(o.sum(1), torch.ones_like(o.sum(1)), atol=1e-2).all():

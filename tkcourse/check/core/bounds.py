@@ -71,6 +71,11 @@ def oob_case(label: str, exc: "traffic.OutOfBoundsError", *, fn=None, mask: str 
     elif what == "store" and all(int(o.offsets.min()) == o.numel and o.offsets.size == 1 for o in mine):
         hint = (f"your kernel stores one element past the end of {t}: its mask lets one lane too many through "
                 f"(<= where < belongs?). Mask the store with {mask}")
+    elif what == "store" and lo > n and len({o.program for o in mine}) > 1:
+        hint = (f"your kernel stores whole blocks past the end of {t} (the tracer saw {saw}): several programs' "
+                "stores start beyond its last element, so this is not a missing mask but a block that starts too "
+                f"far: check the offsets' strides ({t}'s own, passed from the launcher, not another tensor's) and "
+                "the indices a program computes its block from")
     elif what == "store":
         hint = (f"unmasked tail: your kernel stores past the end of {t} (the tracer saw {saw}, however the "
                 f"output was allocated, torch.zeros included). Mask the store with {mask}, so the last, "
