@@ -525,6 +525,11 @@ PLANTED_PRUNES = [
     # a finished prune that the stub's check once took for the stub, and one the lesson's cells cannot read
     ("every config when none fits", lambda configs, *a, **k: sol.prune(configs, *a, **k) or list(configs),
      "when none fits it returns the empty list"),
+    ("a tile as large as the rule allows dropped (>= for >)",
+     _prune_by(lambda c, M, N, K, db, L: _est(c, db) <= L and _fits(c, M, N, K)
+               and c["BLOCK_K"] < max(16, 1 << (K - 1).bit_length())), ">, not >="),
+    ("BLOCK_K compared with N", _prune_by(lambda c, M, N, K, db, L: _est(c, db) <= L and _fits(c, M, N, N)),
+     "its own dimension"),
     ("a generator returned", lambda configs, *a, **k: (c for c in sol.prune(configs, *a, **k)),
      "return a list of the config dicts"),
 ]

@@ -48,6 +48,11 @@ def _fits_problem(c: dict, M: int, N: int, K: int, floor: int = 16, pow2=_pow2) 
             and c["BLOCK_K"] <= max(floor, pow2(K)))
 
 
+#: Problems (M, N, K, smem_limit) a wrong prune is asked about again when several usual mistakes give its
+#: answer to a graded case (an empty list, say): the mistakes that also give its answers there remain.
+PROBES = ((64, 64, 64, 227 * 1024), (1, 4096, 4096, TIGHT), (4096, 4096, 4096, TIGHT))
+
+
 def expected_prune(space, M, N, K, dtype_bytes, smem_limit) -> list[dict]:
     return [c for c in space if smem(c, dtype_bytes) <= smem_limit and _fits_problem(c, M, N, K)]
 
@@ -96,6 +101,15 @@ def _mistakes(space, M, N, K, db, limit):
         ("a config that needs exactly smem_limit bytes fits: keep it when the estimate is <= smem_limit "
          "(you compare with <)",
          lambda c: smem(c, db) < limit and size(c)),
+    ]
+    for sides in (("BLOCK_M", "BLOCK_N", "BLOCK_K"), ("BLOCK_M",), ("BLOCK_N",), ("BLOCK_K",)):  # >= for >
+        dim = {"BLOCK_M": "M", "BLOCK_N": "N", "BLOCK_K": "K"}[sides[-1]]
+        cands.append(((f"a tile side as large as max(16, next_pow2(dim)) is dropped ({', '.join(sides)}): it fits, "
+                       f"so drop only larger ones ({sides[-1]} > max(16, next_pow2({dim})): >, not >=)"),
+                      lambda c, sides=sides: smem(c, db) <= limit and size(c) and all(
+                          c[k] < max(16, _pow2(d)) for k, d in zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), (M, N, K))
+                          if k in sides)))
+    cands += [
         ("tiles larger than the problem are kept: a tile side above max(16, next_pow2(dim)) only computes "
          "masked-off zeros. Drop BLOCK_M > max(16, next_pow2(M)), and the same for N and K",
          lambda c: smem(c, db) <= limit),
@@ -109,6 +123,10 @@ def _mistakes(space, M, N, K, db, limit):
          lambda c: smem(c, db) <= limit and _fits_problem(c, N, M, K)),
         ("compare each tile side with its own dimension: BLOCK_M with M, BLOCK_N with N, BLOCK_K with K",
          lambda c: smem(c, db) <= limit and _fits_problem(c, K, N, M)),
+        ("compare each tile side with its own dimension: BLOCK_M with M, BLOCK_N with N, BLOCK_K with K",
+         lambda c: smem(c, db) <= limit and _fits_problem(c, M, N, N)),
+        ("compare each tile side with its own dimension: BLOCK_M with M, BLOCK_N with N, BLOCK_K with K",
+         lambda c: smem(c, db) <= limit and _fits_problem(c, M, N, M)),
     ]
     for floor in (32, 64, 128, 256):  # a floor above tl.dot's 16 (say 64, for Hopper's 64-row wgmma)
         m_only = lambda c, f=floor: (c["BLOCK_M"] <= max(f, _pow2(M)) and  # noqa: E731
@@ -162,13 +180,22 @@ def _tile_hint(extra, M, N, K) -> str:
 def _diagnose(prune, space, kept, M, N, K, db, limit) -> str:
     got = {_key(c) for c in kept}
     right = {_key(c) for c in expected_prune(space, M, N, K, db, limit)}
-    for hint, would in _mistakes(space, M, N, K, db, limit):
-        if got == would != right:
-            return hint
+    matches = [(i, hint) for i, (hint, would) in enumerate(_mistakes(space, M, N, K, db, limit)) if got == would != right]
+    for pM, pN, pK, plimit in PROBES:  # several mistakes give this answer here (nothing kept, say): ask prune more
+        if len({hint for _, hint in matches}) <= 1:
+            break
+        try:
+            pgot = {_key(c) for c in prune([dict(c) for c in space], pM, pN, pK, dtype_bytes=db, smem_limit=plimit)}
+        except Exception:
+            break
+        models = list(_mistakes(space, pM, pN, pK, db, plimit))
+        matches = [(i, hint) for i, hint in matches if i < len(models) and models[i] == (hint, pgot)]
+    if matches:
+        return matches[0][1]
     try:  # a prune that answers the same at any limit is not reading smem_limit
         loose = prune([dict(c) for c in space], M, N, K, dtype_bytes=db, smem_limit=10**12)
         tight = prune([dict(c) for c in space], M, N, K, dtype_bytes=db, smem_limit=TIGHT // 2)
-        if {_key(c) for c in loose} == {_key(c) for c in tight} == got:
+        if got and {_key(c) for c in loose} == {_key(c) for c in tight} == got:
             return ("prune gives the same answer whatever smem_limit is: compare the estimate with the "
                     "smem_limit argument, not a fixed number")
     except Exception:
