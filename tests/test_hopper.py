@@ -115,6 +115,14 @@ PLANTED = [
     ("the tiles taken column by column", [("        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)",
                                            "        pid_m, pid_n = tile % num_pid_m, tile // num_pid_m")],
      "another order than the grouped one"),
+    ("C's column offset with BLOCK_M", [("c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N]",
+                                         "c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_M]")],
+     "an offset uses one block for another"),
+    ("A's K offset with BLOCK_M", [("a_desc.load([pid_m * BLOCK_M, k * BLOCK_K])",
+                                    "a_desc.load([pid_m * BLOCK_M, k * BLOCK_M])")], "A's K offset counts BLOCK_M"),
+    ("B's column offset with BLOCK_K", [("b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])",
+                                         "b_desc.load([k * BLOCK_K, pid_n * BLOCK_K])")],
+     "B's column offset counts BLOCK_K"),
     ("warp specialization left out", [(", warp_specialize=WARP_SPECIALIZE):", "):")], "warp_specialize=WARP_SPECIALIZE"),
 ]
 
@@ -147,16 +155,20 @@ def test_grader_never_crashes_whatever_the_kernel_does(fn, words):
 
 
 def test_the_offset_models_differ_from_the_product_and_each_other():
-    """Each swapped-offsets model is wrong on a graded input, and no two agree: a hint names one mistake."""
-    a, b = _randn(37, 40).cpu(), _randn(40, 45, seed=1).cpu()
+    """Each swapped-offsets model is wrong on a graded input, and no two agree: a hint names one mistake. With
+    the equal blocks of most cases the models of one block taken for another are the product itself; with the
+    unequal blocks of the last case they are not."""
+    a, b = _randn(50, 150).cpu(), _randn(150, 70, seed=1).cpu()
     right = a.double() @ b.double()
-    bm, bn, bk = (grader.CONFIG[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    assert torch.allclose(grader.modelled(a, b, grader.CONFIG, lambda i, j, k: (i * bm, k * bk),
-                                          lambda i, j, k: (k * bk, j * bn)), right)  # the right offsets: the product
-    models = [grader.modelled(a, b, grader.CONFIG, a_at, b_at) for _, a_at, b_at in grader.offset_mistakes(grader.CONFIG)]
-    for i, m in enumerate(models):
-        assert not torch.allclose(m, right, atol=1e-2, rtol=1e-2), i
-        assert all(not torch.allclose(m, other, atol=1e-2, rtol=1e-2) for other in models[i + 1:]), i
+    for cfg, equal_block_models in ((grader.CONFIG, 2), (grader.UNEQUAL_CONFIG, 0)):
+        bm, bn, bk = (cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        assert torch.allclose(grader.modelled(a, b, cfg, lambda i, j, k: (i * bm, k * bk),
+                                              lambda i, j, k: (k * bk, j * bn)), right)  # the right offsets
+        models = [grader.modelled(a, b, cfg, a_at, b_at) for _, a_at, b_at in grader.offset_mistakes(cfg)]
+        wrong = [m for m in models if not torch.allclose(m, right, atol=1e-2, rtol=1e-2)]
+        assert len(wrong) == len(models) - equal_block_models, cfg
+        for i, m in enumerate(wrong):
+            assert all(not torch.allclose(m, other, atol=1e-2, rtol=1e-2) for other in wrong[i + 1:]), (cfg, i)
 
 
 def test_the_carried_accumulator_model_differs_from_the_product():

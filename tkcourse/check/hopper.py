@@ -1,8 +1,8 @@
 """Grader for lesson 12: ``matmul(a, b, config, programs)``, a persistent matmul on tensor descriptors.
 
 Every case gives fewer programs than tiles (so each program walks several tiles), a tile count that is
-not a multiple of the programs, ragged edges in M, N and K (the TMA's zeros stand in for masks) and, last,
-more programs than tiles. Besides the values, the tracer's record of C's stores must show each element
+not a multiple of the programs, ragged edges in M, N and K (the TMA's zeros stand in for masks), more
+programs than tiles and, last, blocks of three different sizes. Besides the values, the tracer's record of C's stores must show each element
 stored once, by the program the grouped order gives it: a tile loop that starts right but steps by one
 computes the right matrix while doing some tiles several times, and one that takes the tiles row by row
 computes it in an order that loses the L2's reuse. Hints come from models of the mistakes learners make
@@ -30,6 +30,10 @@ CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_st
 OFFSETS = ("Load at [pid_m * BLOCK_M, k * BLOCK_K] and [k * BLOCK_K, pid_n * BLOCK_N], store at "
            "[pid_m * BLOCK_M, pid_n * BLOCK_N]")
 GPU_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4, num_warps=4, num_stages=3, WARP_SPECIALIZE=False)
+#: In the interpreter, one case with three different blocks (``CONFIG``'s are all 16, so an offset such as
+#: ``pid_n * BLOCK_M`` or ``k * BLOCK_M`` is right there), on a C of several tiles each way.
+UNEQUAL_CONFIG = dict(CONFIG, BLOCK_N=32, BLOCK_K=64)
+UNEQUAL_SHAPE = (50, 70, 150, 3)
 
 
 def config() -> dict:
@@ -125,6 +129,10 @@ def offset_mistakes(cfg):
          "pid_m * BLOCK_M and column k * BLOCK_K", lambda i, j, k: (k * bk, i * bm), b_right),
         ("A's rows come from pid_n and B's columns from pid_m: A's block is [pid_m * BLOCK_M, k * BLOCK_K], "
          "B's [k * BLOCK_K, pid_n * BLOCK_N]", lambda i, j, k: (j * bm, k * bk), lambda i, j, k: (k * bk, i * bn)),
+        ("A's K offset counts BLOCK_M: A's block is [pid_m * BLOCK_M, k * BLOCK_K]",
+         lambda i, j, k: (i * bm, k * bm), b_right),
+        ("B's column offset counts BLOCK_K: B's block is [k * BLOCK_K, pid_n * BLOCK_N]",
+         a_right, lambda i, j, k: (k * bk, j * bk)),
     ]
 
 
@@ -297,6 +305,13 @@ def grade(mod):
     for dtype in others:
         for M, N, K, programs in (SHAPES[:3] if mode.INTERPRET else GPU_SHAPES[:2]):
             yield _case(mod, M, N, K, programs, dtype, gen, cfg)
+    if mode.INTERPRET:  # three different blocks: an offset that takes one block for another shows
+        case = _case(mod, *UNEQUAL_SHAPE, first, gen, UNEQUAL_CONFIG)
+        if case.status in ("fail", "error") and not case.hint.startswith(("A's", "B's")):
+            case.hint = (f"right with equal blocks, wrong with BLOCK_M={UNEQUAL_CONFIG['BLOCK_M']}, BLOCK_N="
+                         f"{UNEQUAL_CONFIG['BLOCK_N']} and BLOCK_K={UNEQUAL_CONFIG['BLOCK_K']}: an offset uses one "
+                         f"block for another. {OFFSETS}")
+        yield case
     if not mode.INTERPRET:  # the lesson's own configs, warp specialization among them, at one program per SM
         for name in ("CONFIG", "WS_CONFIG"):
             own = getattr(mod, name, None)
