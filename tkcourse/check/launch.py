@@ -151,6 +151,10 @@ def _key_cases(mod):
              ("rows of one stride, columns of another (strides (200, 1) and (200, 2))", big[:, :100], big[:, ::2],
               "put the whole x.stride() in it, not x.stride(0) alone: with columns that are not contiguous the plan "
               "copies x first, so two inputs of one row stride may need two plans"),
+             ("two shapes of one size and one stride ((8, 100) and (16, 50), rows of 128)", wide[:, :100],
+              torch.randn(16, 128, device=mode.DEVICE)[:, :50],
+              "put x.shape itself in it, not x.numel(): two shapes of one size need two grids, two BLOCKs and two "
+              "outputs"),
              ("float16 and bfloat16 (one element size)", base.half(), base.bfloat16(),
               "put x.dtype itself in it, not its size: float16 and bfloat16 take 2 bytes each, but the output is "
               "allocated in x's dtype and Triton compiles a kernel per pointer dtype"),
