@@ -394,6 +394,13 @@ def test_backward_grader_names_the_learners_slip(name, old, new, hint):
     assert "dk" in rep.first_problem().label and "recompute P" not in rep.first_problem().hint, rep
 
 
+def test_backward_grader_names_a_scaled_dv():
+    """dv multiplied by sm_scale with dk: the catch-all 'recompute P' hint before, dV's missing scale now."""
+    mod = _planted_kernel("flash_attention_backward", "    dk *= sm_scale  #", "    dv *= sm_scale\n    dk *= sm_scale  #")
+    rep = assert_grader_catches("flash_attention_backward", mod, "dv scaled", "dV = Pᵀ·dO has no scale")
+    assert "dv" in rep.first_problem().label, rep
+
+
 def test_backward_models_of_the_new_slips():
     """The models: a diagonal block wider than N is no mask at all; an extra gain scales dq and dk only."""
     q, k, v, do = (torch.randn(1, 1, 40, 16, generator=torch.Generator().manual_seed(i)) for i in range(4))

@@ -129,6 +129,15 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
             return ("the causal mask is forgotten: in attn_bwd_dkdv_loop, if MASK, zero pT where key > query "
                     "(tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)), and in attn_bwd_dkdv run the "
                     "diagonal rows [start_n, min(start_n + BLOCK_N, N)) with MASK=True")
+        r = right[idx].double().to(o.device)
+        factor = float((o.double() * r).sum() / (r * r).sum().clamp_min(1e-30))
+        if abs(factor - 1) > 0.05 and torch.allclose(o.double(), factor * r, atol=2e-2, rtol=2e-2):
+            if which == "dv":
+                return (f"your dv is the expected one times {factor:.4g}: dV = Pᵀ·dO has no scale (sm_scale and "
+                        "qk_scale belong in the exponent of P and in dk, dq), so accumulate dot(pT.to(do.dtype), do) "
+                        "and scale nothing")
+            return (f"your {which} is the expected one times {factor:.4g}: a factor is applied where it does not "
+                    "belong, or left out: dQ = dS·K·scale and dK = dSᵀ·Q·scale, each scaled once, dV = Pᵀ·dO not at all")
         if note == "strided":
             return ("a strided input (q, k, v, o transposed, or a stride-0 dO) gives a wrong result while "
                     "contiguous ones pass: the given check_inputs makes every tensor contiguous (prepare) "

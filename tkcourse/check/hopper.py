@@ -127,8 +127,10 @@ def offset_mistakes(cfg):
          "k * BLOCK_K and column pid_n * BLOCK_N", a_right, lambda i, j, k: (j * bn, k * bk)),
         ("A's block is loaded at [k * BLOCK_K, pid_m * BLOCK_M]: A is (M, K), so its block starts at row "
          "pid_m * BLOCK_M and column k * BLOCK_K", lambda i, j, k: (k * bk, i * bm), b_right),
-        ("A's rows come from pid_n and B's columns from pid_m: A's block is [pid_m * BLOCK_M, k * BLOCK_K], "
-         "B's [k * BLOCK_K, pid_n * BLOCK_N]", lambda i, j, k: (j * bm, k * bk), lambda i, j, k: (k * bk, i * bn)),
+        ("A's rows come from pid_n and B's columns from pid_m, or C's tile is stored at [pid_n * BLOCK_N, "
+         "pid_m * BLOCK_M] (both give this C): A's block is [pid_m * BLOCK_M, k * BLOCK_K], B's [k * BLOCK_K, "
+         "pid_n * BLOCK_N], C's [pid_m * BLOCK_M, pid_n * BLOCK_N]",
+         lambda i, j, k: (j * bm, k * bk), lambda i, j, k: (k * bk, i * bn)),
         ("A's K offset counts BLOCK_M: A's block is [pid_m * BLOCK_M, k * BLOCK_K]",
          lambda i, j, k: (i * bm, k * bm), b_right),
         ("B's column offset counts BLOCK_K: B's block is [k * BLOCK_K, pid_n * BLOCK_N]",
