@@ -189,7 +189,7 @@ def _diagnose(prune, space, kept, M, N, K, db, limit) -> str:
         except Exception:
             break
         models = list(_mistakes(space, pM, pN, pK, db, plimit))
-        matches = [(i, hint) for i, hint in matches if i < len(models) and models[i] == (hint, pgot)]
+        matches = [(i, hint) for i, hint in matches if i < len(models) and models[i][1] == pgot]  # hints name dims
     if matches:
         return matches[0][1]
     try:  # a prune that answers the same at any limit is not reading smem_limit
