@@ -394,6 +394,38 @@ def test_backward_grader_names_the_learners_slip(name, old, new, hint):
     assert "dk" in rep.first_problem().label and "recompute P" not in rep.first_problem().hint, rep
 
 
+DKDV_REST = "start_n + BLOCK_N, N, N, qk_scale, BLOCK_M, False)"
+
+
+@pytest.mark.parametrize("name, old, new, hint", [
+    ("the second loop from start_n", DKDV_REST, DKDV_REST.replace("start_n + BLOCK_N", "start_n"),
+     "the diagonal rows run twice"),
+    ("the second loop from start_n + BLOCK_M", DKDV_REST, DKDV_REST.replace("BLOCK_N", "BLOCK_M"),
+     "starts at start_n + BLOCK_M"),
+    ("the diagonal loop to start_n + BLOCK_M", DKDV_DIAGONAL.format(True),
+     DKDV_DIAGONAL.format(True).replace("start_n + BLOCK_N", "start_n + BLOCK_M"), "stops at start_n + BLOCK_M"),
+])
+def test_backward_grader_names_causal_loops_that_overlap_or_leave_a_gap(name, old, new, hint):
+    rep = assert_grader_catches("flash_attention_backward", _planted_kernel("flash_attention_backward", old, new),
+                                name, hint)
+    assert "the two causal loops overlap or leave a gap" in rep.first_problem().hint, rep
+
+
+def test_backward_loop_model_of_the_right_loops_is_the_gradient():
+    """The visits model with the launcher's blocks and the right loops gives the right dk and dv; its blocks are
+    the given launcher's."""
+    from solutions import flash_attention_backward as fb
+    from tkcourse.check import flash_attention_backward as grader
+
+    assert grader.DKDV_BLOCKS == (fb.DKDV_CONFIG["BLOCK_N"], fb.DKDV_CONFIG["BLOCK_M"])
+    q, k, v, do = (torch.randn(1, 1, 150, 16, generator=torch.Generator().manual_seed(i)) for i in range(4))
+    bn = grader.DKDV_BLOCKS[0]
+    right = model_backward(q, k, v, do, True, 0.25)
+    looped = model_backward(q, k, v, do, True, 0.25, loops=(bn, bn, bn))
+    for a, b in zip(right, looped):
+        torch.testing.assert_close(a, b)
+
+
 def test_backward_grader_names_a_scaled_dv():
     """dv multiplied by sm_scale with dk: the catch-all 'recompute P' hint before, dV's missing scale now."""
     mod = _planted_kernel("flash_attention_backward", "    dk *= sm_scale  #", "    dv *= sm_scale\n    dk *= sm_scale  #")

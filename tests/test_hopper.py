@@ -123,6 +123,9 @@ PLANTED = [
     ("B's column offset with BLOCK_K", [("b_desc.load([k * BLOCK_K, pid_n * BLOCK_N])",
                                          "b_desc.load([k * BLOCK_K, pid_n * BLOCK_K])")],
      "B's column offset counts BLOCK_K"),
+    ("grouped_tile's arguments swapped",
+     [("        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)",
+       "        pid_m, pid_n = grouped_tile(tile, num_pid_n, num_pid_m, GROUP_M)")], "num_pid_m and num_pid_n swapped"),
     ("warp specialization left out", [(", warp_specialize=WARP_SPECIALIZE):", "):")], "warp_specialize=WARP_SPECIALIZE"),
 ]
 

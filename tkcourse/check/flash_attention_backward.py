@@ -38,19 +38,24 @@ SHAPES = [(2, 2, 100, 16, False), (1, 2, 100, 16, True), (1, 1, 1, 16, False), (
 # (B, H, N, D, causal, layout)
 LAYOUTS = [(2, 2, 37, 16, True, "(B, N, H, D) transposed"), (1, 2, 24, 16, False, "dO of stride 0")]
 NAMES = ("dq", "dk", "dv")
+#: (BLOCK_N, BLOCK_M) of the dK/dV kernel as the lesson's given launcher runs it (``DKDV_CONFIG``): the loop
+#: models of the causal case count query rows in these blocks.
+DKDV_BLOCKS = (64, 32)
 # the edge masks that out-of-bounds hints name
 MASK = ("offs_m < N on the query rows of lse and Δ in attn_bwd_dkdv_loop (other=0); the given tensor descriptors, "
         "of shape [N, HEAD_DIM], clip the tiles of Q, K, V, dO, dK and dV at row N themselves")
 
 
 def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False, diagonal=1,
-             gain=1.0, diagonal_block=None):
+             gain=1.0, diagonal_block=None, loops=None):
     """dq, dk, dv in float64 by the lesson's formulas, with switches that reproduce the classic mistakes
     (``lse_base2``: P recomputed as exp2(s·log2(e) − lse), with the natural-log lse taken for a base-2 one;
     ``diagonal``: P zeroed from this diagonal on, 1 by the definition, 0 or 2 a causal mask off by one;
     ``gain``: dq and dk multiplied by it as well, an extra factor such as qk_scale; ``diagonal_block``: the
     dK/dV programs' BLOCK_N keys, whose diagonal block is left unmasked while the query blocks before it are
-    skipped: P zeroed only where the query comes before its key's block)."""
+    skipped: P zeroed only where the query comes before its key's block; ``loops``: (diag_len, rest_from,
+    block_n), the dK/dV program of the keys from start_n visits the queries [start_n, start_n + diag_len) masked
+    and [start_n + rest_from, N) unmasked, each visit adding its terms to dk and dv (dq is another kernel's))."""
     q, k, v, do = (t.double().cpu() for t in (q, k, v, do))
     n = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
@@ -65,12 +70,19 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
         p = p.masked_fill(rows < cols // diagonal_block * diagonal_block, 0.0)
     elif causal and mask:
         p = p.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(diagonal), 0.0)
-    dv = p.transpose(-1, -2) @ do
     dp = do @ v.transpose(-1, -2)
     d = (do * o).sum(-1, keepdim=True) if delta else 0.0
-    ds = p * (dp - d)
     g = scale ** scale_power * gain
-    return ds @ k * g, ds.transpose(-1, -2) @ q * g, dv
+    ds = p * (dp - d)
+    if causal and loops:  # how many times each (query, key) is visited by the key's program, as its loops run
+        diag_len, rest_from, block_n = loops
+        rows, cols = torch.arange(n)[:, None], torch.arange(n)[None, :]
+        start = cols // block_n * block_n
+        visits = (((rows >= start) & (rows < start + diag_len) & (rows >= cols)).double()
+                  + (rows >= start + rest_from).double())
+        p_all = torch.exp(s - lse[..., None])
+        return ds @ k * g, (p_all * visits * (dp - d)).transpose(-1, -2) @ q * g, (p_all * visits).transpose(-1, -2) @ do
+    return ds @ k * g, ds.transpose(-1, -2) @ q * g, p.transpose(-1, -2) @ do
 
 
 def forward(q, k, v, causal, scale):
@@ -125,6 +137,15 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
                     "but the loop over the diagonal rows [start_n, min(start_n + BLOCK_N, N)) must run with "
                     "MASK=True, so that pT is zeroed where key > query (tl.where(offs_m[None, :] >= "
                     "offs_n[:, None], pT, 0.0)); only the rows after it, [start_n + BLOCK_N, N), run with MASK=False")
+        if causal and which != "dq":
+            bn, bm = DKDV_BLOCKS
+            for diag_len, rest_from, what in ((bn, 0, "the second loop starts at start_n, so the diagonal rows run twice"),
+                                              (bn, bm, "the second loop starts at start_n + BLOCK_M, not + BLOCK_N"),
+                                              (bm, bn, "the diagonal loop stops at start_n + BLOCK_M, not + BLOCK_N")):
+                if close(loops=(diag_len, rest_from, bn)):
+                    return (f"the two causal loops overlap or leave a gap: {what}. The diagonal rows [start_n, "
+                            "min(start_n + BLOCK_N, N)) run once with MASK=True, then [start_n + BLOCK_N, N) with "
+                            "MASK=False: every query row once")
         if causal and close(mask=False):
             return ("the causal mask is forgotten: in attn_bwd_dkdv_loop, if MASK, zero pT where key > query "
                     "(tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)), and in attn_bwd_dkdv run the "

@@ -161,6 +161,12 @@ def _unwritten_hint(o, cfg, programs) -> str:
     if len(done) == total:
         return ""
     missing = set(range(total)) - done
+    tiles_m, tiles_n = _grid(*o.shape, cfg)
+    order = tile_order(tiles_m, tiles_n, cfg["GROUP_M"])
+    swapped = {(i, j) for i, j in tile_order(tiles_n, tiles_m, cfg["GROUP_M"]) if i < tiles_m and j < tiles_n}
+    if {order[t] for t in done} == swapped:
+        return ("the tiles written are those of grouped_tile with num_pid_m and num_pid_n swapped: call "
+                "grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M), tile rows first")
     if done == set(range(min(programs, total))):
         return (f"only tiles 0 to {min(programs, total) - 1} were written, one a program: loop over the tiles, "
                 "from the program's own id in steps of NUM_PROGRAMS, until num_tiles")
