@@ -77,6 +77,9 @@ PLANTED = [
      "the partial maxima are in natural-log units", SPLIT_CASE),
     ("the combine weighs with exp",
      [("w = tl.exp2(m_s - m)", "w = tl.exp(m_s - m)", 1)], "the combine weighs the splits with exp", SPLIT_CASE),
+    ("qk_scale on q and on the scores",
+     [("s = tl.dot(q, tl.trans(k)) * qk_scale  #", "s = tl.dot((q * qk_scale).to(q.dtype), tl.trans(k)) * qk_scale  #", 1)],
+     "the scale is applied twice", "B=2 lengths [37, 100]"),
 ]
 
 

@@ -267,6 +267,9 @@ def _diagnose(args, unstored=lambda: ""):
         if close(sm_scale=scale * math.log(2)):
             return ("tl.exp2 without log2(e): exp2(x) is exp(x · ln 2), so with exp2 multiply the scores by "
                     "log2(e) = 1.4427 (qk_scale = sm_scale * log2(e)), or use tl.exp")
+        if close(sm_scale=scale * scale * LOG2E):  # exp2 of (q·k) · qk_scale²: exp of (q·k) · scale² · log2(e)
+            return ("the scale is applied twice: qk_scale multiplies the scores once, s = dot(q, k.T) * qk_scale (not "
+                    "q * qk_scale as well)")
         if close(sm_scale=scale * LOG2E):
             return ("log2(e) in the scale but tl.exp in the softmax: use tl.exp2 with qk_scale = sm_scale * log2(e) "
                     "(in the split kernel and in the combine), or tl.exp with sm_scale alone")
