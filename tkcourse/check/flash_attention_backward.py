@@ -80,8 +80,8 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
         start = cols // block_n * block_n
         visits = (((rows >= start) & (rows < start + diag_len) & (rows >= cols)).double()
                   + (rows >= start + rest_from).double())
-        p_all = torch.exp(s - lse[..., None])
-        return ds @ k * g, (p_all * visits * (dp - d)).transpose(-1, -2) @ q * g, (p_all * visits).transpose(-1, -2) @ do
+        pv = p_forward * visits  # P before any mask: each visit masks (or not) by itself
+        return ds @ k * g, (pv * (dp - d)).transpose(-1, -2) @ q * g, pv.transpose(-1, -2) @ do
     return ds @ k * g, ds.transpose(-1, -2) @ q * g, p.transpose(-1, -2) @ do
 
 

@@ -210,21 +210,26 @@ def _diagnose(a, b, cfg, programs):
     return hint
 
 
-def _repeated_case(label, out, traces) -> Case | None:
-    """A failing case when the tracer saw an element of C stored more than once (a tile done twice)."""
+def _c_records(out, traces):
+    """(trace, index) of each traced tensor that is C (named ``c`` or ``c_desc``, of the output's shape)."""
     for tr in traces:
         for i, t in enumerate(tr.tensors):
-            if tuple(t.shape) != tuple(out.shape) or t.name not in ("c", "c_desc"):
-                continue
-            counts = tr.read_counts(i, kind="store")
-            most = int(counts.max()) if counts.size else 0
-            if most > 1:
-                twice = int((counts > 1).sum())
-                return Case(label, "fail",
-                            f"the right matrix, but {twice} of C's {counts.size} elements were stored more than once "
-                            f"(up to {most} times)",
-                            "some tiles were done by several programs: step the tile loop by NUM_PROGRAMS, "
-                            "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS), so each tile falls to one")
+            if tuple(t.shape) == tuple(out.shape) and t.name in ("c", "c_desc"):
+                yield tr, i
+
+
+def _repeated_case(label, out, traces) -> Case | None:
+    """A failing case when the tracer saw an element of C stored more than once (a tile done twice)."""
+    for tr, i in _c_records(out, traces):
+        counts = tr.read_counts(i, kind="store")
+        most = int(counts.max()) if counts.size else 0
+        if most > 1:
+            twice = int((counts > 1).sum())
+            return Case(label, "fail",
+                        f"the right matrix, but {twice} of C's {counts.size} elements were stored more than once "
+                        f"(up to {most} times)",
+                        "some tiles were done by several programs: step the tile loop by NUM_PROGRAMS, "
+                        "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS), so each tile falls to one")
     return None
 
 
@@ -239,25 +244,24 @@ def _order_case(label, out, traces, cfg, programs) -> Case | None:
     if row_major == want:
         return None  # one row of tiles, or the grouped order falls to the programs as the row-major one does
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-    for tr in traces:
-        for i, t in enumerate(tr.tensors):
-            if tuple(t.shape) != tuple(out.shape) or t.name not in ("c", "c_desc") or len(tr.launches) != 1:
-                continue
-            owner = tr.owner_map(i, kind="store")
-            got = {(r, c): int(owner[r * bm, c * bn]) for r in range(tiles_m) for c in range(tiles_n)}
-            if got == want:
-                return None
-            if got == row_major:
-                return Case(label, "fail", "the right matrix, but the tiles were taken row by row: program p stored "
-                            "tiles p, p + NUM_PROGRAMS, ... of the row-major order",
-                            "the tiles were taken row by row: take the tile's pid_m, pid_n from grouped_tile(tile, "
-                            "num_pid_m, num_pid_n, GROUP_M), whose grouped order keeps the tiles in flight neighbours, "
-                            "sharing A's rows and B's columns in the L2")
-            return Case(label, "fail", "the right matrix, but the tiles fell to the programs in another order than "
-                        "the grouped one (program p takes tiles p, p + NUM_PROGRAMS, ... of grouped_tile's order)",
-                        "the tiles fell to the programs in another order than the grouped one: step the tile loop by "
-                        "NUM_PROGRAMS from tl.program_id(axis=0) and take pid_m, pid_n from grouped_tile(tile, "
-                        "num_pid_m, num_pid_n, GROUP_M)")
+    for tr, i in _c_records(out, traces):
+        if len(tr.launches) != 1:
+            continue
+        owner = tr.owner_map(i, kind="store")
+        got = {(r, c): int(owner[r * bm, c * bn]) for r in range(tiles_m) for c in range(tiles_n)}
+        if got == want:
+            return None
+        if got == row_major:
+            return Case(label, "fail", "the right matrix, but the tiles were taken row by row: program p stored "
+                        "tiles p, p + NUM_PROGRAMS, ... of the row-major order",
+                        "the tiles were taken row by row: take the tile's pid_m, pid_n from grouped_tile(tile, "
+                        "num_pid_m, num_pid_n, GROUP_M), whose grouped order keeps the tiles in flight neighbours, "
+                        "sharing A's rows and B's columns in the L2")
+        return Case(label, "fail", "the right matrix, but the tiles fell to the programs in another order than "
+                    "the grouped one (program p takes tiles p, p + NUM_PROGRAMS, ... of grouped_tile's order)",
+                    "the tiles fell to the programs in another order than the grouped one: step the tile loop by "
+                    "NUM_PROGRAMS from tl.program_id(axis=0) and take pid_m, pid_n from grouped_tile(tile, "
+                    "num_pid_m, num_pid_n, GROUP_M)")
     return None
 
 
