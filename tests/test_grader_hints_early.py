@@ -40,6 +40,7 @@ def test_a_running_max_started_at_0_fails_on_rows_far_below_0():
 def test_the_correct_online_softmax_passes_the_rows_far_below_0():
     rep = check.run("online_softmax", module=_planted("online_softmax", name="faithful_softmax"), quiet=True)
     assert rep.passed and any("all far below 0" in c.label for c in rep.cases), rep
+    assert "on the parts" in rep.cases[-1].label, rep  # the two functions on parts of rows, past column 0
 
 
 def test_a_second_pass_that_stores_nothing_is_named():
@@ -51,6 +52,30 @@ def test_a_second_pass_that_stores_nothing_is_named():
                                 "write_softmax stores nothing", "the second pass stores nothing")
     bad = rep.first_problem()
     assert "never written by your kernel" in bad.detail and "do not sum to 1" not in bad.hint, rep
+
+
+_STATS_LOOP = ("for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):\n"
+               "        cols = block_start + tl.arange(0, BLOCK)\n        # evict_last")
+_WRITE_LOOP = ("for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):\n"
+               "        cols = block_start + tl.arange(0, BLOCK)\n        mask")
+
+
+@pytest.mark.parametrize("loops, hint", [
+    ((_STATS_LOOP,), "online_stats read the columns before start"),
+    ((_WRITE_LOOP,), "write_softmax stored the columns before start"),
+    ((_STATS_LOOP, _WRITE_LOOP), "online_stats read the columns before start: on x_row[start:end] it must take in "
+                                 "only those, so loop from start (tl.range(start, end, BLOCK, ...)), not from 0; "
+                                 "and write_softmax stored"),
+])
+def test_a_pass_that_loops_from_column_0_is_caught_on_a_part_of_a_row(loops, hint):
+    """The lesson's kernel calls both functions with start = 0, where a loop from 0 is right; the split-row kernel
+    passes a part's start. The grader calls them on parts of rows itself, after every case of the whole rows."""
+    edits = [(loop, loop.replace("tl.range(start,", "tl.range(0,")) for loop in loops]
+    mod = _planted("online_softmax", *edits, name="from_0_" + str(len(loops)) + loops[0][-4:])
+    rep = assert_grader_catches("online_softmax", mod, "a loop from column 0", hint)
+    bad = rep.first_problem()
+    assert "on the parts [0, 230), [230, 450)" in bad.label and bad is rep.cases[-1], rep
+    assert sum(c.status == "pass" for c in rep.cases) == len(rep.cases) - 1, rep
 
 
 # ----- lesson 03: the matmul ----------------------------------------------------------------------------

@@ -8,6 +8,9 @@ layouts of ``x`` (rows further apart than their width, every other row, a column
 ``x``: ``softmax`` must compute them all, as the solution does by reading rows in place and copying
 ``x`` whose columns are not contiguous); seeded random sizes over four orders of magnitude, which
 defeat a grid, a BLOCK or a loop bound hard-coded to the fixed sizes; then the inputs it must refuse.
+Last, the two functions on a part of a row, ``x_row[start:end]`` with ``start > 0``, as the split-row
+kernel of *Going further* calls them (the lesson's kernel only ever passes ``start = 0``): a grader kernel
+calls the module's ``online_stats`` and ``write_softmax`` on each of a row's parts, one launch a part.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ from __future__ import annotations
 import inspect
 
 import torch
+import triton
+import triton.language as tl
 
 from .. import mode
+from .. import triton_internals as ti
 from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows, transposed
 
 # rows shorter and longer than any block, one element, strided rows, values that overflow exp, values far below 0
@@ -145,6 +151,83 @@ def _graded(label, softmax, x, note, dtype=torch.float32, trace=True):
     return case
 
 
+# (start, end) of each part of a PARTS_COLS-column row, each launched alone, in this order; the later parts
+# start past 0, at columns that are not multiples of PARTS_BLOCK
+PARTS_COLS, PARTS_BLOCK = 700, 64
+PARTS = ((0, 230), (230, 450), (450, PARTS_COLS))
+
+
+@triton.jit
+def _part_softmax_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, start, end, STATS: tl.constexpr,
+                         WRITE: tl.constexpr, BLOCK: tl.constexpr):
+    """out[row, start:end] = softmax of x[row, start:end] alone, by the module's two functions."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row * x_row_stride
+    m, l = STATS(x_row, start, end, BLOCK, 1)
+    WRITE(x_row, out_ptr + row * out_row_stride, start, end, m, l, BLOCK, 1)
+
+
+def _part_softmax(mod):
+    """``x`` -> each part of each row softmaxed on its own by ``mod``'s functions (one launch a part)."""
+    def online_stats_and_write_softmax_on_parts(x):
+        out = torch.empty_like(x)
+        for start, end in PARTS:
+            _part_softmax_kernel[(x.shape[0],)](x, out, x.stride(0), out.stride(0), start, end,
+                                                STATS=mod.online_stats, WRITE=mod.write_softmax, BLOCK=PARTS_BLOCK)
+        return out
+    return online_stats_and_write_softmax_on_parts
+
+
+def _parts_model(x, stats_from_0=False, write_from_0=False):
+    """What the part launches leave in out when ``online_stats`` (``write_softmax``) loops from column 0
+    instead of ``start``: the stats take in the columns before the part; the store covers them too, so a
+    later part's launch overwrites the earlier parts' columns with its own (m, l)."""
+    xd = x.double().cpu()
+    out = torch.full_like(xd, float("nan"))
+    for start, end in PARTS:
+        part = xd[:, 0 if stats_from_0 else start:end]
+        m = part.amax(1, keepdim=True)
+        l = torch.exp(part - m).sum(1, keepdim=True)
+        cols = slice(0 if write_from_0 else start, end)
+        out[:, cols] = torch.exp(xd[:, cols] - m) / l
+    return out
+
+
+def _parts_hint(x):
+    def hint(o, e, wrong):
+        o = o.double().cpu()
+        close = {(s, w): torch.allclose(o, _parts_model(x, s, w), rtol=1e-3, atol=1e-6)
+                 for s in (False, True) for w in (False, True)}
+        stats = ("online_stats read the columns before start: on x_row[start:end] it must take in only those, so "
+                 "loop from start (tl.range(start, end, BLOCK, ...)), not from 0")
+        write = ("write_softmax stored the columns before start, which belong to another part: loop from start "
+                 "(tl.range(start, end, BLOCK, ...)), not from 0")
+        why = (" (the lesson's kernel always passes start = 0, where this cannot show; the split-row kernel of "
+               "Going further passes a part's start, as this case does)")
+        if close[True, True]:
+            return stats + "; and " + write + why
+        if close[True, False]:
+            return stats + why
+        if close[False, True]:
+            return write + why
+        return ("each part of the row must be a softmax of x_row[start:end] alone: online_stats reads only "
+                "[start, end) and write_softmax stores only [start, end), with the m and l it is given")
+    return hint
+
+
+def _parts_case(mod):
+    """The module's two functions on parts of rows starting past column 0 (None without both)."""
+    if not all(ti.is_kernel(getattr(mod, name, None)) for name in ("online_stats", "write_softmax")):
+        return None
+    gen = torch.Generator().manual_seed(2)
+    x = padded((torch.randn(4, PARTS_COLS, generator=gen) * 3).to(mode.DEVICE))
+    expected = _parts_model(x)
+    parts = ", ".join(f"[{s}, {e})" for s, e in PARTS)
+    return attempt(f"4x{PARTS_COLS} float32, online_stats and write_softmax on the parts {parts} of each row "
+                   f"(BLOCK={PARTS_BLOCK})", _part_softmax(mod), (x,), expected, dtype=torch.float32, atol=1e-6, rtol=1e-4,
+                   diagnose=_parts_hint(x), mask=MASK)
+
+
 def _has_one_read(mod) -> bool:
     """Whether ``mod.softmax`` takes ``one_read`` (``solutions.kernels.online_softmax_one_read``, the
     lesson's last step): a keyword that chooses between the one-read kernel and the two passes."""
@@ -164,6 +247,9 @@ def grade(mod):
     def softmax(x):  # the two passes of a module with a one-read plan, under the name the hints use
         return mod.softmax(x, one_read=False)
     yield from _two_pass_cases(softmax if one_read else mod.softmax)
+    parts = _parts_case(mod)
+    if parts is not None:
+        yield parts
     if one_read:
         gen = torch.Generator().manual_seed(1)
         for rows, cols in ((3, 5000), (2, 100_003), (37, 4099)):
