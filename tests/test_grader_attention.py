@@ -378,6 +378,27 @@ def test_attention_grader_names_l_not_rescaled():
     assert "l_i = l_i * alpha" in rep.first_problem().hint, rep
 
 
+HEAD = "(bh // H).to(tl.int64) * stride_b + (bh % H).to(tl.int64) * stride_h"
+
+
+@pytest.mark.parametrize("name, old, new, hint", [
+    # with B = H the swapped offsets visit every head and the output is right: B 1 x H 2 stores past O's end
+    ("batch and head swapped", HEAD, HEAD.replace("bh // H", "BH_MOD").replace("bh % H", "bh // H")
+     .replace("BH_MOD", "bh % H"), "batch and head are swapped in the head's offset"),
+    ("the strides swapped", HEAD, HEAD.replace("stride_b", "STRIDE").replace("stride_h", "stride_b")
+     .replace("STRIDE", "stride_h"), "batch and head are swapped in the head's offset"),
+    ("the causal loop stops before the diagonal block", "tl.minimum((start_m + 1) * BLOCK_M, N) if CAUSAL",
+     "tl.minimum(start_m * BLOCK_M, N) if CAUSAL", "the causal key loop stops before the diagonal block"),
+    ("lse with log2", "m_i + tl.log(l_i)", "m_i + tl.log2(l_i)", "lse takes tl.log2 of l_i"),
+    ("lse without the head's row", "tl.store(LSE + bh.to(tl.int64) * N + offs_m", "tl.store(LSE + offs_m",
+     "only the first (batch, head)'s lse row was written"),
+])
+def test_attention_grader_names_the_learners_slip(name, old, new, hint):
+    """Each got a hint naming another mistake (an unmasked tail, a NaN of any cause, any wrong lse, the lse mask)."""
+    rep = assert_grader_catches("flash_attention", _planted_kernel("flash_attention", old, new), name, hint)
+    assert "unmasked tail" not in rep.first_problem().hint and "mask offs_m < N" not in rep.first_problem().hint, rep
+
+
 DKDV_DIAGONAL = "start_n, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, BLOCK_M, {})"
 
 

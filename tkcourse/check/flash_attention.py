@@ -61,6 +61,17 @@ def _first_keys(q, k, v, scale, keys):
     return torch.softmax(s.masked_fill(masked, float("-inf")), dim=-1) @ v
 
 
+def _diagonal_skipped(q, k, v, scale, block):
+    """Causal attention whose key loop stops before the diagonal block (hi = start_m * BLOCK_M): the rows of query
+    block i see the keys of blocks 0..i-1 only, and the first block's rows none (0/0, NaN)."""
+    q, k, v = q.double(), k.double(), v.double()
+    n = q.shape[-2]
+    s = (q @ k.transpose(-1, -2)) * scale
+    rows = torch.arange(n, device=s.device)
+    seen = rows[None, :] < (rows[:, None] // block) * block
+    return torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1) @ v
+
+
 def _unmasked_tail(q, k, v, scale, block):
     """The classic mistake: keys past N (loaded as 0 in the last, partial block) get score 0, not -inf."""
     n = q.shape[-2]
@@ -108,6 +119,14 @@ def _diagnose(q, k, v, causal, note=""):
                 return ("the causal mask is off by one: query i also sees key i + 1, a future key. With "
                         "cols = start_n + tl.arange(0, BLOCK_N) the block's keys, keep the scores where "
                         "offs_m[:, None] >= cols[None, :], exactly")
+        if causal and torch.isnan(o).any():
+            for block in (16, 32, 64, 128):
+                model = _diagonal_skipped(qc, kc, vc, scale, block)
+                if block < q.shape[-2] and torch.allclose(o, model.to(o.dtype), atol=2e-2, rtol=2e-2, equal_nan=True):
+                    return ("the causal key loop stops before the diagonal block: each query block sees only the "
+                            "blocks before it, and the first block's rows see no key at all (0/0: NaN). The loop "
+                            "must end at hi = tl.minimum((start_m + 1) * BLOCK_M, N), past this block's own rows, "
+                            "with the diagonal block masked by offs_m[:, None] >= cols[None, :]")
         if torch.isnan(o).any():
             nan_rows = torch.isnan(o).any(-1)
             return (f"{int(nan_rows.sum())} query rows are NaN: never written (check the grid: cdiv(N, BLOCK_M) x B*H, "
@@ -155,12 +174,35 @@ def _diagnose(q, k, v, causal, note=""):
     return hint  # core's compare turns a diagnosis that raises into no hint
 
 
+def _oob_hint(q):
+    """Out-of-bounds stores of O that a head offset with batch and head swapped makes: program bh stores its rows at
+    (bh % H) * stride_b + (bh // H) * stride_h. With B = H that still visits every head (the output is right), and
+    with H = 1 it is the same offset, so only B != H shows it, as stores past O's end (o is contiguous, as
+    ``attention`` allocates it)."""
+    B, H, N, D = q.shape
+
+    def hint(bad, default):
+        stores = [o for o in bad if o.kind == "store" and o.derived and o.numel == B * H * N * D]
+        if H < 2 or not stores:
+            return ""
+        for o in stores:
+            bh = o.program[1]
+            swapped = (bh % H) * H * N * D + (bh // H) * N * D
+            if not 0 <= int(o.offsets.min()) - swapped < N * D:
+                return ""
+        return ("the program of batch-head bh stores into the rows of another (batch, head), past the end of O: "
+                "batch and head are swapped in the head's offset. It is (bh // H) * stride_b + (bh % H) * stride_h "
+                "(bh // H the batch, bh % H the head). With B = H the swapped offsets still reach every head, so "
+                "only a case with B != H shows it")
+    return hint
+
+
 def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
     expected = reference(q, k, v, causal, sm_scale)
     tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
     kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
     case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
-                   mask=MASK, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
+                   mask=MASK, oob_hint=_oob_hint(q), diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
                    (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = ("attention returns o alone (attention_forward is the one that returns (o, lse)): "
@@ -180,6 +222,15 @@ def _lse_diagnose(q, k, v, causal):
                 return "lse is only the running max m_i: add the log of the sum, lse = m_i + tl.log(l_i)"
             if torch.allclose(o, e - s.amax(-1), atol=1e-3, rtol=1e-3):
                 return "lse is only log(l_i): add the running max, lse = m_i + tl.log(l_i)"
+            m = s.amax(-1)
+            if torch.allclose(o, m + (e - m) / ln2, atol=1e-3, rtol=1e-3):
+                return ("lse takes tl.log2 of l_i where the natural log belongs: m_i is in natural units (the scores "
+                        "went through tl.exp), so lse = m_i + tl.log(l_i)")
+            written = ~torch.isnan(o).reshape(-1)
+            n = o.shape[-1]
+            if o.numel() > n and bool(written[:n].all()) and not bool(written[n:].any()):
+                return ("only the first (batch, head)'s lse row was written: every program stored its rows there. "
+                        "Each (batch, head) bh has its own row of N values: store at LSE + bh * N + offs_m")
             if torch.isnan(o).any():
                 return "parts of lse were never written: store m_i + tl.log(l_i) for every row < N (mask offs_m < N)"
         except Exception:  # noqa: BLE001  (a diagnosis never crashes the grader)
