@@ -432,6 +432,28 @@ def test_backward_grader_names_causal_loops_that_overlap_or_leave_a_gap(name, ol
     assert "the two causal loops overlap or leave a gap" in rep.first_problem().hint, rep
 
 
+DKDV_LOOP = "for start_m in range(lo, hi, BLOCK_M):"
+DKDV_WHOLE = "                                     0, N, N, qk_scale, BLOCK_M, False)"
+
+
+@pytest.mark.parametrize("name, old, new, hint", [
+    ("the second causal loop left out", "        dk, dv = attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, "
+     "offs_n,\n                                     " + DKDV_REST + "\n", "", "the diagonal loop runs alone"),
+    ("the diagonal mask reversed", "tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)",
+     "tl.where(offs_m[None, :] <= offs_n[:, None], pT, 0.0)", "the diagonal block's mask is reversed"),
+    ("the loop from query 0, not lo", DKDV_LOOP, DKDV_LOOP.replace("range(lo,", "range(0,"),
+     "attn_bwd_dkdv_loop starts at query 0, not at its lo"),
+    ("the non-causal loop from start_n", DKDV_WHOLE, DKDV_WHOLE.replace(" 0, N,", " start_n, N,"),
+     "without a causal mask every query sees every key"),
+])
+def test_backward_grader_names_loops_that_miss_rows_or_mask_the_wrong_side(name, old, new, hint):
+    """Each got the catch-all "recompute P": the loop model now also counts a loop left out, a reversed mask,
+    a loop from 0 and a non-causal loop that skips the rows before start_n."""
+    rep = assert_grader_catches("flash_attention_backward", _planted_kernel("flash_attention_backward", old, new),
+                                name, hint)
+    assert "recompute P" not in rep.first_problem().hint, rep
+
+
 def test_backward_loop_model_of_the_right_loops_is_the_gradient():
     """The visits model with the launcher's blocks and the right loops gives the right dk and dv; its blocks are
     the given launcher's."""

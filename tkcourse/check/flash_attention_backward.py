@@ -54,8 +54,10 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
     ``gain``: dq and dk multiplied by it as well, an extra factor such as qk_scale; ``diagonal_block``: the
     dK/dV programs' BLOCK_N keys, whose diagonal block is left unmasked while the query blocks before it are
     skipped: P zeroed only where the query comes before its key's block; ``loops``: (diag_len, rest_from,
-    block_n), the dK/dV program of the keys from start_n visits the queries [start_n, start_n + diag_len) masked
-    and [start_n + rest_from, N) unmasked, each visit adding its terms to dk and dv (dq is another kernel's))."""
+    block_n[, how]), the dK/dV program of the keys from start_n visits the queries [start_n, start_n + diag_len)
+    masked (none when not causal) and [start_n + rest_from, N) unmasked (none when rest_from is None), each visit
+    adding its terms to dk and dv (dq is another kernel's); ``how``: "reversed", the mask keeps query <= key;
+    "from 0", each loop starts at query 0 instead of its lo)."""
     q, k, v, do = (t.double().cpu() for t in (q, k, v, do))
     n = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
@@ -74,12 +76,15 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
     d = (do * o).sum(-1, keepdim=True) if delta else 0.0
     g = scale ** scale_power * gain
     ds = p * (dp - d)
-    if causal and loops:  # how many times each (query, key) is visited by the key's program, as its loops run
-        diag_len, rest_from, block_n = loops
+    if loops:  # how many times each (query, key) is visited by the key's program, as its loops run
+        diag_len, rest_from, block_n, *how = loops
         rows, cols = torch.arange(n)[:, None], torch.arange(n)[None, :]
         start = cols // block_n * block_n
-        visits = (((rows >= start) & (rows < start + diag_len) & (rows >= cols)).double()
-                  + (rows >= start + rest_from).double())
+        first = torch.zeros_like(start) if how == ["from 0"] else start
+        kept = rows <= cols if how == ["reversed"] else rows >= cols
+        visits = ((rows >= first) & (rows < start + diag_len) & kept).double() if causal else 0.0
+        if rest_from is not None:
+            visits = visits + (rows >= (first if how == ["from 0"] else start + rest_from)).double()
         pv = p_forward * visits  # P before any mask: each visit masks (or not) by itself
         return ds @ k * g, (pv * (dp - d)).transpose(-1, -2) @ q * g, pv.transpose(-1, -2) @ do
     return ds @ k * g, ds.transpose(-1, -2) @ q * g, p.transpose(-1, -2) @ do
@@ -146,6 +151,23 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
                     return (f"the two causal loops overlap or leave a gap: {what}. The diagonal rows [start_n, "
                             "min(start_n + BLOCK_N, N)) run once with MASK=True, then [start_n + BLOCK_N, N) with "
                             "MASK=False: every query row once")
+        if which != "dq":
+            bn = DKDV_BLOCKS[0]
+            models = ((bn, None, bn, "the diagonal loop runs alone: the query rows after the diagonal block, [start_n + "
+                       "BLOCK_N, N), see these keys too. A second attn_bwd_dkdv_loop over them, with MASK=False, adds "
+                       "their terms"),
+                      (bn, bn, bn, "reversed", "the diagonal block's mask is reversed: it must keep pT where the query "
+                       "comes at or after the key, tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0), and zero it "
+                       "where key > query"),
+                      (bn, bn, bn, "from 0", "attn_bwd_dkdv_loop starts at query 0, not at its lo: loop over "
+                       "range(lo, hi, BLOCK_M), so each call covers only the rows it is given"))
+            for *model, what in models:
+                if causal and close(loops=tuple(model)):
+                    return what
+            if not causal and close(loops=(0, 0, bn)):
+                return ("without a causal mask every query sees every key: the program of the keys from start_n "
+                        "must loop over all the query rows, one attn_bwd_dkdv_loop over [0, N) with MASK=False, "
+                        "not from start_n")
         if causal and close(mask=False):
             return ("the causal mask is forgotten: in attn_bwd_dkdv_loop, if MASK, zero pT where key > query "
                     "(tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)), and in attn_bwd_dkdv run the "
