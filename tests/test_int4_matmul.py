@@ -167,6 +167,10 @@ S_LO = "s_ptr + offs_n[:, None] * stride_sn + (k // GROUP)[None, :]"
 S_HI = "s_ptr + offs_n[:, None] * stride_sn + ((half + k) // GROUP)[None, :]"
 LO = "lo = (b << 4) >> 4"
 HI = "hi = b >> 4"
+X_HI = "x_ptr + offs_m[:, None] * stride_xm + (half + k)[None, :]"
+W = "w_ptr + offs_n[:, None] * stride_wn + k[None, :]"
+G_LO, G_HI = "(k // GROUP)[None, :]", "((half + k) // GROUP)[None, :]"
+STRIDES = "x2.stride(0), w.stride(0), scales.stride(0), y.stride(0)"
 DOT_LO, DOT_HI = "acc += tl.dot(x_lo, tl.trans(w_lo))", "acc += tl.dot(x_hi, tl.trans(w_hi))"
 
 
@@ -212,6 +216,29 @@ PLANTED = [
                               (DOT_HI, DOT_HI[:-1] + ", out_dtype=tl.float16)")], "digits lost in a long sum"),
     ("x's rows read as contiguous", [("offs_m[:, None] * stride_xm", "offs_m[:, None] * K", 2)],
      "x's rows are strided here"),
+    # another tensor's row stride, in the kernel's pointer arithmetic or passed by the launcher: named, not a mask
+    ("x's rows at y's row stride", [("offs_m[:, None] * stride_xm", "offs_m[:, None] * stride_ym", 2)],
+     "the rows of x are read 64 elements apart (64 is y's row stride, stride_ym = N)"),
+    ("x's high half at y's row stride", [(X_HI, X_HI.replace("stride_xm", "stride_ym"))],
+     "64 elements apart in the load of x[:, K/2 + k]"),
+    ("the scales at packed's row stride", [("offs_n[:, None] * stride_sn", "offs_n[:, None] * stride_wn", 2)],
+     "the rows of the scales are read 128 elements apart (128 is packed's row stride"),
+    ("the bytes at the scales' row stride", [(W, W.replace("stride_wn", "stride_sn"))],
+     "the rows of packed (the bytes) are read 4 elements apart (4 is the scales' row stride"),
+    ("the bytes' rows K apart", [(W, W.replace("stride_wn", "K"))],
+     "the rows of packed (the bytes) are read 256 elements apart (256 is x's row stride, stride_xm = K)"),
+    ("the launcher passes y's row stride for x's", [(STRIDES, STRIDES.replace("x2.stride(0),", "y.stride(0),"))],
+     "another tensor's row stride: the rows of x are read 64"),
+    ("the launcher passes packed's row stride for the scales'",
+     [(STRIDES, STRIDES.replace("scales.stride(0)", "w.stride(0)"))], "another tensor's row stride: the rows of the scales"),
+    # a group index outside the scales, named from the largest index read, not a mask
+    ("the high group counted from K/GROUP", [(G_HI, "((half + k) // GROUP + K // GROUP)[None, :]")],
+     "a group index reaches 7 (is it (K/2 + k) // GROUP + K/GROUP"),
+    ("the high group as K/2 + k // GROUP", [(G_HI, "(half + k // GROUP)[None, :]")],
+     "K/2 added after the division"),
+    ("the low group as k * GROUP", [(G_LO, "(k * GROUP)[None, :]")], "a multiplication where k // GROUP belongs"),
+    ("the low group as k % GROUP", [(G_LO, "(k % GROUP)[None, :]")], "the position inside the group"),
+    ("x's high half at K + k", [(X_HI, X_HI.replace("(half + k)", "(K + k)"))], "a column of x is K or more"),
     ("the loop body left empty", [(SOURCE[SOURCE.index("        k = k0 + offs_k"):SOURCE.index("    y_mask")],
                                    "        pass\n")], "the output is all 0"),
     # BLOCK_N == BLOCK_K (32) by default: tl.dot takes the untransposed (BLOCK_N, BLOCK_K) tile, no shape error

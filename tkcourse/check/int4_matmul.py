@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from .. import mode
@@ -195,7 +196,37 @@ def close(o: torch.Tensor, m: torch.Tensor, rtol: float) -> bool:
     return bool(torch.isfinite(o).all()) and float((o - m).abs().max()) <= rtol * max(top, 1.0)
 
 
+def _at_other_pitch(x, packed, scales, group_size):
+    """``(tensor, stride, part, y)`` for each row stride of another tensor that keeps x, the bytes or the scales
+    read inside the tensor (a larger one the tracer catches), in both loads of x or of the scales or in one
+    (``part``: "", "low" or "high"): ``y`` (M, N) float64 is what the kernel then computes."""
+    N, K = packed.shape[0], x.shape[-1]
+    half = K // 2
+    x2 = x.detach().reshape(-1, K)
+    M, x_row = x2.shape[0], x2.stride(0)
+    xd, w = x2.double().cpu(), weight(packed, scales, group_size)
+
+    def halves(xa, wa, part):
+        lo = (xa if part != "high" else xd)[:, :half] @ (wa if part != "high" else w)[:, :half].T
+        return lo + (xa if part != "low" else xd)[:, half:] @ (wa if part != "low" else w)[:, half:].T
+
+    for v in sorted(_strides(x, N, K, group_size)):
+        if 0 < v < x_row and M > 1 and v != K:  # K itself: contiguous rows assumed, which _layout names
+            xa = x2.as_strided((M, K), (v, 1), x2.storage_offset()).double().cpu()
+            for part in ("", "low", "high"):
+                yield "x", v, part, halves(xa, w, part)
+        if 0 < v < half and N > 1:
+            yield "w", v, "", xd @ weight(packed.as_strided((N, half), (v, 1), packed.storage_offset()), scales,
+                                          group_size).T
+        if 0 < v < K // group_size and N > 1:
+            ws = weight(packed, scales.as_strided(scales.shape, (v, 1), scales.storage_offset()), group_size)
+            for part in ("", "low", "high"):
+                yield "s", v, part, halves(xd, ws, part)
+
+
 def _diagnose(x, packed, scales, group_size, layout: str = ""):
+    K = x.shape[-1]
+
     def hint(o, e, wrong):
         if o.numel() and bool((o == 0).all()) and bool((e != 0).any()):
             return ("the output is all 0: nothing reaches acc. Is the K loop's body still the stub? Each step adds "
@@ -205,6 +236,10 @@ def _diagnose(x, packed, scales, group_size, layout: str = ""):
                 m = expected(x, packed, scales, group_size, mistake, block)
                 if close(o, m, 2e-2) and not close(m, e, 5e-2):
                     return text
+        for t, v, part, m in _at_other_pitch(x, packed, scales, group_size):
+            if close(o.reshape(m.shape), m, 2e-2) and not close(m, e.reshape(m.shape), 5e-2):
+                own = {"x": x.reshape(-1, K).stride(0), "w": K // 2, "s": K // group_size}[t]
+                return _stride_hint(t, v, own, _strides(x, packed.shape[0], K, group_size), part)
         if layout:
             return layout
         if close(o, e, 3e-2):  # every value near, none right enough: precision, not a formula
@@ -223,11 +258,88 @@ def _acc_hint(o, e, wrong):
     return PRECISION
 
 
+def _strides(x, N, K, group_size) -> dict:
+    """The row stride of each tensor the kernel takes, by value: ``{value: words}`` naming every argument of
+    that value (two may agree, K/2 = N say), for a hint that says whose stride was used."""
+    x_row = x.stride(-2) if x.dim() > 1 else K
+    names = [(x_row, "x's row stride, stride_xm" + " = K" * (x_row == K)), (K // 2, "packed's row stride, stride_wn = K/2"),
+             (K // group_size, "the scales' row stride, stride_sn = K/GROUP"), (N, "y's row stride, stride_ym = N")]
+    if x_row != K:
+        names.append((K, "K"))
+    out: dict = {}
+    for v, words in names:
+        out.setdefault(v, []).append(words)
+    return {v: " or ".join(w) for v, w in out.items()}
+
+
+# per tensor: (its name, its own row stride, where its row n starts)
+_OWN = {"x": ("x", "x's row stride stride_xm (x2.stride(0))", "row m of x starts at x_ptr + m * stride_xm"),
+        "w": ("packed (the bytes)", "packed's row stride stride_wn (K/2 bytes)",
+              "row n of packed starts at w_ptr + n * stride_wn"),
+        "s": ("the scales", "the scales' row stride stride_sn (K/GROUP)",
+              "row n of the scales starts at s_ptr + n * stride_sn")}
+_LOADS = {"x": {"low": " in the load of x[:, k]", "high": " in the load of x[:, K/2 + k]"},
+          "s": {"low": " in the load of the low nibbles' scales", "high": " in the load of the high nibbles' scales"}}
+
+
+def _stride_hint(t: str, got: int, own: int, strides: dict, part: str = "") -> str:
+    name, stride, start = _OWN[t]
+    lead = "" if strides[got] == "K" else "another tensor's row stride: "
+    return (f"{lead}the rows of {name} are read {got} elements apart{_LOADS.get(t, {}).get(part, '')} "
+            f"({got} is {strides[got]}), but {stride} is {own} here. Each tensor has its own row stride, passed by "
+            f"the launcher as that tensor's .stride(0): {start}")
+
+
+def _past_rows(offs, row: int, n: int) -> bool:
+    """The offsets past the end are exactly rows n .. of the last tile of some BLOCK (16 .. 1024) under the
+    tensor's own row length: what a missing edge mask reads, and nothing else does."""
+    rows = set((offs // row).tolist())
+    for b in (16, 32, 64, 128, 256, 512, 1024):
+        if rows == set(range(n, -(-n // b) * b)):
+            return True
+    return False
+
+
+def _other_stride(offs, own: int, rows: int, cols: int, strides: dict) -> int:
+    """The stride of another tensor that puts every offset ``offs`` in a row below ``rows`` at a column below
+    ``cols``, and in two rows at least (0: none does)."""
+    for v in sorted(strides):
+        if v == own or v <= 0 or len(set((offs // v).tolist())) < 2:
+            continue
+        if bool(((offs // v) < rows).all()) and bool(((offs % v) < cols).all()):
+            return v
+    return 0
+
+
+# a scale's group index written another way than c // GROUP: (what, its largest value over bytes k < K/2)
+def _group_forms(half: int, g: int):
+    return [("(K/2 + k) // GROUP + K/GROUP: the high half's groups counted again from K/GROUP", (2 * half - 1) // g + 2 * half // g),
+            ("K/2 + k // GROUP: K/2 added after the division, not before it", half + (half - 1) // g),
+            ("k * GROUP: a multiplication where k // GROUP belongs", (half - 1) * g),
+            ("k % GROUP: the position inside the group, not the group", min(g, half) - 1),
+            ("k or K/2 + k: the column, not divided by GROUP", 2 * half - 1)]
+
+
+def _group_hint(index: int, groups: int, half: int, group_size: int) -> str:
+    """The hint for a scale read outside the scales, whose group index reached ``index``."""
+    formula = (f"The scale of column c is scales[n, c // GROUP], groups 0 .. K/GROUP - 1 = {groups - 1}: the low "
+               "nibble of byte k is column k, the high nibble column K/2 + k, so their groups are k // GROUP and "
+               "(K/2 + k) // GROUP")
+    if index in (-1, groups):
+        return f"the scales are read outside the tensor: is the group index off by one? It reaches {index}. {formula}"
+    named = [words for words, v in _group_forms(half, group_size) if v == index]
+    said = f" (is it {named[0]}?)" if named else ""
+    return f"the scales are read outside the tensor: a group index reaches {index}{said}. {formula}"
+
+
 def _oob_hint(M, N, K, group_size, x):
-    """The mask, or the group index, that an out-of-bounds access points to, from where it landed: a row of
-    bytes or of scales past N, a byte past K/2, a row of x past M, a scale's group outside 0 .. K/GROUP - 1."""
+    """The mistake an out-of-bounds access points to, from where it landed: rows of bytes, scales or x past N
+    or M (a mask), a byte past K/2 (the K mask), another tensor's row stride, a scale's group outside
+    0 .. K/GROUP - 1 (named when its largest value fits a usual way of writing it), a part of x past K."""
     half, groups = K // 2, K // group_size
     x_numel = x.numel()
+    x_row = x.stride(-2) if x.dim() > 1 else K
+    strides = _strides(x, N, K, group_size)
 
     def which(o) -> str:
         """"w", "s" or "x": by the kernel's argument name, else (a renamed argument) by the element count."""
@@ -245,27 +357,49 @@ def _oob_hint(M, N, K, group_size, x):
                   "bytes, their scales and both parts of x (other=0)")
         mask_n = (f"the last tile of N reads rows past N = {N}: mask offs_n < N on the loads of the bytes and of the "
                   "scales (other=0); the store's mask covers only the store")
-        group = ("the scales are read outside the tensor: is the group index off by one? The scale of column c is "
-                 f"scales[n, c // GROUP], groups 0 .. K/GROUP - 1 = {groups - 1}: the low nibble of byte k is column k, "
-                 "the high nibble column K/2 + k, so their groups are k // GROUP and (K/2 + k) // GROUP")
+        mask_m = f"x is read in rows past M = {M}: mask offs_m < M on both loads of x (other=0.0), as well as k < K/2"
+        steps_pass = half % 64 != 0  # a step of BLOCK_K <= 64 can run past K/2: a missing K mask shows
+        offs = {}
         for o in loads:
-            t, lo, top = which(o), int(o.offsets.min()), int(o.offsets.max())
-            over = top - o.numel
-            if t == "s" and lo < 0:
-                return group
-            if t in ("w", "s"):
-                row = half if t == "w" else groups
-                if over >= row:
+            offs.setdefault(which(o), []).append(o.offsets.astype("int64"))
+        offs = {t: np.concatenate(v) for t, v in offs.items()}
+        if "s" in offs and int(offs["s"].min()) < 0:
+            return _group_hint(int(offs["s"].min()), groups, half, group_size)  # row 0's lanes: the index itself
+        for t, rows, row, cols in (("w", N, half, half), ("s", N, groups, groups), ("x", M, x_row, K)):
+            if t not in offs:
+                continue
+            o = offs[t]
+            past = o[o >= (N * row if t != "x" else x_numel)]
+            if past.size and _past_rows(past, row, rows):
+                if t == "x" and M * K == x_numel:
+                    return mask_m
+                if t != "x":
                     return mask_n
-                if t == "w":
-                    return mask_k
-            if t == "x":
-                if over >= K or (lo >= x_numel and M * K == x_numel and over >= K // 2):
-                    return (f"x is read in rows past M = {M}: mask offs_m < M on both loads of x (other=0.0), as "
-                            "well as k < K/2")
+            other = _other_stride(o, row, rows, cols, strides)
+            if other:
+                return _stride_hint(t, other, row, strides)
+        if "w" in offs:
+            over = int(offs["w"].max()) - N * half
+            if over < half and steps_pass:
                 return mask_k
-        if any(which(o) == "s" for o in loads):
-            return mask_k if half % 64 else group
+            return (f"the bytes are read past the end of packed ({over + 1} elements past it), and no mask or "
+                    "another tensor's stride explains it: the bytes of a step are at w_ptr + offs_n[:, None] * "
+                    "stride_wn + k[None, :], with k = k0 + offs_k < K/2")
+        if "s" in offs:
+            if steps_pass:
+                return mask_k
+            top = int(offs["s"].max()) - (N - 1) * groups  # the last row's lanes: the largest group index
+            return _group_hint(top, groups, half, group_size)
+        if "x" in offs:
+            o = offs["x"]
+            over = int(o.max()) - x_numel
+            if over >= K or (int(o.min()) >= x_numel and M * K == x_numel and over >= K // 2):
+                return mask_m
+            if steps_pass:
+                return mask_k
+            return (f"x is read past the end of its last row, though K/2 = {half} is a multiple of BLOCK_K here, so "
+                    "no step runs past K/2: a column of x is K or more. The low nibbles multiply x[:, k], the high "
+                    "ones x[:, K/2 + k] (x_ptr + offs_m[:, None] * stride_xm + (half + k)[None, :]), k < K/2")
         return ""
     return hint
 
