@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import triton
+import triton.language as tl
 from helpers import assert_grader_catches, assert_softmax
 from helpers import randn as _randn
 
@@ -133,6 +134,19 @@ PLANTED = [
     ("the launcher's own key, without the alignment",
      [("_PLANS.get(plan_key(x))", "_PLANS.get(plan_key(x)[:4])"), ("_PLANS[plan.key] = plan", "_PLANS[plan.key[:4]] = plan")],
      "they differ in 16-byte alignment. Triton compiles a kernel for a 16-byte aligned pointer"),
+    # out's row stride: out is a new contiguous tensor, its rows n_cols apart whatever x's are
+    ("out's row stride taken from x",
+     [("self.ints = (row_stride, n_cols, n_rows, n_cols)", "self.ints = (row_stride, x.stride(0), n_rows, n_cols)")],
+     "your plan passes the wrong row stride for out: its rows are stored 200 elements apart, x's row stride"),
+    ("x's row stride passed for both",
+     [("self.ints = (row_stride, n_cols, n_rows, n_cols)", "self.ints = (row_stride, row_stride, n_rows, n_cols)")],
+     "your plan passes the wrong row stride for out"),
+    ("the two row strides in the other order",
+     [("self.ints = (row_stride, n_cols, n_rows, n_cols)", "self.ints = (n_cols, row_stride, n_rows, n_cols)")],
+     "x's row stride, out's row stride, n_rows, n_cols, in that order"),
+    ("out's row stride left out",
+     [("self.ints = (row_stride, n_cols, n_rows, n_cols)", "self.ints = (row_stride, n_rows, n_cols)")],
+     "softmax_kernel was launched with the wrong arguments"),
     ("the launcher's own key, with the row stride alone",
      [("_PLANS.get(plan_key(x))", "_PLANS.get((x.shape, x.stride(0), x.dtype))"),
       ("_PLANS[plan.key] = plan", "_PLANS[(x.shape, x.stride(0), x.dtype)] = plan")],
@@ -157,6 +171,25 @@ def test_lesson_02_kernel_not_done_is_named():
     assert rep.first_problem().label.startswith("lesson 02's softmax_kernel")
     # what the check saw in lesson 02's kernel follows as a sentence of its own
     assert "(tkcourse check softmax). What the check saw in that kernel: " in rep.first_problem().hint
+
+
+def test_lesson_02_kernel_storing_at_x_row_stride_is_lesson_02s():
+    """A lesson-02 kernel that stores rows at x's row stride fails its own check (x's rows apart from out's there),
+    so the plan's hint about out's row stride never blames a plan that passes the right one."""
+    mod = _mutant()
+
+    @triton.jit
+    def x_pitch_kernel(x_ptr, out_ptr, x_row_stride, out_row_stride, n_rows, n_cols,
+                       BLOCK: tl.constexpr, NUM_STAGES: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * x_row_stride + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        num = tl.exp(x - tl.max(x, axis=0))
+        tl.store(out_ptr + row * x_row_stride + cols, num / tl.sum(num, axis=0), mask=cols < n_cols)
+
+    mod.softmax_kernel = x_pitch_kernel
+    rep = assert_grader_catches("launch", mod, "lesson 02 storing at x's pitch", "Finish lesson 02 first")
+    assert rep.first_problem().label.startswith("lesson 02's softmax_kernel")
 
 
 def test_the_exercise_stub_is_not_done():

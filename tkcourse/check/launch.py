@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 import triton
 
 from .. import mode
-from .core import INPUT_PAD, Case, error_case, graded_call, padded, refuses, transposed, written_case
+from .core import INPUT_PAD, Case, error_case, graded_call, padded, refuses, row_padded, transposed, written_case
 
 HELPERS = ("warps_for", "stages_for", "num_programs")  # the lesson-02 planning helpers a plan calls once
 
@@ -93,9 +94,39 @@ def _counted_words(counts) -> str:
     return ", ".join(f"{name} {n} time{'s' * (n != 1)}" for name, n in sorted(counts.items()))
 
 
-def _graded(label, fn, x, fn_name="softmax"):
+OUT_STRIDE = ("the kernel's int arguments are x's row stride, out's row stride, n_rows, n_cols, in that order, and "
+              "out is a new contiguous (n_rows, n_cols) tensor, so its row stride is n_cols whatever x's is")
+
+
+def _out_stride_hint(x):
+    """An out-of-bounds hint: whole rows of out stored past its end, as a row stride other than n_cols for out
+    (x's, say) puts them; the kernel itself passed its own check with the two strides apart."""
+    n_rows, n_cols = x.shape
+
+    def hint(bad, default):
+        stores = [o for o in bad if o.kind == "store" and o.derived and o.tensor == "out"]
+        if not stores or len(stores) < len(bad):
+            return ""
+        offs = np.concatenate([o.offsets for o in stores]).astype(np.int64)
+        v = x.stride(0)
+        seen = ""
+        if v > n_cols and bool(((offs // v) < n_rows).all()) and bool(((offs % v) < n_cols).all()):
+            seen = f" {v} elements apart, x's row stride,"
+        return (f"your plan passes the wrong row stride for out: its rows are stored{seen} past the end of out. "
+                + OUT_STRIDE[0].upper() + OUT_STRIDE[1:] + ": pass n_cols for out, x's row stride only for x")
+    return hint
+
+
+def _error_hint(exc, default):
+    """A launch with an int argument left out (or one too many): the kernel's argument list, in order."""
+    if isinstance(exc, TypeError) and "softmax_kernel" in str(exc) and "argument" in str(exc):
+        return f"softmax_kernel was launched with the wrong arguments ({exc}): {OUT_STRIDE}"
+    return ""
+
+
+def _graded(label, fn, x, fn_name="softmax", oob_hint=None):
     """(case, output): ``fn(x)`` traced, under poisoned allocations, compared with softmax in float64."""
-    g = graded_call(label, fn, (x,), mask="cols < n_cols")
+    g = graded_call(label, fn, (x,), mask="cols < n_cols", oob_hint=oob_hint, error_hint=_error_hint)
     if isinstance(g, Case):
         return g, None
     if isinstance(g.out, tuple):
@@ -231,11 +262,11 @@ def _kernel_case(mod):
     kernel = getattr(mod, "softmax_kernel", None)
     if kernel is None:
         return None
-    x = padded(torch.randn(3, 10, device=mode.DEVICE))
+    x = row_padded(torch.randn(3, 10, device=mode.DEVICE))  # rows 17 apart, out's 10: each stride where it belongs
 
     def launch(x):
-        out = torch.empty_like(x)
-        kernel[(3,)](x, out, 10, 10, 3, 10, BLOCK=16, NUM_STAGES=1)
+        out = torch.empty(3, 10, dtype=x.dtype, device=x.device)
+        kernel[(3,)](x, out, x.stride(0), 10, 3, 10, BLOCK=16, NUM_STAGES=1)
         return out
 
     case, _ = _graded(label, launch, x, fn_name="softmax_kernel")
@@ -255,8 +286,9 @@ def _plan_cases(mod, inputs):
     for label, x in inputs:
         if "again" in label or "third" in label:
             continue
-        case, _ = _graded(f"SoftmaxPlan(x)(x), {label}", plan_then_call, x, fn_name="plan")
-        if case.status == "fail" and "stride" in label:  # the same shape passed contiguous: the strides are wrong
+        case, _ = _graded(f"SoftmaxPlan(x)(x), {label}", plan_then_call, x, fn_name="plan",
+                          oob_hint=_out_stride_hint(x))
+        if case.status == "fail" and "stride" in label and "for out" not in case.hint:  # x's stride is wrong
             case.hint = ("a strided input is wrong while contiguous ones pass: the plan must pass x.stride(0) as x's "
                          "row stride (n_cols only when x was copied to a contiguous tensor), and copy x first when "
                          "its columns are not contiguous (x.stride(1) != 1)")
