@@ -5,7 +5,8 @@ run as a module of its own, so the grader sees what a learner's file would give 
 pages only at the GPU's BLOCK_N, K and V loads unmasked at the sequence's end (right unless the unused
 slots hold NaN), int32 offsets into the pool, a combine that is right only for a power-of-two split count,
 the online softmax's usual slips (a running value not rescaled, a mask off by one at the end, a max in the
-wrong base, query heads that no program stores), and kernels left as the exercise's stubs.
+wrong base, query heads that no program stores), what a split program works on (its sequence and KV head, its
+queries, its split's first token), and kernels left as the exercise's stubs.
 """
 
 import re
@@ -206,3 +207,71 @@ def test_address_models_are_the_lesson_rows():
     assert not torch.allclose(grader.reference(*args, address=grader.NO_HKV), right)
     slot = grader.reference(*args, address=grader.NO_SLOT)  # rows past the pool read NaN
     assert torch.isnan(slot).any() and not torch.isnan(slot[0]).all()
+
+
+Q_LOAD = "Q + (b * HKV * GROUP + heads)[:, None] * HEAD_DIM + d[None, :]"
+START = "start = split * split_tokens"
+DECODE = "b, kvh = bh // HKV, bh % HKV"
+#: What a split program works on, planted in the learner's part of the finished exercise: its (sequence, KV head)
+#: from the program id, its queries, its split's first token. Each hint names that slip, none a generic list.
+PROGRAM_SLIPS = [
+    ("b and kvh decoded the wrong way round",  # right at B == Hkv; B=3, Hkv=1 reads other sequences' tokens
+     [(DECODE, "b, kvh = bh % HKV, bh // HKV")], "b and kvh are decoded the wrong way round", "B=3 lengths [1, 64, 200]"),
+    ("kvh, b unpacked the wrong way round",
+     [(DECODE, "kvh, b = bh // HKV, bh % HKV")], "loaded seq_lens[0] (bh % HKV)", "B=3 lengths [1, 64, 200]"),
+    ("q of head g, not kvh * GROUP + g",
+     [(Q_LOAD, "Q + (b * HKV * GROUP + g)[:, None] * HEAD_DIM + d[None, :]")],
+     "your result is what loading q[b, g] for every KV head", "B=2 lengths [37, 100]"),
+    ("q of head kvh for the whole group",
+     [(Q_LOAD, "Q + (b * HKV * GROUP + kvh)[:, None] * HEAD_DIM + d[None, :]")],
+     "q[b, kvh] for every head of the group", "B=2 lengths [37, 100]"),
+    ("q's sequence stride HKV, not HKV * GROUP",
+     [(Q_LOAD, "Q + (b * HKV + heads)[:, None] * HEAD_DIM + d[None, :]")],
+     "sequence b's rows start at b * HKV * GROUP, not b * HKV", "B=2 lengths [37, 100]"),
+    ("q's head stride HKV, not HEAD_DIM",
+     [(Q_LOAD, "Q + b * HKV * GROUP * HEAD_DIM + heads[:, None] * HKV + d[None, :]")],
+     "a head's stride of 2 elements, HKV here, not HEAD_DIM = 64", "B=2 lengths [37, 100]"),
+    ("every split from token 0", [(START, "start = 0")],
+     "splits with start = 0 (each split from token 0): in the sequence of 100 tokens they start at tokens 0, 0, 0, 0, "
+     "not 0, 32, 64, 96", "B=2 lengths [37, 100]"),
+    ("splits BLOCK_N apart", [(START, "start = split * BLOCK_N")],
+     "start = split * 16 (16 is BLOCK_N and PAGE_SIZE here)", "B=2 lengths [37, 100]"),
+    ("splits of the sequence's own length", [(START, "start = split * tl.cdiv(seq_len, splits)")],
+     "start = split * cdiv(seq_len, splits)", "B=2 lengths [37, 100]"),
+    ("the split's loop from token 0", [("for n in range(start, end, BLOCK_N)", "for n in range(0, end, BLOCK_N)")],
+     "a loop from token 0 (not from start)", "B=2 lengths [37, 100]"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint, where", PROGRAM_SLIPS, ids=[s[0] for s in PROGRAM_SLIPS])
+def test_grader_names_what_a_split_program_works_on(name, edits, hint, where):
+    from tkcourse.stubs import answer_text
+
+    rep = assert_grader_catches("decode_attention", _mutant(*edits, source=answer_text(SOURCE), name="planted_program"),
+                                name, hint)
+    bad = rep.first_problem()
+    assert where in bad.label, rep
+    assert not bad.hint.startswith(grader.GENERIC), rep
+
+
+def test_swapped_b_and_kvh_past_the_batch_is_named():
+    """With B < Hkv the swapped decode gives programs a sequence past the batch: their loads of seq_lens are out of
+    bounds, and the hint names the decode, not a mask."""
+    mod = _mutant((DECODE, "b, kvh = bh % HKV, bh // HKV"), name="planted_swap")
+    args = grader.paged([17, 250], 16, 4, 4, 64, torch.float32, torch.Generator().manual_seed(0))
+    case = grader._graded("B=2 Hkv=4", mod, args, torch.float32)
+    assert case.status == "fail" and "b and kvh are decoded the wrong way round" in case.hint, case
+    assert "loaded seq_lens[2] (bh % HKV), past the B = 2 sequences" in case.hint and "Mask the" not in case.hint
+
+
+def test_swapped_b_and_kvh_model():
+    """``programs`` with the swapped decode is what such a kernel returns (the hint of a result without its trace)."""
+    mod = _mutant((DECODE, "b, kvh = bh % HKV, bh // HKV"), name="planted_swap")
+    args = grader.paged([1, 64, 200], 32, 4, 1, 128, torch.float32, torch.Generator().manual_seed(0))
+    out = mod.decode_attention(*args).double().cpu()
+    model = grader.programs(*args, grader.SWAPPED)
+    assert torch.allclose(out, model, atol=1e-5) and not torch.allclose(model, grader.reference(*args))
+    assert torch.allclose(grader.programs(*args, lambda bh, hkv: (bh // hkv, bh % hkv)), grader.reference(*args),
+                          atol=1e-12, rtol=0)
+    hint = grader._diagnose(args)(out, grader.reference(*args), None)
+    assert hint.startswith(grader.SWAP_HINT), hint

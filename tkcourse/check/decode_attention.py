@@ -83,7 +83,7 @@ def poisoned(k_cache, v_cache, seq_lens, block_table):
 
 
 def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens=None, table=None, kv_head=None,
-              split=None, rescale=True, step=None, forget="", address=None):
+              split=None, rescale=True, step=None, forget="", address=None, counts=None):
     """Decode attention in float64 torch, and the usual mistakes by its keywords: ``lens`` (tokens each
     sequence attends to, default ``seq_lens``; 0 gives a NaN row), ``table`` (the block table used),
     ``kv_head(h, Hq, Hkv)`` (the KV head of query head h, default h // (Hq // Hkv)), and with ``split`` (tokens
@@ -92,7 +92,8 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
     weighed in the other), ``forget`` "l" or "acc" (that running value not multiplied by alpha when the max
     grows, each split walked ``step`` tokens at a time), ``address(page, pos, kvh, page_size, Hkv)`` (the row of the
     pool, seen as (num_pages * page_size * Hkv, D), that a kernel reads for token ``pos`` on physical ``page`` and KV
-    head ``kvh``: a wrong formula for it; a row outside the pool reads NaN)."""
+    head ``kvh``: a wrong formula for it; a row outside the pool reads NaN), ``counts(n)`` (how many splits walk each
+    of a sequence's n keys, a tensor of n: a key walked twice weighs twice in the softmax; none walked, a NaN row)."""
     B, Hq, D = q.shape
     page_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     scale = 1 / math.sqrt(D) if sm_scale is None else sm_scale
@@ -116,6 +117,12 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
             at = at.clamp(0, flat_k.shape[0] - 1)
             k, v = (torch.where(inside, flat[at], float("nan")) for flat in (flat_k, flat_v))
         s = torch.einsum("hd,nhd->hn", qd[b], k) * scale
+        if counts is not None:  # the splits' partials combined rightly: each key weighs as often as it is walked
+            c = torch.as_tensor(counts(n), dtype=torch.float64)
+            if c.sum() > 0:
+                w = c * torch.exp(s - s.amax(-1, keepdim=True))
+                out[b] = torch.einsum("hn,nhd->hd", w, v) / w.sum(-1, keepdim=True)
+            continue
         if split is None or (rescale is True and not forget):
             out[b] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v)
             continue
@@ -155,6 +162,126 @@ SLOT_HINT = ("the slot in the page is pos % PAGE_SIZE, not pos: token pos lies o
              "problem")
 
 
+# ----- what a split program works on: its (sequence, KV head), its query rows, its split's tokens ----------
+
+
+def programs(q, k_cache, v_cache, seq_lens, block_table, decode, sm_scale=None):
+    """What the two kernels return, in float64 torch, when the split kernel's program bh works on the (sequence,
+    KV head) ``decode(bh, Hkv)`` (right: bh // Hkv, bh % Hkv), all of it as the kernel's code does for that pair:
+    the sequence's length and pages, the pool's rows (page * page_size + slot) * Hkv + kvh (NaN outside the pool),
+    the query rows and the partials' slots b * Hq + kvh * G + g; rows that no program stores are NaN. None when a
+    program's sequence lies outside the batch (its load of seq_lens is out of bounds: ``_address_oob`` names it)."""
+    B, Hq, D = q.shape
+    ps, Hkv = k_cache.shape[1], k_cache.shape[2]
+    G = Hq // Hkv
+    scale = 1 / math.sqrt(D) if sm_scale is None else sm_scale
+    fq = q.double().cpu().reshape(-1, D)
+    fk, fv = (c.double().cpu().reshape(-1, D) for c in (k_cache, v_cache))
+    table = block_table.long().cpu()
+    out = torch.full((B * Hq, D), float("nan"), dtype=torch.float64)
+    for bh in range(B * Hkv):
+        b, kvh = decode(bh, Hkv)
+        if not 0 <= b < B:
+            return None
+        slots = b * Hq + kvh * G + torch.arange(G)
+        if int(slots.max()) >= B * Hq:  # out of bounds of q and of the partials: the tracer reports it
+            continue
+        pos = torch.arange(int(seq_lens[b]))
+        rows = (table[b, pos // ps] * ps + pos % ps) * Hkv + kvh
+        inside = (rows < fk.shape[0])[:, None]
+        rows = rows.clamp(max=fk.shape[0] - 1)
+        kk, vv = (torch.where(inside, f[rows], float("nan")) for f in (fk, fv))
+        out[slots] = torch.softmax(fq[slots] @ kk.T * scale, -1) @ vv
+    return out.view(B, Hq, D)
+
+
+#: b and kvh decoded the wrong way round from the split kernel's first program id, as ``programs``' ``decode``.
+SWAPPED = lambda bh, hkv: (bh % hkv, bh // hkv)  # noqa: E731
+SWAP_HINT = ("b and kvh are decoded the wrong way round from the program id: the split kernel's grid is "
+             "(B * Hkv, splits), so program bh = b * HKV + kvh works on sequence b = bh // HKV and KV head "
+             "kvh = bh % HKV (not b = bh % HKV, kvh = bh // HKV)")
+
+
+def query_slips(Hq, Hkv, D):
+    """The queries a program (b, kvh) may load for its g-th head instead of q[b, kvh * G + g], as ``(offset, what)``:
+    ``offset(b, kvh, g, d)`` the element of q (seen flat) it loads for lane d of that head."""
+    G = Hq // Hkv
+    row = lambda r: lambda b, kvh, g, d: r(b, kvh, g) * D + d  # noqa: E731  (a whole row of D values)
+    slips = [(row(lambda b, kvh, g: b * Hq + g), "q[b, g] for every KV head (kvh * GROUP left out)"),
+             (row(lambda b, kvh, g: b * Hq + kvh + g), "q[b, kvh + g] (kvh not multiplied by GROUP)"),
+             (row(lambda b, kvh, g: b * Hq + kvh + 0 * g), "q[b, kvh] for every head of the group"),
+             (row(lambda b, kvh, g: b * Hq + kvh * G + 0 * g), "q[b, kvh * GROUP], the group's first head, for every "
+              "head of the group")]
+    for x, name in ((Hkv, "HKV"), (G, "GROUP")):  # the sequence's stride short of a factor
+        slips.append((row(lambda b, kvh, g, x=x: b * x + kvh * G + g),
+                      f"rows b * {name} + kvh * GROUP + g (sequence b's rows start at b * HKV * GROUP, not b * {name}: "
+                      "q has Hq = HKV * GROUP heads a sequence)"))
+    names = {}
+    for x, name in ((Hkv, "HKV"), (G, "GROUP"), (1, "1")):
+        names.setdefault(x, []).append(name)
+    for x, which in names.items():  # a head's stride other than HEAD_DIM
+        slips.append((lambda b, kvh, g, d, x=x: b * Hq * D + (kvh * G + g) * x + d,
+                      "b * HKV * GROUP * HEAD_DIM + head + d (the head not multiplied by HEAD_DIM)" if x == 1 else
+                      f"b * HKV * GROUP * HEAD_DIM + head * {x} + d (a head's stride of {x} elements, "
+                      f"{' and '.join(which)} here, not HEAD_DIM = {D})"))
+    slips.append((lambda b, kvh, g, d: b * Hq + (kvh * G + g) * D + d,
+                  "b * HKV * GROUP + head * HEAD_DIM + d (the sequence's offset not multiplied by HEAD_DIM)"))
+    return slips
+
+
+def moved_queries(q, offset, Hkv):
+    """q with lane d of query head h = kvh * G + g of sequence b replaced by element ``offset(b, kvh, g, d)`` of q
+    seen flat: the queries a program loads by a wrong formula; None when an element lies outside q."""
+    B, Hq, D = q.shape
+    G = Hq // Hkv
+    b, h, d = torch.arange(B)[:, None, None], torch.arange(Hq)[None, :, None], torch.arange(D)[None, None, :]
+    at = torch.as_tensor(offset(b, h // G, h % G, d)).expand(B, Hq, D)
+    if int(at.min()) < 0 or int(at.max()) >= q.numel():
+        return None
+    return q.reshape(-1)[at.reshape(-1).to(q.device)].view(B, Hq, D)
+
+
+def split_starts(splits, size, block_n, page_size, max_pages):
+    """The wrong first tokens a split kernel may give its splits, as ``(ranges(n), what)``: ``ranges(n)`` the
+    tokens [lo, hi) that each of the ``splits`` splits (of ``size`` tokens) walks in a sequence of n tokens."""
+    cut = lambda lo, n: (lo, max(lo, min(lo + size, n)))  # end = min(start + split_tokens, seq_len)
+    wrong = [(lambda n: [cut(0, n)] * splits, "start = 0 (each split from token 0)")]
+    names = {}
+    for x, name in ((block_n, "BLOCK_N"), (page_size, "PAGE_SIZE"), (splits, "splits"), (max_pages, "max_pages")):
+        names.setdefault(x, []).append(name)
+    for x, which in names.items():
+        if x != size:
+            wrong.append((lambda n, x=x: [cut(j * x, n) for j in range(splits)],
+                          f"start = split * {x} ({x} is {' and '.join(which)} here)"))
+    wrong += [(lambda n: [cut(j * -(-n // splits), n) for j in range(splits)], "start = split * cdiv(seq_len, splits)"),
+              (lambda n: [cut(j * (n // splits), n) for j in range(splits)], "start = split * (seq_len // splits)"),
+              (lambda n: [cut((j + 1) * size, n) for j in range(splits)], "start = (split + 1) * split_tokens"),
+              (lambda n: [(0, min((j + 1) * size, n)) for j in range(splits)],
+               "a loop from token 0 (not from start) to each split's end")]
+    return wrong
+
+
+def counted(ranges):
+    """``reference``'s ``counts`` of splits that walk the tokens ``ranges(n)``."""
+    def counts(n):
+        c = torch.zeros(n)
+        for lo, hi in ranges(n):
+            c[lo:hi] += 1
+        return c
+    return counts
+
+
+def starts_hint(splits, size, what, ranges, n) -> str:
+    """The hint of splits that walk the tokens ``ranges(n)`` (``what`` names the formula), shown on n tokens."""
+    starts = ", ".join(str(lo) for lo, hi in ranges(n) if hi > lo) or "no token"
+    return (f"your splits walk the wrong tokens: here a sequence has {splits} splits of split_tokens = {size} tokens, "
+            "and split j must walk tokens j * split_tokens up to its end: start = split * split_tokens, "
+            "end = min(start + split_tokens, seq_len), the loop from start to end, so that every key lies in exactly "
+            f"one split. Your result matches splits with {what}: in the sequence of {n} tokens they start at "
+            f"tokens {starts}, not {', '.join(str(j * size) for j in range(-(-n // size)))}, so some keys count in "
+            "several splits (or in none)")
+
+
 def _address_oob(args):
     """The out-of-bounds hint of the split kernel's addressing slips: loads of the pool past its end exactly
     where the slot taken as pos (not pos % PAGE_SIZE) puts them, or accesses by programs bh >= B * Hkv only (a
@@ -181,6 +308,14 @@ def _address_oob(args):
             slots = slot_offsets()
             if all(np.isin(np.asarray(o.offsets, dtype=np.int64), slots).all() for o in bad):
                 return SLOT_HINT
+        # b and kvh decoded the wrong way round, with B < Hkv: program bh (inside the grid) whose bh % HKV >= B
+        # loads seq_lens[bh % HKV], past its B values (and goes on with that sequence's row of everything)
+        lens_loads = [o for o in bad if o.kind == "load" and o.numel == B]
+        if (Hkv > B and lens_loads and all(o.program[0] < B * Hkv and o.program[0] % Hkv >= B for o in bad)
+                and all((np.asarray(o.offsets) == o.program[0] % Hkv).all() for o in lens_loads)):
+            p = lens_loads[0].program[0]
+            return (f"{SWAP_HINT}. Program bh = {p} of your split kernel loaded seq_lens[{p % Hkv}] (bh % HKV), past "
+                    f"the B = {B} sequences; the masks are not the problem")
         # the split kernel's programs past the batch (b = bh // HKV >= B: each loads seq_lens[b] past its B
         # values); not the combine's, whose grid is B * Hq and which never reads seq_lens
         if all(o.program[0] >= B * Hkv for o in bad) and any(o.kind == "load" and o.numel == B for o in bad):
@@ -196,10 +331,11 @@ def _address_oob(args):
     return hint
 
 
-def _diagnose(args, unstored=lambda: ""):
+def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}):
     """The hint of a wrong result on ``args``: the first of the usual mistakes whose model it matches.
     ``unstored()``: what the launches loaded of the tensors they store into that none of them stored
-    (``_unstored``), asked only of a NaN result."""
+    (``_unstored``), asked only of a NaN result; ``lengths_read()``: which elements of seq_lens each program of the
+    split kernel loaded (``_lengths_read``)."""
     q, k, v, seq_lens, table = args
     B, Hq, D = q.shape
     page_size, Hkv = k.shape[1], k.shape[2]
@@ -209,10 +345,11 @@ def _diagnose(args, unstored=lambda: ""):
     splits = range(16, cap, 16)  # the split sizes a learner may have chosen, in tokens
 
     def hint(o, e, wrong):
-        def close(pool=None, **kw):
-            """The mistake ``kw`` (or the K, V ``pool`` read instead) gives ``o``, where it is defined, and
-            differs from the right answer there."""
-            model = reference(*args, **kw) if pool is None else reference(q, *pool, seq_lens, table, **kw)
+        def close(pool=None, model=None, **kw):
+            """The mistake ``kw`` (or the K, V ``pool`` read instead, or the ``model`` given) gives ``o``, where it
+            is defined, and differs from the right answer there."""
+            if model is None:
+                model = reference(*args, **kw) if pool is None else reference(q, *pool, seq_lens, table, **kw)
             rows = ~torch.isnan(model).any(-1)
             m, oo, ee = model[rows], o.cpu()[rows], e.cpu()[rows]
             return (bool(rows.any()) and torch.allclose(oo, m, atol=2e-2, rtol=2e-2)
@@ -244,6 +381,22 @@ def _diagnose(args, unstored=lambda: ""):
         if B > 1 and close(table=table[:1].expand_as(table)):
             return ("every sequence reads row 0 of the block table: sequence b's row starts at BLOCK_TABLE + "
                     "b * max_pages, so its logical page p is at BLOCK_TABLE + b * max_pages + p")
+        if B * Hkv > 1:
+            read = lengths_read()  # what the trace saw: program bh read the length of sequence bh % HKV
+            if any(bh % Hkv != bh // Hkv for bh in read) and all(r == {bh % Hkv} for bh, r in read.items()):
+                bh = next(bh for bh in read if bh % Hkv != bh // Hkv)
+                return (f"{SWAP_HINT}. Program bh = {bh} of your split kernel loaded seq_lens[{bh % Hkv}] (bh % HKV), "
+                        f"the length of sequence {bh % Hkv}; its sequence is bh // HKV = {bh // Hkv}")
+            swapped = programs(*args, SWAPPED)
+            if swapped is not None and close(model=swapped):
+                return (SWAP_HINT + ": your result is what programs on sequence bh % HKV and KV head bh // HKV "
+                        "give")
+        for offset, what in query_slips(Hq, Hkv, D):
+            moved = moved_queries(q, offset, Hkv)
+            if moved is not None and close(model=reference(moved, k, v, seq_lens, table)):
+                return ("your kernel loads the wrong queries: program (b, kvh) must load the G query heads that share "
+                        "KV head kvh, q[b, kvh * GROUP + g] for g < GROUP, the elements (b * HKV * GROUP + kvh * GROUP "
+                        f"+ g) * HEAD_DIM + d of q; your result is what loading {what} gives")
         if close(lens=[-(-n // page_size) * page_size for n in lens]):
             return ("the sequence's length is ignored in its last, partial page: keys at positions >= seq_lens[b] "
                     "must get score -inf (mask them with pos < seq_len, loads and scores alike)")
@@ -293,6 +446,11 @@ def _diagnose(args, unstored=lambda: ""):
                         return (f"the {what} is not rescaled when the max grows: in the split kernel's loop, "
                                 "alpha = exp2(m_i - m_new) must multiply both l_i and acc before this step's "
                                 "terms are added: l_i = l_i * alpha + sum(p), acc = acc * alpha + dot(p, v)")
+        for n_splits, size, block_n in dict.fromkeys(lesson_plan(B, Hkv, table.shape[1], page_size, gpu)
+                                                     for gpu in (False, True)):
+            for ranges, what in split_starts(n_splits, size, block_n, page_size, table.shape[1]):
+                if close(counts=counted(ranges)):
+                    return starts_hint(n_splits, size, what, ranges, max(lens))
         for split in splits:
             if close(lens=[min(n, cap // split * split) for n in lens]) or close(lens=[n // split * split for n in lens]):
                 return ("the last, partial split is dropped: launch cdiv(tokens, split_tokens) splits, not "
@@ -313,6 +471,22 @@ def _diagnose(args, unstored=lambda: ""):
                     "0/0 from a sum of weights that is 0")
         return ""
     return hint
+
+
+def _lengths_read(traces, B, Hkv) -> dict:
+    """``{bh: elements of seq_lens it loaded}`` for every program of the split kernel (the launch of B * Hkv programs
+    on its first axis that loads seq_lens, a (B,) int32 tensor), over its splits; ``{}`` when no launch is that."""
+    for tr in traces:
+        if not tr.launches or tr.launches[0].grid[0] != B * Hkv:
+            continue
+        lengths = [i for i, t in enumerate(tr.tensors) if tuple(t.shape) == (B,) and t.dtype.startswith("int")]
+        read = {}
+        for a in tr.accesses:
+            if a.kind == "load" and a.tensor in lengths:
+                read.setdefault(a.program[0], set()).update(int(x) for x in np.asarray(a.offsets).reshape(-1))
+        if read:
+            return read
+    return {}
 
 
 def _unstored(traces) -> str:
@@ -442,7 +616,8 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     stub = _stub_case(label, out, g, traceable(list(call)))
     if stub is not None:
         return stub
-    models = (_diagnose(args, lambda: _unstored(g.traces)) if sm_scale is None
+    models = (_diagnose(args, lambda: _unstored(g.traces), lambda: _lengths_read(g.traces, B, k.shape[2]))
+              if sm_scale is None
               else (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     case = written_case(label, out, expected, g, dtype=dtype, atol=tol, rtol=tol * 5,
                         diagnose=_hint(fn, clean, kwargs, models, tol, extra))
