@@ -1,4 +1,4 @@
-"""Hints of the graders of lessons 01, 03, 04 and 05 for mistakes a learner makes on the way: each test plants
+"""Hints of the graders of lessons 01-05 for mistakes a learner makes on the way: each test plants
 the mistake in the solution as a learner would have finished it (``stubs.answer_text``), grades it, and checks
 that the grader fails it (or reports the error) with a hint that names the mistake."""
 
@@ -118,6 +118,41 @@ def test_only_tl_dots_own_check_is_taken_for_an_fp16_accumulator():
     loop = _raised(wrapped)
     loop.__cause__.__context__ = loop  # a cycle
     assert not matmul_grader._dot_acc_mismatch(loop)
+
+
+GROUPED = "pid_n = (pid % pids_per_group) // group_size_m"
+K_STEP = "a_ptrs += BLOCK_K * stride_ak"
+C_PTRS = "offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn"
+GRID = 'return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)'
+
+
+@pytest.mark.parametrize("name, old, new, hint", [
+    ("the last group not clamped", "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)", "group_size_m = GROUP_M",
+     "the last group of tile rows may be shorter than GROUP_M"),
+    ("pid_n by a remainder", GROUPED, GROUPED.replace("//", "%"), "pid_n is (pid % pids_per_group) // group_size_m"),
+    ("a 2-D grid", GRID, 'return (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))',
+     "the kernel takes its tile from tl.program_id(axis=0) alone"),
+    ("A's K step by its row stride", K_STEP, K_STEP.replace("stride_ak", "stride_am"),
+     "further than any missing mask reaches: a stride is in the wrong place"),
+    ("C's strides swapped", C_PTRS, "offs_m[:, None] * stride_cn + offs_n[None, :] * stride_cm",
+     "C is stored with its strides swapped"),
+    ("K // BLOCK_K steps", "for k in range(0, tl.cdiv(K, BLOCK_K)):", "for k in range(0, K // BLOCK_K):",
+     "a loop over K // BLOCK_K steps runs none"),
+])
+def test_matmul_slips_that_got_a_grid_or_mask_hint_are_named(name, old, new, hint):
+    """Each got a hint about the grid, the store mask or the load masks (or none): tiles taken twice are read from
+    the tracer's record of C's stores, with the launch's grid; the K step from how far past A the loads went."""
+    rep = assert_grader_catches("matmul", _planted("matmul", (old, new), name="mm_" + name.split()[0]), name, hint)
+    assert "mask rows < M on the edge tile" not in rep.first_problem().hint, rep
+
+
+def test_a_softmax_whose_programs_each_take_every_row_fails():
+    """tl.range(pid, n_rows, 1): every program computes every row after its own, so the output is right and the
+    work is done up to P times over. The tracer counts each element's stores."""
+    loop = "tl.range(tl.program_id(0), n_rows, tl.num_programs(0), num_stages"
+    mod = _planted("softmax", (loop, loop.replace("tl.num_programs(0), num", "1, num")), name="rows_step_1")
+    rep = assert_grader_catches("softmax", mod, "a row loop of step 1", "step the row loop by tl.num_programs(0)")
+    assert "stored more than once" in rep.first_problem().detail and len(rep.cases) == 1, rep
 
 
 # ----- lesson 01: vector add ----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import traceback
 
+import numpy as np
 import torch
 
 from .. import mode
@@ -20,6 +21,7 @@ from .core import (
     attempt,
     describe_wrong,
     exception_chain,
+    out_records,
     padded,
     random_sizes,
     refuses,
@@ -68,11 +70,92 @@ def _tolerance(dtype):
     return (1e-4, 1e-4) if mode.INTERPRET else (2e-2, 2e-2)  # an fp32 tl.dot uses TF32 on a GPU
 
 
+# ways of taking (pid_m, pid_n) from pid in the grouped order that leave tiles unwritten: (what, pid -> tile)
+def _grouped(pid, num_m, num_n, group, *, clamp=True, n_op="//", m_op="%"):
+    per_group = group * num_n
+    first = pid // per_group * group
+    size = min(num_m - first, group) if clamp else group
+    within = pid % per_group
+    pid_m = first + (within % size if m_op == "%" else within // size)
+    pid_n = within // size if n_op == "//" else within % size
+    return pid_m, pid_n
+
+
+TILE_MODELS = (
+    ("the last group of tile rows may be shorter than GROUP_M: group_size_m = min(num_pid_m - first_pid_m, "
+     "GROUP_M), and pid_m, pid_n are taken with that size, not GROUP_M", dict(clamp=False)),
+    ("pid_n is (pid % pids_per_group) // group_size_m, a division: with % it repeats the first columns "
+     "of tiles and never reaches the others", dict(n_op="%")),
+    ("pid_m is first_pid_m + (pid % pids_per_group) % group_size_m, a remainder: with // it runs past the "
+     "group's rows", dict(m_op="//")),
+)
+
+
+def _unwritten_tiles(nan, bm, bn) -> set:
+    """The (tile row, tile column) of every (bm, bn) tile wholly NaN in ``nan``; None where a tile is partly NaN."""
+    M, N = nan.shape
+    tiles = set()
+    for i in range(-(-M // bm)):
+        for j in range(-(-N // bn)):
+            t = nan[i * bm:(i + 1) * bm, j * bn:(j + 1) * bn]
+            if bool(t.all()):
+                tiles.add((i, j))
+            elif bool(t.any()):
+                return None
+    return tiles
+
+
+def _tile_hint(out, expected, traces) -> str:
+    """``attempt``'s ``trace_hint``: tiles of C stored by two programs while others were never stored. On a 2-D
+    grid, the kernel read only program_id(0); on a 1-D one, (pid_m, pid_n) was taken from pid one of
+    TILE_MODELS' ways when the tiles that model never reaches are the unwritten ones, for the tile the programs
+    stored and some GROUP_M."""
+    if not isinstance(out, torch.Tensor) or out.dim() != 2:
+        return ""
+    for tr, i in out_records(out, traces):
+        if len(tr.launches) != 1:
+            continue
+        counts = tr.read_counts(i, kind="store").reshape(tuple(out.shape))
+        if not ((counts == 0).any() and (counts > 0).any()):
+            continue
+        launch = tr.launches[0]
+        if (launch.grid[1] > 1 or launch.grid[2] > 1) and (counts > 1).any():
+            return (f"the grid is {launch.grid[:2] if launch.grid[2] == 1 else launch.grid}, but the kernel takes its "
+                    "tile from tl.program_id(axis=0) alone, so the programs that differ only in the other axes "
+                    "store the same tile and other tiles are never written. The grid is a 1-tuple, "
+                    "(triton.cdiv(M, meta['BLOCK_M']) * triton.cdiv(N, meta['BLOCK_N']),)")
+        owner = tr.owner_map(i, kind="store")
+        rows, cols = np.nonzero(owner >= 0)
+        progs = owner[rows, cols]
+        bm = max(int(np.ptp(rows[progs == p])) + 1 for p in np.unique(progs))
+        bn = max(int(np.ptp(cols[progs == p])) + 1 for p in np.unique(progs))
+        bm, bn = 1 << (bm - 1).bit_length(), 1 << (bn - 1).bit_length()
+        M, N = out.shape
+        num_m, num_n = -(-M // bm), -(-N // bn)
+        unwritten = _unwritten_tiles(torch.from_numpy(counts == 0), bm, bn)
+        if num_m * num_n != launch.num_programs or not unwritten:
+            continue  # not whole tiles, or not a program a tile: a grid or mask mistake, which diagnose names
+        twice = ("some tiles were stored by two programs and others by none" if (counts > 1).any() else
+                 "some programs stored nothing (their tile lay outside C) and some tiles were never written")
+        for group in (1, 2, 4, 8):
+            for what, how in TILE_MODELS:
+                reached = {_grouped(pid, num_m, num_n, group, **how) for pid in range(num_m * num_n)}
+                missing = {(r, c) for r in range(num_m) for c in range(num_n)} - reached
+                if missing == unwritten:
+                    return f"{twice} ({len(missing)} of the {num_m * num_n} tiles): {what}"
+        return (f"{twice} ({len(unwritten)} of the {num_m * num_n} tiles), though the grid has a program for each "
+                "tile: the mapping from pid to (pid_m, pid_n) misses some tiles. Check it against the grouped order")
+    return ""
+
+
 def _diagnose(a, b, layout):
     def hint(o, e, wrong):
         M, N = o.shape
         nan = torch.isnan(o)
         if nan.any():
+            transposed = _transposed_store_hint(o, e)
+            if transposed:
+                return transposed
             rows, cols = nan.all(dim=1), nan.all(dim=0)
             if rows.any() and not rows.all():
                 return (f"rows from {int(rows.nonzero()[0])} on were never written: launch "
@@ -83,6 +166,10 @@ def _diagnose(a, b, layout):
             return "some tiles were never written: check the grid and how pid maps to (pid_m, pid_n)"
         ad, bd = a.double().cpu(), b.double().cpu()
         K = ad.shape[1]
+        if bool((o == 0).all()) and bool((e != 0).any()) and K < 128:
+            return (f"every value is 0: no K step added to acc. Here K = {K} is less than a BLOCK_K of 32 or more: "
+                    "a loop over K // BLOCK_K steps runs none. Loop over tl.cdiv(K, BLOCK_K) steps, the last one "
+                    "masked, and add each step's product to acc (acc = tl.dot(a, b, acc))")
         for bk in (16, 32, 64, 128):
             if K > bk and K % bk and torch.allclose(o, ad[:, : K - K % bk] @ bd[: K - K % bk], atol=1e-2, rtol=1e-2):
                 return (f"the last, partial K block is missing: loop over cdiv(K, BLOCK_K) blocks and mask the loads "
@@ -109,6 +196,28 @@ def _diagnose(a, b, layout):
         return (f"no known mistake fits; what the grader sees: {describe_wrong(o, e, wrong)}. Are a's and b's "
                 "strides passed in the order the kernel takes them (am, ak, bk, bn)?")
     return hint
+
+
+def _transposed_store_hint(o, e) -> str:
+    """C stored with its two strides swapped (element (m, n) at n * stride_cm + m * stride_cn): of the positions
+    that one element alone lands on, the written ones hold that element."""
+    M, N = e.shape
+    if M < 2 or N < 2:
+        return ""
+    m, n = torch.meshgrid(torch.arange(M), torch.arange(N), indexing="ij")
+    idx = (n * N + m).reshape(-1)  # a contiguous C: stride_cm = N, stride_cn = 1, swapped
+    inside = idx < M * N
+    once = torch.bincount(idx[inside], minlength=M * N) == 1
+    keep = inside.clone()
+    keep[inside] = once[idx[inside]]
+    flat, want = o.detach().double().cpu().reshape(-1), e.double().cpu().reshape(-1)
+    written = keep & ~torch.isnan(flat[idx.clamp(max=M * N - 1)])
+    if int(written.sum()) < max(4, M * N // 4):
+        return ""
+    if torch.allclose(flat[idx[written]], want[written], atol=1e-2, rtol=1e-2):
+        return ("C is stored with its strides swapped: element (m, n) went to n * stride_cm + m * stride_cn. Store "
+                "at c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, with stride_cm = c.stride(0)")
+    return ""
 
 
 def _stepped(t, k_dim: int, bk: int):
@@ -148,15 +257,30 @@ def _k_step_hint(a, b, o) -> str:
     return ""
 
 
+STRIDES = {"a": "offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak, with a.stride(0) and a.stride(1) passed in "
+                "that order",
+           "b": "offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn, with b.stride(0) and b.stride(1) passed in "
+                "that order"}
+
+
 def _oob_hint(bad, hint):
     first = next((o for o in bad if o.kind == "store"), bad[0])
     if first.kind == "store" and first.derived:
         return (f"your kernel stores past the end of {first.tensor} on an edge tile: mask the store with both "
                 "edges, (offs_m[:, None] < M) & (offs_n[None, :] < N)")
     if first.kind == "load" and first.derived and first.tensor in ("a", "b"):
-        return (f"your kernel loads past the end of {first.tensor}: mask every load on both of its edges, "
-                "rows past M (or columns past N) and the ragged last K block (k < K), with other=0.0 "
-                "so the masked lanes add nothing to the dot product")
+        t = first.tensor
+        top = max(int(o.offsets.max()) for o in bad if o.tensor == t and o.kind == "load")
+        if top >= 8 * first.numel:
+            step = "a_ptrs += BLOCK_K * stride_ak" if t == "a" else "b_ptrs += BLOCK_K * stride_bk"
+            return (f"your kernel loads far past the end of {t} (offset {top}; it has {first.numel} elements), "
+                    "further than any missing mask reaches: a stride is in the wrong place. The K step is "
+                    f"{step}, the stride along K, and the offsets are " + STRIDES[t])
+        return (f"your kernel loads past the end of {t}: mask every load on both of its edges, rows past M (or "
+                "columns past N) and the ragged last K block, with other=0.0 so the masked lanes add nothing. In step "
+                "k the slice's columns are k * BLOCK_K + offs_k, so mask offs_k < K - k * BLOCK_K (offs_k < K alone "
+                "lets every lane through once K > BLOCK_K). If the masks are right, check the strides: the offsets "
+                "are " + STRIDES[t])
     return ""
 
 
@@ -199,8 +323,8 @@ def _error_hint(exc, hint):
 
 
 def _attempt(label, fn, args, expected, **kwargs):
-    """``core.attempt`` with this lesson's ``error_hint``."""
-    return attempt(label, fn, args, expected, error_hint=_error_hint, **kwargs)
+    """``core.attempt`` with this lesson's ``error_hint`` and ``trace_hint``."""
+    return attempt(label, fn, args, expected, error_hint=_error_hint, trace_hint=_tile_hint, **kwargs)
 
 
 def _fixed(mod, dtype, gen, shapes):

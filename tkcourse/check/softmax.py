@@ -90,6 +90,12 @@ def _diagnose(note, n_cols, x=None):
     return hint
 
 
+# a right output with rows stored twice: programs that each walked rows the others also took
+ONCE = ("each row was computed and stored by several programs: program p takes rows p, p + P, p + 2P, ... with P "
+        "the number of programs, so step the row loop by tl.num_programs(0): tl.range(tl.program_id(0), n_rows, "
+        "tl.num_programs(0), ...). Every row then falls to one program")
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float16):
@@ -99,13 +105,13 @@ def grade(mod):
             expected = torch.softmax(x.double(), dim=-1)
             f16 = dtype == torch.float16
             yield attempt(label, mod.softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-5,
-                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols, x), mask=MASK)
+                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols, x), mask=MASK, once=ONCE)
     seed, lengths = random_sizes(*N_RANDOM)
     for cols in lengths:
         rows = max(1, min(300, MAX_RANDOM_ELEMENTS // cols))
         x = padded(torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(torch.float32).to(mode.DEVICE))
         yield attempt(seeded(f"{rows}x{cols} float32", seed), mod.softmax, (x,), torch.softmax(x.double(), dim=-1),
-                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x), mask=MASK)
+                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x), mask=MASK, once=ONCE)
     yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
                   torch.zeros(1, 1 << 20, device=mode.DEVICE),
                   hint="a whole row must fit in one block: keep the launcher's given check that raises ValueError "

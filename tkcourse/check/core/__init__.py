@@ -34,7 +34,17 @@ reports), ``calls`` (the learner's function under poison and the tracer, its war
 
 from __future__ import annotations
 
-from .attempt import GradedCall, attempt, graded_call, guarded, refuses, returned_case, written_case
+from .attempt import (
+    GradedCall,
+    attempt,
+    graded_call,
+    guarded,
+    out_records,
+    refuses,
+    returned_case,
+    stored_twice,
+    written_case,
+)
 from .bounds import EDGE_MASK, describe, oob_case
 from .calls import TRACE_MAX_BYTES, call, explain_warnings, quiet_warnings, traceable, traced_call
 from .compare import block_hint, compare, describe_wrong, shift_hint, table, tolerance
@@ -85,6 +95,7 @@ __all__ = [
     "launched_kernels",
     "layout_of",
     "oob_case",
+    "out_records",
     "padded",
     "poisoned_allocations",
     "quiet_warnings",
@@ -96,6 +107,7 @@ __all__ = [
     "shift_hint",
     "sliced_rows",
     "storage_overlap",
+    "stored_twice",
     "strided",
     "table",
     "tolerance",

@@ -95,14 +95,17 @@ def returned_case(label, g: "GradedCall") -> Case | None:
 
 
 def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, mask: str | None = None,
-            error_hint=None, **compare_kwargs) -> Case:
+            error_hint=None, trace_hint=None, once: str | None = None, **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
     for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
     the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
 
     ``trace=False`` skips the tracer (a launch too big to trace on a GPU, say). ``oob_hint(bad, hint)``
     may give a lesson's own hint for the out-of-bounds accesses ``bad`` (``""``: keep ``hint``), and
-    ``error_hint(exc, hint)`` one for an error the call raised; ``mask``
+    ``error_hint(exc, hint)`` one for an error the call raised, and ``trace_hint(out, expected, traces)`` one for a
+    wrong output from what the tracer saw (the launches' grids, which program stored where), which takes the place
+    of ``diagnose``'s where it gives one; ``once``: the hint when a right output had an element stored more than
+    once (work done twice, by several programs: ``stored_twice``); ``mask``
     is the lesson's edge mask (``offsets < n``), which out-of-bounds hints name. A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
     """
     g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint, mask=mask, error_hint=error_hint)
@@ -115,21 +118,50 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     case = written_case(label, out, expected, g, mask=mask, **compare_kwargs)
     if case.status == "todo":
         return case
+    if case.status == "fail" and trace_hint is not None and g.traces:
+        try:
+            case.hint = trace_hint(out, expected, g.traces) or case.hint
+        except Exception:  # noqa: BLE001  (a hint never crashes the grader)
+            pass
     changed = g.snap.case(label, g.fn_name)
-    return changed if changed is not None else case
+    if changed is not None:
+        return changed
+    if case.status == "pass" and once and g.traces:
+        return stored_twice(label, out, g.traces, once) or case
+    return case
 
 
-def _never_stored(out: torch.Tensor, traces) -> torch.Tensor | None:
-    """Elements of ``out`` that no traced launch stored to (None when no launch took ``out`` as it is)."""
-    written, found = None, False
+def stored_twice(label, out, traces, hint: str) -> Case | None:
+    """A failing case when the tracer saw an element of ``out`` stored more than once in one launch: the right
+    result, with work done twice (programs that take the same rows or tiles); None otherwise."""
+    if not isinstance(out, torch.Tensor):
+        return None
+    for tr, i in out_records(out, traces):
+        counts = tr.read_counts(i, kind="store")
+        most = int(counts.max()) if counts.size else 0
+        if most > 1 and len(tr.launches) == 1:
+            twice = int((counts > 1).sum())
+            return Case(label, "fail", f"the right result, but {twice} of the output's {counts.size} elements were "
+                        f"stored more than once (up to {most} times): the same work done by several programs", hint)
+    return None
+
+
+def out_records(out: torch.Tensor, traces):
+    """(trace, index) of each traced tensor argument that is ``out`` as it is (its address, shape and strides)."""
     for tr in traces:
         for i, t in enumerate(tr.tensors):
             ptr, shape, stride, _ = t.key
             if ptr == out.data_ptr() and tuple(shape) == tuple(out.shape) and tuple(stride) == tuple(out.stride()):
-                counts = torch.from_numpy(tr.read_counts(i, kind="store").reshape(tuple(out.shape))) > 0
-                written = counts if written is None else written | counts
-                found = True
-    return None if not found else ~written
+                yield tr, i
+
+
+def _never_stored(out: torch.Tensor, traces) -> torch.Tensor | None:
+    """Elements of ``out`` that no traced launch stored to (None when no launch took ``out`` as it is)."""
+    written = None
+    for tr, i in out_records(out, traces):
+        counts = torch.from_numpy(tr.read_counts(i, kind="store").reshape(tuple(out.shape))) > 0
+        written = counts if written is None else written | counts
+    return None if written is None else ~written
 
 
 def _unwritten_case(label, out, expected, traces, allocs, compare_kwargs) -> Case | None:
