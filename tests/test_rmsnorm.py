@@ -270,3 +270,56 @@ def test_grader_catches_a_layout_mistake(name, edits, where, hint):
 
 def test_grader_passes_a_faithful_copy():
     assert check.run("rmsnorm", module=_mutant(), quiet=True).passed
+
+
+# ----- more learner's mistakes, written into the solution: each is caught and its hint names it -----------
+
+LOAD_X = "x = tl.load(x_ptr + row * x_row_stride + cols, mask=mask, other=0.0)"
+LOAD_R = "r = tl.load(res_ptr + row * res_row_stride + cols, mask=mask, other=0.0)"
+ADD = "x = (x.to(tl.float32) + r.to(tl.float32)).to(sum_ptr.dtype.element_ty)"
+STORE_H = "tl.store(sum_ptr + row * out_row_stride + cols, x, mask=mask)"
+STORE_Y = "tl.store(y_ptr + row * out_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)"
+MEAN = "mean_sq = tl.sum(x * x, axis=0) / n_cols"
+RSTD = "rstd = tl.rsqrt(mean_sq + eps)"
+SCALE = "y = x * rstd * w "
+
+KERNEL_MISTAKES = [
+    ("tl.sqrt for tl.rsqrt", [(RSTD, "rstd = tl.sqrt(mean_sq + eps)")], "where it should be divided by it"),
+    ("the sum of squares, not the mean", [(MEAN, "mean_sq = tl.sum(x * x, axis=0)")], "is not divided by H"),
+    ("the mean of x, not of x * x", [(MEAN, "mean_sq = tl.sum(x, axis=0) / n_cols")], "not x * x"),
+    ("the weight applied twice", [(SCALE, "y = x * rstd * w * w ")], "the weight is applied twice"),
+    ("eps after the square root", [(RSTD, "rstd = 1.0 / (tl.sqrt(mean_sq) + eps)")],
+     "eps is added after the square root"),
+    ("the sum never stored", [(STORE_H, "pass")], "h = x + residual was never written"),
+    ("the residual added after the norm",
+     [(ADD, ADD.replace("x = ", "h = ")), (STORE_H, STORE_H.replace(", x,", ", h,")),
+      (SCALE, SCALE + "\n    if HAS_RESIDUAL:\n        y = y + r.to(tl.float32)\n    ")],
+     "the residual is added after the norm"),
+    ("x scaled by the sum's rstd",
+     [(ADD, ADD.replace("x = ", "h = ")),
+      (STORE_H, STORE_H.replace(", x,", ", h,") + "\n        hf = h.to(tl.float32)\n    else:\n        hf = x.to(tl.float32)"),
+      (MEAN, "mean_sq = tl.sum(hf * hf, axis=0) / n_cols")], "scaled by the rstd of x + residual"),
+    ("the residual read from x's pointer", [(LOAD_R, LOAD_R.replace("res_ptr + row * res_row_stride",
+                                                                    "x_ptr + row * x_row_stride"))],
+     "the residual is read from x's pointer"),
+    ("y and the sum stored to each other's pointer",
+     [(STORE_H, STORE_H.replace("sum_ptr", "y_ptr")), (STORE_Y, STORE_Y.replace("y_ptr + row", "sum_ptr + row"))],
+     "are swapped"),
+    ("x read at the residual's row stride", [(LOAD_X, LOAD_X.replace("x_row_stride", "res_row_stride"))],
+     "the residual's is not x's"),
+    ("y stored at x's row stride", [(STORE_Y, STORE_Y.replace("out_row_stride", "x_row_stride"))],
+     "stores y at row * x's row stride"),
+    ("the sum stored at x's row stride", [(STORE_H, STORE_H.replace("out_row_stride", "x_row_stride"))],
+     "stores sum at row * x's row stride"),
+    ("the weight read at the row's offset", [("tl.load(w_ptr + cols", "tl.load(w_ptr + row * x_row_stride + cols")],
+     "the weight is one vector of H values"),
+    ("the row from program_id(1)", [("row = tl.program_id(0).to(tl.int64)", "row = tl.program_id(1).to(tl.int64)")],
+     "tl.program_id(1) is 0 on this 1-D grid"),
+    ("BLOCK = H", [("BLOCK = triton.next_power_of_2(H)  #", "BLOCK = H  #")], "tl.arange(0, BLOCK) needs a power of two"),
+    ("the masks with <=", [("mask = cols < n_cols ", "mask = cols <= n_cols ")], "<= where < belongs"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint", KERNEL_MISTAKES, ids=[m[0] for m in KERNEL_MISTAKES])
+def test_grader_names_a_kernel_mistake(name, edits, hint):
+    assert_grader_catches("rmsnorm", _mutant(*edits), name, hint)

@@ -23,6 +23,7 @@ from .core import (
     Case,
     alias_case,
     graded_call,
+    out_records,
     padded,
     random_sizes,
     refuses,
@@ -81,6 +82,16 @@ def _mistakes(x, w, eps, r, dtype):
     block = 1 << max(0, (H - 1).bit_length())
     ms = h.pow(2).mean(-1, keepdim=True)
     out = [
+        (h * torch.sqrt(ms + eps) * w64,
+         "y is x times sqrt(mean(x**2) + eps), where it should be divided by it: tl.rsqrt(mean + eps) is "
+         "1 / sqrt(mean + eps), multiply by that (or divide by tl.sqrt(mean + eps))"),
+        (h * torch.rsqrt(h.pow(2).sum(-1, keepdim=True) + eps) * w64,
+         f"the sum of squares is not divided by H ({H}): the mean of squares is tl.sum(x * x, axis=0) / n_cols"),
+        (h * torch.rsqrt(ms + eps) * w64 * w64,
+         "the weight is applied twice: y = x * rstd * weight, one multiplication by the weight"),
+        (h / (torch.sqrt(ms) + eps) * w64,
+         "eps is added after the square root: 1 / (sqrt(mean) + eps) is not rsqrt(mean + eps). Add eps to the "
+         "mean of squares, then take tl.rsqrt"),
         (h * torch.rsqrt(ms) * w64,
          "eps is missing: rstd = 1 / sqrt(mean(x**2) + eps), with eps added inside the square root"),
         (h * (torch.rsqrt(ms) + eps) * w64,
@@ -96,19 +107,27 @@ def _mistakes(x, w, eps, r, dtype):
          "alone; multiply by the weight after the scale by rstd"),
     ]
     if r is not None:
-        out.insert(0, (x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w64,
-                       "y normalizes x alone: add the residual first, and normalize the sum x + residual "
-                       "(the one you return)"))
+        xr = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + eps) * w64
+        out[:0] = [
+            (xr, "y normalizes x alone: add the residual first, and normalize the sum x + residual "
+                 "(the one you return)"),
+            (xr + r.double().cpu(), "y is normalize(x) * weight + residual: the residual is added after the norm. "
+                                    "Add it first, h = x + residual, and normalize h"),
+            (x64 * torch.rsqrt(ms + eps) * w64, "y is x (without the residual) scaled by the rstd of x + residual: "
+                                                "normalize the sum itself, y = h * rstd * weight with h = x + residual"),
+        ]
+    out.append((h * torch.rsqrt(h.mean(-1, keepdim=True) + eps) * w64,
+                "the mean is taken over x, not x * x: the mean of squares is tl.sum(x * x, axis=0) / n_cols"))
     return out
 
 
 def _close(o, ref, dtype) -> bool:
     atol, rtol = tolerance(dtype)
-    ok = torch.isclose(o, ref, atol=2 * atol, rtol=2 * rtol)
+    ok = torch.isclose(o, ref, atol=2 * atol, rtol=2 * rtol, equal_nan=True)  # NaN where the model has NaN
     return bool(ok.float().mean() > 0.99)
 
 
-def _y_hint(x, w, eps, r, note, dtype, layout=""):
+def _y_hint(x, w, eps, r, note, dtype, layout="", trace_note=""):
     def hint(o, e, wrong):
         nan = torch.isnan(o)
         if note == "a row of zeros" and nan[1].all() and not nan[0].any():
@@ -120,17 +139,30 @@ def _y_hint(x, w, eps, r, note, dtype, layout=""):
                 return ("rows of large fp16 values come out 0 (or NaN): the sum of squares overflowed fp16's "
                         "largest value, 65504, to inf. Compute the statistics in fp32: x = x.to(tl.float32) "
                         "before squaring")
+        if trace_note:
+            return trace_note
         for ref, text in _mistakes(x, w, eps, r, dtype):
-            if not torch.isnan(o).any() and _close(o, ref, dtype):
+            if not nan.all() and _close(o, ref, dtype):
                 return text
         return layout or _layout_hint(o, note)
     return hint
 
 
-def _sum_hint(x, r, y_expected, note, dtype, layout=""):
+def _sum_hint(x, r, y_expected, note, dtype, layout="", y_out=None, h_expected=None, trace_note=""):
     def hint(o, e, wrong):
+        if torch.isnan(o).all():
+            return ("h = x + residual was never written: store the sum, rounded to its dtype, at "
+                    "sum_ptr + row * out_row_stride + cols (inside if HAS_RESIDUAL)")
+        if trace_note:
+            return trace_note
+        if (y_out is not None and h_expected is not None and _close(o, y_expected, dtype)
+                and _close(y_out.double().cpu(), h_expected, dtype)):
+            return ("y and h = x + residual are swapped: the sum went to y and the normalized row to h. Store the "
+                    "sum at sum_ptr + ... and the normalized row at y_ptr + ...")
         for ref, text in ((x, "the sum you returned is x: add the residual (h = x + residual) and store that"),
                           (r, "the sum you returned is the residual: store x + residual"),
+                          (2 * x.double(), "the sum you returned is 2 * x: the residual is read from x's pointer. Load "
+                                           "it at res_ptr + row * res_row_stride + cols"),
                           (y_expected, "the sum you returned holds the normalized output: store h = x + residual "
                                        "before normalizing it (is the variable overwritten by x * rstd first?)")):
             if not torch.isnan(o).any() and _close(o, ref.double().cpu(), dtype):
@@ -163,13 +195,64 @@ def _rows_hint(n_rows):
     return hint
 
 
+def _stride_hint(x, r):
+    """``oob_hint``: y or the sum stored (or the weight loaded) at an input's row stride."""
+    H = x.shape[-1]
+    others = [] if x.dim() < 2 else [("x's", x.stride(-2))] + ([("the residual's", r.stride(-2))] if r is not None else [])
+
+    def hint(bad, default):
+        if bad and all(o.kind == "load" and o.tensor in ("w", "weight") for o in bad):
+            return ("your kernel loads the weight past its end: the weight is one vector of H values that every row "
+                    "shares. Load it at w_ptr + cols, with no row offset, masked by cols < n_cols")
+        stores = [o for o in bad if o.kind == "store" and o.program[0] > 0]
+        for who, s in others:
+            if s == H or not stores:
+                continue
+            if all(((o.offsets - o.program[0] * s >= 0) & (o.offsets - o.program[0] * s < H)).all() for o in stores):
+                names = sorted({o.tensor for o in stores})
+                return (f"your kernel stores {' and '.join(names)} at row * {who} row stride ({s}): y and h are new "
+                        f"contiguous (rows, H) tensors, whose rows are out_row_stride ({H} here) apart. Store at "
+                        "y_ptr + row * out_row_stride + cols (and sum_ptr + row * out_row_stride + cols)")
+        return ""
+    return hint
+
+
+def _same_rows_note(outs, traces, n_rows) -> str:
+    """A hint when the tracer saw one program a row launched, but the programs stored the same rows (several
+    times) and left others unwritten: the row is not tl.program_id(0)."""
+    for t in outs:
+        if not isinstance(t, torch.Tensor) or t.dim() < 1 or t.numel() == 0:
+            continue
+        for tr, i in out_records(t, traces):
+            if len(tr.launches) != 1 or tr.launches[0].num_programs < n_rows:
+                continue
+            counts = tr.read_counts(i, kind="store").reshape(-1, t.shape[-1])
+            written = (counts > 0).any(axis=1)
+            if written.all() or not written.any() or counts.max() <= 1:
+                continue
+            rows = written.nonzero()[0]
+            which = "row 0" if list(rows) == [0] else f"rows {', '.join(map(str, rows[:6]))}"
+            return (f"the grid has a program for each of the {n_rows} rows, but they all stored {which} (up to "
+                    f"{int(counts.max())} times) and the other rows were never written: each program's row is "
+                    "tl.program_id(0), axis 0 (tl.program_id(1) is 0 on this 1-D grid)")
+    return ""
+
+
+def _error_hint(exc, default):
+    if "arange's range must be a power of 2" in str(exc):
+        return ("tl.arange(0, BLOCK) needs a power of two: BLOCK = triton.next_power_of_2(H), and the mask "
+                "cols < n_cols switches off the lanes past the row")
+    return ""
+
+
 def graded(label, fn, x, w, eps, r, dtype, note="", layout=""):
     """One call of ``fn(x, w, eps, r)``: the sum (with the residual), then y, then the inputs untouched.
     ``layout``: the hint of a layout case, for a failure that no model of a mistake explains."""
     n_rows = x.numel() // x.shape[-1]
-    rows_hint = _rows_hint(n_rows)
-    g = graded_call(label, fn, (x, w, eps, r), oob_hint=lambda bad, hint: rows_hint(bad, hint) or layout,
-                    mask="cols < n_cols")
+    rows_hint, stride_hint = _rows_hint(n_rows), _stride_hint(x, r)
+    g = graded_call(label, fn, (x, w, eps, r),
+                    oob_hint=lambda bad, hint: rows_hint(bad, hint) or stride_hint(bad, hint) or layout,
+                    mask="cols < n_cols", error_hint=_error_hint)
     if isinstance(g, Case):
         return g
     out = g.out
@@ -181,15 +264,17 @@ def graded(label, fn, x, w, eps, r, dtype, note="", layout=""):
             return Case(label, "fail", f"returned a {type(out).__name__} of {len(out)} without a residual",
                         "without a residual, rmsnorm returns y alone (a tensor); only with residual= it returns "
                         "(y, x + residual)")
-        outs = [("y", out, y_exp, _y_hint(x, w, eps, r, note, dtype, layout))]
+        note_ = _same_rows_note([out], g.traces, n_rows)
+        outs = [("y", out, y_exp, _y_hint(x, w, eps, r, note, dtype, layout, note_))]
     else:
         if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out)):
             what = type(out).__name__ + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
             return Case(label, "fail", f"with a residual, rmsnorm returned a {what}, not two tensors",
                         "with residual= given, return both outputs: return y, h, where h = x + residual "
                         "(the next block's residual stream) is written by the same kernel")
-        outs = [("h = x + residual", out[1], h_exp, _sum_hint(x, r, y_exp, note, dtype, layout)),
-                ("y", out[0], y_exp, _y_hint(x, w, eps, r, note, dtype, layout))]
+        note_ = _same_rows_note(out, g.traces, n_rows)
+        outs = [("h = x + residual", out[1], h_exp, _sum_hint(x, r, y_exp, note, dtype, layout, out[0], h_exp, note_)),
+                ("y", out[0], y_exp, _y_hint(x, w, eps, r, note, dtype, layout, note_))]
         if storage_overlap(out[0], out[1]):
             return Case(label, "fail", "y and the sum share memory",
                         "y and h = x + residual are one tensor (or overlap): each needs its own output, "
