@@ -181,3 +181,52 @@ def test_the_carried_accumulator_model_differs_from_the_product():
     right = a.double() @ b.double()
     assert not torch.allclose(grader.carried(a, b, grader.CONFIG, 3), right, atol=1e-2, rtol=1e-2)
     assert torch.allclose(grader.carried(a, b, grader.CONFIG, 64), right)  # one tile a program: nothing carried
+
+
+# ----- more of the learner's mistakes: each caught, and its hint names it -----------------------------------
+
+KLOOP = "for k in range(k_steps):"
+DOT = "acc = tl.dot(a, b, acc)"
+STORE = "c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))"
+TILE = "        pid_m, pid_n = grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M)"
+
+MORE_PLANTED = [
+    ("the K loop from 1", [(KLOOP, "for k in range(1, k_steps):")], "the first K step is missing"),
+    ("k counts elements, offsets multiply it again", [(KLOOP, "for k in range(0, K, BLOCK_K):")],
+     "it already counts elements"),
+    ("the accumulator overwritten", [(DOT, "acc = tl.dot(a, b)")], "the accumulator is overwritten"),
+    ("the accumulator zeroed in the K loop", [(KLOOP + "\n", KLOOP + "\n            " + ACC.strip() + "\n")],
+     "the accumulator is overwritten"),
+    ("tl.dot(b, a)", [(DOT, "acc = tl.dot(b, a, acc)")], "B's block times A's"),
+    ("an fp16 accumulator", [(ACC.strip(), ACC.strip().replace("tl.float32", "c_desc.dtype"))],
+     "refused the accumulator: it must be fp32"),
+    ("C stored inside the K loop", [(DOT + "\n", DOT + "\n            " + STORE + "\n")], "stored inside the K loop"),
+    ("tiles from the program id", [(TILE, TILE.replace("(tile,", "(tl.program_id(axis=0),"))],
+     "not the program id"),
+    ("steps of num_tiles // NUM_PROGRAMS", [(LOOP, LOOP.replace("NUM_PROGRAMS,", "num_tiles // NUM_PROGRAMS,"))],
+     "steps by 5 tiles"),
+    ("C's row offset in blocks", [(STORE, STORE.replace("[pid_m * BLOCK_M,", "[pid_m,"))],
+     "C's tiles were stored at rows"),
+    ("runs of consecutive tiles",
+     [(LOOP, "per = tl.cdiv(num_tiles, NUM_PROGRAMS)\n    for tile in tl.range(tl.program_id(axis=0) * per, "
+             "tl.minimum((tl.program_id(axis=0) + 1) * per, num_tiles), 1, warp_specialize=WARP_SPECIALIZE):")],
+     "a run of consecutive tiles"),
+    ("the tile loop past num_tiles", [(LOOP, LOOP.replace("num_tiles,", "num_tiles * NUM_PROGRAMS,"))],
+     "the tile loop runs past the last tile"),
+    ("GROUP_M left at 1", [(TILE, TILE.replace("GROUP_M)", "1)"))], "GROUP_M = 1 is the row-major order"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint", MORE_PLANTED, ids=[p[0] for p in MORE_PLANTED])
+def test_grader_names_more_planted_mistakes(name, edits, hint):
+    assert_grader_catches("hopper", _mutant(*edits), name, hint)
+
+
+def test_the_k_step_models_differ_from_the_product_and_each_other():
+    """Each K-loop model is wrong on the first graded input, and no two agree."""
+    a, b = _randn(37, 40).cpu(), _randn(40, 45, seed=1).cpu()
+    models = [grader.k_steps_only(a, b, grader.CONFIG, steps) for _, steps in grader.k_step_mistakes(40, grader.CONFIG)]
+    right = a.double() @ b.double()
+    for i, m in enumerate(models):
+        assert not torch.allclose(m, right, atol=1e-2, rtol=1e-2), i
+        assert all(not torch.allclose(m, other, atol=1e-2, rtol=1e-2) for other in models[i + 1:]), i

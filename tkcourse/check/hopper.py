@@ -7,14 +7,17 @@ stored once, by the program the grouped order gives it: a tile loop that starts 
 computes the right matrix while doing some tiles several times, and one that takes the tiles row by row
 computes it in an order that loses the L2's reuse. Hints come from models of the mistakes learners make
 (a loop that starts at tile 0, stops a tile early or never loops; an accumulator carried from one tile to
-the next; offsets counted in blocks, or A's and B's offsets swapped; the last, partial K step dropped)
-compared with what the kernel returned.
+the next; offsets counted in blocks, or A's and B's offsets swapped; the last, partial K step dropped; the first step dropped, or only one step summed; tl.dot(b, a))
+compared with what the kernel returned, and from the tracer's record of C's stores (tiles stored at offsets that
+are not multiples of the blocks, one tile a program stored over and over, the tile loop's step, C stored once a K
+step, runs of consecutive tiles, tiles past num_tiles that still load B).
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import traceback
 
 import torch
 
@@ -89,9 +92,10 @@ def carried(a, b, cfg, programs):
     return _assemble(out, a.shape[0], b.shape[1], cfg)
 
 
-def modelled(a, b, cfg, a_at, b_at):
+def modelled(a, b, cfg, a_at, b_at, swap=False):
     """What a kernel returns whose K loop loads A's block at ``a_at(pid_m, pid_n, k)`` and B's at
-    ``b_at(pid_m, pid_n, k)`` (element offsets; zeros past the edges, as the TMA reads), float64."""
+    ``b_at(pid_m, pid_n, k)`` (element offsets; zeros past the edges, as the TMA reads), float64. ``swap``: the
+    blocks multiplied the other way round, tl.dot(b, a) (square blocks only)."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     A, B = a.double().cpu(), b.double().cpu()
     M, K = A.shape
@@ -108,7 +112,8 @@ def modelled(a, b, cfg, a_at, b_at):
         for j in range(tiles_n):
             acc = torch.zeros(bm, bn, dtype=torch.float64)
             for k in range(math.ceil(K / bk)):
-                acc += block(A, *a_at(i, j, k), bm, bk) @ block(B, *b_at(i, j, k), bk, bn)
+                ab, bb = block(A, *a_at(i, j, k), bm, bk), block(B, *b_at(i, j, k), bk, bn)
+                acc += bb @ ab if swap else ab @ bb
             blocks[(i, j)] = acc
     return _assemble(blocks, M, N, cfg)
 
@@ -135,6 +140,35 @@ def offset_mistakes(cfg):
          lambda i, j, k: (i * bm, k * bm), b_right),
         ("B's column offset counts BLOCK_K: B's block is [k * BLOCK_K, pid_n * BLOCK_N]",
          a_right, lambda i, j, k: (k * bk, j * bk)),
+    ]
+
+
+def k_steps_only(a, b, cfg, steps):
+    """What a kernel returns that sums only the K steps ``steps`` (indices of BLOCK_K columns), float64."""
+    bk, K = cfg["BLOCK_K"], a.shape[1]
+    keep = torch.zeros(K, dtype=torch.float64)
+    for k in steps:
+        keep[k * bk:(k + 1) * bk] = 1
+    return (a.double().cpu() * keep) @ b.double().cpu()
+
+
+def k_step_mistakes(K, cfg):
+    """``(hint, steps)`` of the K loops learners get wrong, for ``k_steps_only``."""
+    n = math.ceil(K / cfg["BLOCK_K"])
+    if n < 2:
+        return []
+    partial = K % cfg["BLOCK_K"]
+    last = (f"the last, partial K step is missing: loop over tl.cdiv(K, BLOCK_K) steps (k_steps); the TMA reads the "
+            f"{partial} columns past the last full step and zeros after them" if partial else
+            "the last K step is missing: for k in range(k_steps), k_steps = tl.cdiv(K, BLOCK_K), runs over them all")
+    return [
+        (last, range(n - 1)),
+        ("the first K step is missing: the K loop starts at 1 (or skips k = 0). for k in range(k_steps) starts at 0",
+         range(1, n)),
+        ("only the last K step is in C: the accumulator is overwritten, not added to. acc = tl.dot(a, b, acc) (or acc "
+         "+= tl.dot(a, b)), with acc zeroed once per tile, before the K loop, not inside it", [n - 1]),
+        ("only the first K step is in C: the loads after it fall past K. If k runs over range(0, K, BLOCK_K) it already "
+         "counts elements: load at [.., k], not k * BLOCK_K (or loop for k in range(k_steps))", [0]),
     ]
 
 
@@ -180,13 +214,64 @@ def _unwritten_hint(o, cfg, programs) -> str:
             "must fall to one program, tile = program id + i * NUM_PROGRAMS")
 
 
-def _diagnose(a, b, cfg, programs):
+def _starts(tr, i, kind):
+    """(row, column) of the first element of each of tensor ``i``'s accesses of ``kind`` (a block's corner)."""
+    t = tr.tensors[i]
+    out = []
+    for acc in tr.accesses:
+        if acc.tensor == i and acc.kind == kind and acc.offsets.size:
+            first = int(acc.offsets.min())
+            out.append((acc.program, first // t.stride[0], first % t.stride[0]))
+    return out
+
+
+def _c_store_hint(o, cfg, programs, traces) -> str:
+    """What the tracer's record of C's stores says of a wrong C: tiles stored at offsets that are not multiples
+    of the blocks, one tile a program stored over and over, or the tile loop's step."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    for tr, i in _c_records(o, traces):
+        if len(tr.launches) != 1:
+            continue
+        starts = _starts(tr, i, "store")
+        rows = sorted({r for _, r, c in starts if r % bm})
+        cols = sorted({c for _, r, c in starts if c % bn})
+        if rows or cols:
+            where = (([f"rows {_names(rows)} (not multiples of BLOCK_M = {bm})"] if rows else [])
+                     + ([f"columns {_names(cols)} (not multiples of BLOCK_N = {bn})"] if cols else []))
+            return (f"C's tiles were stored at {' and '.join(where)}: a descriptor's offsets count elements, not "
+                    f"blocks. Store at [pid_m * BLOCK_M, pid_n * BLOCK_N]")
+        counts = tr.read_counts(i, kind="store")
+        first, last = tr.owner_map(i, kind="store"), tr.owner_map(i, kind="store", how="last")
+        done, total = _written_tiles(o, cfg)
+        if counts.max() > 1 and (first == last).all() and len(done) < total:
+            return (f"each program stored one tile over and over (up to {int(counts.max())} times) and other tiles "
+                    "were never written: the tile loop runs, but pid_m, pid_n do not follow it. Take them from "
+                    "grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M) with the loop's tile, not the program id")
+        order = {tile: t for t, tile in enumerate(tile_order(*_grid(*o.shape, cfg), cfg["GROUP_M"]))}
+        seq = {}
+        for prog, r, c in starts:
+            tile = order.get((r // bm, c // bn))
+            if tile is not None and (not seq.get(prog) or seq[prog][-1] != tile):
+                seq.setdefault(prog, []).append(tile)
+        steps = {b - a for ts in seq.values() for a, b in zip(ts, ts[1:])}
+        if (len(steps) == 1 and all(ts[0] == prog[0] for prog, ts in seq.items())
+                and (step := steps.pop()) not in (programs, 1)):
+            return (f"each program starts at its own tile but steps by {step} tiles, not NUM_PROGRAMS ({programs}): "
+                    f"tiles {_names(set(range(total)) - done)} were never written. "
+                    "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS)")
+    return ""
+
+
+def _diagnose(a, b, cfg, programs, traces=()):
     M, N = a.shape[0], b.shape[1]
 
     def close(o, model):
         return torch.allclose(o, model, atol=1e-2, rtol=1e-2)
 
     def hint(o, e, wrong):
+        stored = _c_store_hint(o, cfg, programs, traces)
+        if stored:
+            return stored
         unwritten = _unwritten_hint(o, cfg, programs)
         if unwritten:
             return unwritten
@@ -194,14 +279,17 @@ def _diagnose(a, b, cfg, programs):
         if tiles > programs and close(o, carried(a, b, cfg, programs)):
             return ("each program's tiles after its first add up the tiles before: the accumulator is zeroed once, "
                     "before the tile loop. Start every tile with acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)")
-        k_steps = a.shape[1] // cfg["BLOCK_K"]
-        if a.shape[1] % cfg["BLOCK_K"] and close(o, _assemble(_blocks(a, b, cfg, k_steps), M, N, cfg)):
-            return (f"the last, partial K step is missing: loop over tl.cdiv(K, BLOCK_K) steps (k_steps); the TMA "
-                    f"reads the {a.shape[1] % cfg['BLOCK_K']} columns past the last full step and zeros after them")
+        for mistake, steps in k_step_mistakes(a.shape[1], cfg):
+            if close(o, k_steps_only(a, b, cfg, steps)):
+                return mistake
         for mistake, a_at, b_at in offset_mistakes(cfg):
             if close(o, modelled(a, b, cfg, a_at, b_at)):
                 return mistake
         bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+        if bm == bn == cfg["BLOCK_K"] and close(o, modelled(a, b, cfg, lambda i, j, k: (i * bm, k * bm),
+                                                            lambda i, j, k: (k * bm, j * bm), swap=True)):
+            return ("each tile is B's block times A's: tl.dot(b, a, acc). The product is A's (BLOCK_M, BLOCK_K) "
+                    "block times B's (BLOCK_K, BLOCK_N) block, tl.dot(a, b, acc)")
         first = ~wrong[: min(bm, M), : min(bn, N)]
         if bool(first.all()) and bool(wrong.any()):
             return f"the first tile is right and others are not: a descriptor's offsets count elements, not blocks. {OFFSETS}"
@@ -218,18 +306,48 @@ def _c_records(out, traces):
                 yield tr, i
 
 
-def _repeated_case(label, out, traces) -> Case | None:
-    """A failing case when the tracer saw an element of C stored more than once (a tile done twice)."""
+def _repeated_case(label, out, traces, k_steps=1) -> Case | None:
+    """A failing case when the tracer saw an element of C stored more than once (a tile done twice, or C's store
+    inside the K loop: ``k_steps`` stores of each element, all by the program that owns it)."""
     for tr, i in _c_records(out, traces):
         counts = tr.read_counts(i, kind="store")
         most = int(counts.max()) if counts.size else 0
         if most > 1:
             twice = int((counts > 1).sum())
-            return Case(label, "fail",
-                        f"the right matrix, but {twice} of C's {counts.size} elements were stored more than once "
-                        f"(up to {most} times)",
+            detail = (f"the right matrix, but {twice} of C's {counts.size} elements were stored more than once "
+                      f"(up to {most} times)")
+            one = len(tr.launches) == 1 and bool((tr.owner_map(i, kind="store") ==
+                                                  tr.owner_map(i, kind="store", how="last")).all())
+            if one and most in (k_steps, k_steps + 1) and k_steps > 1:  # the store after the loop kept, or not
+                return Case(label, "fail", detail + ", each by one program, once a K step",
+                            "C's tile is stored inside the K loop, once a K step: store it once, after the K loop, "
+                            "c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))")
+            if one:
+                return Case(label, "fail", detail + ", each by one program",
+                            "a program stored the same tile several times: each tile is computed and stored once, "
+                            "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS) taking each tile once")
+            return Case(label, "fail", detail,
                         "some tiles were done by several programs: step the tile loop by NUM_PROGRAMS, "
                         "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS), so each tile falls to one")
+    return None
+
+
+def _past_tiles_case(label, out, traces, a, cfg) -> Case | None:
+    """A failing case when B's elements were loaded more often than C's tile rows need while A's were not: tiles
+    past num_tiles (pid_m beyond C, whose loads of A and stores of C fall outside) still ran their K loop."""
+    M, N = out.shape
+    tiles_m, tiles_n = _grid(M, N, cfg)
+    for tr in traces:
+        names = [t.name for t in tr.tensors]
+        if "a" not in names or "b" not in names:
+            continue
+        a_most, b_most = int(tr.read_counts("a").max(initial=0)), int(tr.read_counts("b").max(initial=0))
+        if a_most <= tiles_n and b_most > tiles_m:
+            return Case(label, "fail", f"the right matrix, but some of B's elements were loaded {b_most} times, "
+                        f"while C has {tiles_m} tile rows",
+                        "the tile loop runs past the last tile: tiles from num_tiles on lie outside C (their A loads "
+                        "and C stores fall past the edge) and only cost time. Stop it at num_tiles: "
+                        "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS)")
     return None
 
 
@@ -256,7 +374,16 @@ def _order_case(label, out, traces, cfg, programs) -> Case | None:
                         "tiles p, p + NUM_PROGRAMS, ... of the row-major order",
                         "the tiles were taken row by row: take the tile's pid_m, pid_n from grouped_tile(tile, "
                         "num_pid_m, num_pid_n, GROUP_M), whose grouped order keeps the tiles in flight neighbours, "
-                        "sharing A's rows and B's columns in the L2")
+                        "sharing A's rows and B's columns in the L2 (grouped_tile with GROUP_M = 1 is the row-major "
+                        "order: pass the config's GROUP_M)")
+        per = math.ceil(len(order) / programs)
+        if got == {tile: t // per for t, tile in enumerate(order)}:
+            return Case(label, "fail", "the right matrix, but each program took a run of consecutive tiles: "
+                        f"program p stored tiles p * {per} to p * {per} + {per - 1} of the grouped order",
+                        "each program took a run of consecutive tiles, so the tiles in flight at one time lie "
+                        f"{per} apart in the grouped order and share little in the L2: program p takes tiles p, "
+                        "p + NUM_PROGRAMS, p + 2 * NUM_PROGRAMS, ..., tl.range(tl.program_id(axis=0), num_tiles, "
+                        "NUM_PROGRAMS)")
         return Case(label, "fail", "the right matrix, but the tiles fell to the programs in another order than "
                     "the grouped one (program p takes tiles p, p + NUM_PROGRAMS, ... of grouped_tile's order)",
                     "the tiles fell to the programs in another order than the grouped one: step the tile loop by "
@@ -265,11 +392,26 @@ def _order_case(label, out, traces, cfg, programs) -> Case | None:
     return None
 
 
+def _error_hint(exc, default) -> str:
+    """An AssertionError raised inside tl.dot: the accumulator is not fp32 (tl.dot's assert on acc's type)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, AssertionError):
+            frames = [f.f_code for f, _ in traceback.walk_tb(exc.__traceback__)]
+            if any(c.co_name == "dot" and c.co_filename.endswith("semantic.py") for c in frames):
+                return ("tl.dot(a, b, acc) refused the accumulator: it must be fp32, acc = tl.zeros((BLOCK_M, BLOCK_N), "
+                        "dtype=tl.float32), whatever C's dtype (a fp16 sum rounds at every step); cast it to "
+                        "c_desc.dtype only when storing")
+        exc = exc.__cause__ or exc.__context__
+    return ""
+
+
 def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
     label = f"M={M} N={N} K={K} {str(dtype)[6:]}, {programs} program{'s' if programs > 1 else ''}"
     a = padded((torch.randn(M, K, generator=gen, dtype=torch.float64) / math.sqrt(K)).to(dtype).to(mode.DEVICE))
     b = padded(torch.randn(K, N, generator=gen, dtype=torch.float64).to(dtype).to(mode.DEVICE))
-    g = graded_call(label, mod.matmul, (a, b), kwargs=dict(config=cfg, programs=programs))
+    g = graded_call(label, mod.matmul, (a, b), kwargs=dict(config=cfg, programs=programs), error_hint=_error_hint)
     if isinstance(g, Case):
         if g.status == "error" and "offset" in g.detail and "aligned" in g.detail:
             g.hint = ("a descriptor was asked for a block at an offset the TMA cannot take: its offsets count "
@@ -284,13 +426,15 @@ def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
     tol = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2)}.get(
         dtype, (1e-4, 1e-4) if mode.INTERPRET else (2e-2, 2e-2))
     case = written_case(label, g.out, a.double() @ b.double(), g, dtype=dtype, atol=tol[0], rtol=tol[1],
-                        diagnose=_diagnose(a, b, cfg, programs))
+                        diagnose=_diagnose(a, b, cfg, programs, g.traces))
     if case.status != "pass":
         return case
     changed = g.snap.case(label, g.fn_name)
     if changed is not None:
         return changed
-    return _repeated_case(label, g.out, g.traces) or _order_case(label, g.out, g.traces, cfg, programs) or case
+    return (_repeated_case(label, g.out, g.traces, math.ceil(K / cfg["BLOCK_K"]))
+            or _past_tiles_case(label, g.out, g.traces, a, cfg)
+            or _order_case(label, g.out, g.traces, cfg, programs) or case)
 
 
 def _warp_specialize_case(mod) -> Case:
