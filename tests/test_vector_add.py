@@ -136,9 +136,17 @@ def test_grader_catches_planted_mistake(name, module, hint):
     assert bad.detail and hint in str(rep)
 
 
-def test_hard_coded_grid_is_caught_at_a_seeded_random_size():
+def test_hard_coded_grid_is_caught_on_the_first_small_size():
+    """98 programs (enough for every fixed size) whatever n is: the first case, at n=1500 and 2500, sees them idle."""
     rep = assert_grader_catches("vector_add", _module(_good, grid=lambda n, B: 98), "hard-coded grid",
-                                "too few programs")
+                                "does not follow n")
+    assert rep.first_problem().label.startswith("n=1500"), rep
+
+
+def test_capped_grid_is_caught_at_a_seeded_random_size():
+    """A grid capped at 98 programs fits the fixed sizes and the first small ones; a random size shows it."""
+    rep = assert_grader_catches("vector_add", _module(_good, grid=lambda n, B: min(triton.cdiv(n, B), 98)),
+                                "capped grid", "too few programs")
     assert "seed" in rep.first_problem().label and "TKCOURSE_CHECK_SEED=" in rep.first_problem().label
 
 
