@@ -74,3 +74,70 @@ def test_the_wrong_shape_is_named_before_what_the_programs_stored():
         "out = torch.empty_like(x)", "out = torch.empty(x.numel() + 1, dtype=x.dtype)"), name="long_out"),
         "an output one element too long", "the shape of the result")
     assert "mask stopped early" not in rep.first_problem().hint
+
+
+# ----- lesson 04: autotune ------------------------------------------------------------------------------
+
+SMEM = 'return tiles * dtype_bytes * config["num_stages"]'
+TILES = 'tiles = config["BLOCK_M"] * config["BLOCK_K"] + config["BLOCK_K"] * config["BLOCK_N"]'
+SIDES = [f'c["BLOCK_{s}"] > max(16, next_pow2({s}))' for s in "MNK"]
+RETURN = "        kept.append(c)\n    return kept"
+
+AUTOTUNE = [
+    ("num_warps and num_stages swapped in the unpacking",
+     [("for bm, bn, bk, g, w, s in axes", "for bm, bn, bk, g, s, w in axes")], "are the two swapped"),
+    ("BLOCK_N and BLOCK_K swapped in the dict", [("BLOCK_N=bn, BLOCK_K=bk", "BLOCK_N=bk, BLOCK_K=bn")],
+     "are BLOCK_N and BLOCK_K swapped"),
+    ("a one-value axis without its comma", [("(8,),  # GROUP_M", "(8),  # GROUP_M")], "(8,), not (8)"),
+    ("the product's tuples returned", [("return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=g, num_warps=w, "
+                                        "num_stages=s)\n            for bm, bn, bk, g, w, s in axes]",
+                                        "return list(axes)")], "make a dict of each"),
+    ("estimate without parentheses", [(TILES + "\n    " + SMEM, "return " + TILES[8:] + ' * dtype_bytes * '
+                                       'config["num_stages"]')], "parenthesize the sum of the tiles"),
+    ("estimate in KiB", [(SMEM, SMEM + " // 1024")], "the estimate is in KiB"),
+    ("estimate in bits", [(SMEM, SMEM.replace("dtype_bytes", "dtype_bytes * 8"))], "the estimate is in bits"),
+    ("estimate counts the output tile", [(SMEM, SMEM.replace("tiles", '(tiles + config["BLOCK_M"] * '
+                                                              'config["BLOCK_N"])'))], "the output tile is counted"),
+    ("estimate with num_stages - 1", [(SMEM, SMEM.replace('config["num_stages"]', '(config["num_stages"] - 1)'))],
+     "num_stages - 1 copies"),
+    ("estimate with B's tile BLOCK_K x BLOCK_K", [(TILES, TILES.replace('config["BLOCK_N"]', 'config["BLOCK_K"]'))],
+     "A's and B's tiles hold"),
+    ("break for continue", [("continue  # would fail", "break  # would fail")], "break ends the whole loop"),
+    ("return inside the loop", [(RETURN, RETURN.replace("    return", "        return"))], "return kept is inside"),
+    ("the tile tests joined with and", [(") or c", ") and c"), ("\n                or c", "\n                and c")],
+     "join the three tests with or"),
+    ("the tile test the wrong way round", [("continue  # the tile", "kept.append(c)  # the tile"),
+                                           (RETURN, "    return kept")], "the tile test is the wrong way round"),
+    ("min for max", [(s, s.replace("max(", "min(")) for s in SIDES], "capped at 16 by min(16"),
+    ("smem_limit taken as KiB", [("> smem_limit:", "> smem_limit * 1024:")], "not smem_limit * 1024"),
+    ("the estimate compared in bits", [("shared_memory_bytes(c, dtype_bytes) > smem_limit",
+                                        "shared_memory_bytes(c, dtype_bytes) * 8 > smem_limit")],
+     "compared in bits"),
+    ("dtype_bytes not passed on", [("shared_memory_bytes(c, dtype_bytes) > smem_limit",
+                                    "shared_memory_bytes(c) > smem_limit")], "shared_memory_bytes(c, dtype_bytes)"),
+    ("next_pow2 of one less", [(s, s.replace("))", " - 1))")) for s in SIDES], "not next_pow2(M - 1)"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint", AUTOTUNE, ids=[p[0] for p in AUTOTUNE])
+def test_autotune_slip_is_named(name, edits, hint):
+    assert_grader_catches("autotune", _planted("autotune", *edits, name=name.replace(" ", "_")), name, hint)
+
+
+def test_a_forgotten_num_stages_is_no_longer_named_for_a_limit_taken_as_kib():
+    """smem_limit * 1024 keeps every config at the H200's limit, as a forgotten num_stages does there: the
+    probes tell them apart."""
+    rep = check.run("autotune", module=_planted("autotune", ("> smem_limit:", "> smem_limit * 1024:"),
+                                                name="kib_limit"), quiet=True)
+    assert "forgets num_stages" not in rep.first_problem().hint, rep
+
+
+@pytest.mark.parametrize("name, edit", [
+    ("the tiles as (BLOCK_M + BLOCK_N) * BLOCK_K", (TILES, 'tiles = (config["BLOCK_M"] + config["BLOCK_N"]) * '
+                                                   'config["BLOCK_K"]')),
+    ("elif for the tile test", ("out of shared memory\n        if", "out of shared memory\n        elif")),
+    ("copies of the kept dicts", ("kept.append(c)", "kept.append(dict(c))")),
+])
+def test_autotune_harmless_variants_pass(name, edit):
+    rep = check.run("autotune", module=_planted("autotune", edit, name=name.replace(" ", "_")), quiet=True)
+    assert rep.passed, f"{name}:\n{rep}"

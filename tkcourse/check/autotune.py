@@ -7,7 +7,9 @@ rules of the exercise, computed here from scratch: a config stays when its share
 no tile side is larger than ``max(16, next_pow2(dim))``. It must also keep the config that ran
 fastest in the recorded H200 sweep of the matmul at 4096x4096x4096 fp16 (a known-good config
 until that sweep is recorded). When ``prune`` is wrong, the hint says which mistake its answer
-matches.
+matches (a rule, a comparison, break for continue, a return inside the loop), asked again on a few probe
+problems so that a mistake is named only when it gives prune's answers there too; a wrong
+``shared_memory_bytes`` is named only when a model gives its values on both probes.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _fits_problem(c: dict, M: int, N: int, K: int, floor: int = 16, pow2=_pow2) 
 
 #: Problems (M, N, K, smem_limit) a wrong prune is asked about again when several usual mistakes give its
 #: answer to a graded case (an empty list, say): the mistakes that also give its answers there remain.
-PROBES = ((64, 64, 64, 227 * 1024), (1, 4096, 4096, TIGHT), (4096, 4096, 4096, TIGHT))
+PROBES = ((64, 64, 64, 227 * 1024), (1, 4096, 4096, TIGHT), (4096, 4096, 4096, TIGHT), (100, 100, 100, 227 * 1024))
 
 
 def expected_prune(space, M, N, K, dtype_bytes, smem_limit) -> list[dict]:
@@ -135,13 +137,34 @@ def _mistakes(space, M, N, K, db, limit):
                       lambda c, rule=m_only: smem(c, db) <= limit and rule(c)))
         cands.append((_floor_hint(floor, ("BLOCK_M", "BLOCK_N", "BLOCK_K"), M, N, K),
                       lambda c, f=floor: smem(c, db) <= limit and _fits_problem(c, M, N, K, floor=f)))
+    cands += [
+        ("a config is dropped only when all three tile sides are too large: drop it when any one is (join the three "
+         "tests with or, not and)", lambda c: smem(c, db) <= limit and not all(
+             c[k] > max(16, _pow2(d)) for k, d in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))),
+        ("prune keeps the configs whose tile is larger than the problem and drops those that fit it: the tile "
+         "test is the wrong way round (drop a config when a side is > max(16, next_pow2(dim)))",
+         lambda c: smem(c, db) <= limit and not size(c)),
+        ("every tile side is capped at 16 by min(16, next_pow2(dim)): the 16 is a floor, so keep a side up to "
+         "max(16, next_pow2(dim))", lambda c: smem(c, db) <= limit and all(
+             c[k] <= min(16, _pow2(d)) for k, d in (("BLOCK_M", M), ("BLOCK_N", N), ("BLOCK_K", K)))),
+        ("the rounding falls one power of two short when a dimension is one past a power of two (129 rows need a "
+         "256-row tile): round the dimension itself up, next_pow2(M), not next_pow2(M - 1)",
+         lambda c: smem(c, db) <= limit and _fits_problem(c, M, N, K, pow2=lambda d: _pow2(d - 1))),
+        ("smem_limit is in bytes, as the estimate is: compare shared_memory_bytes(c, dtype_bytes) with smem_limit "
+         "itself, not smem_limit * 1024", lambda c: smem(c, db) <= limit * 1024 and size(c)),
+        ("the estimate is compared in bits (* 8): shared_memory_bytes already counts bytes (dtype_bytes is the "
+         "size of an element in bytes), and smem_limit is in bytes too", lambda c: smem(c, db) * 8 <= limit and size(c)),
+    ]
     if db != 2:
         cands.append(("dtype_bytes ignored: the estimate must multiply by dtype_bytes (2 for fp16, 4 for "
-                      "fp32), not a fixed 2", lambda c: smem(c, 2) <= limit and size(c)))
+                      "fp32), not a fixed 2: call shared_memory_bytes(c, dtype_bytes) (its default is 2)",
+                      lambda c: smem(c, 2) <= limit and size(c)))
         cands.append(("dtype_bytes ignored: the estimate must multiply by dtype_bytes (2 for fp16, 4 for "
-                      "fp32), not a fixed 2", lambda c: smem(c, 2) <= limit))
+                      "fp32), not a fixed 2: call shared_memory_bytes(c, dtype_bytes) (its default is 2)",
+                      lambda c: smem(c, 2) <= limit))
     for hint, rule in cands:
         yield hint, {_key(c) for c in space if rule(c)}
+    yield from _loop_mistakes(space, M, N, K, db, limit)
     if not any(smem(c, db) <= limit and size(c) for c in space):  # nothing fits: a fallback keeps everything
         yield ("nothing fits here, and prune returned every config: prune drops each config that does not fit, "
                "so when none fits it returns the empty list (return kept, not kept or configs)"), \
@@ -160,6 +183,25 @@ def _floor_hint(floor: int, sides: tuple, M: int, N: int, K: int) -> str:
             f"{max(16, _pow2(v))} (is {what} floored at {floor} instead of 16?). Keep BLOCK_M <= "
             "max(16, next_pow2(M)) (16: tl.dot's smallest tile), and the same for N and K; a larger floor "
             "(64, the rows of Hopper's wgmma) is an experiment to measure, not the exercise's rule")
+
+
+def _loop_mistakes(space, M, N, K, db, limit):
+    """(hint, kept-set) for the mistakes of prune's loop itself: break for continue, return inside the loop."""
+    fits = lambda c: smem(c, db) <= limit  # noqa: E731
+    size = lambda c: _fits_problem(c, M, N, K)  # noqa: E731
+    for name, stop in (("does not fit in shared memory", lambda c: not fits(c)),
+                       ("does not fit", lambda c: not (fits(c) and size(c)))):
+        kept = set()
+        for c in space:
+            if stop(c):
+                break
+            if fits(c) and size(c):
+                kept.add(_key(c))
+        yield (f"prune stops at the first config that {name}: break ends the whole loop, so every config after it "
+               "is dropped too. Skip just that config with continue"), kept
+    first = next((c for c in space if fits(c) and size(c)), None)
+    yield ("prune returns after the first config it keeps: return kept is inside the loop. Return after the loop "
+           "has looked at every config (dedent the return)"), set() if first is None else {_key(first)}
 
 
 def _tile_hint(extra, M, N, K) -> str:
@@ -181,15 +223,16 @@ def _diagnose(prune, space, kept, M, N, K, db, limit) -> str:
     got = {_key(c) for c in kept}
     right = {_key(c) for c in expected_prune(space, M, N, K, db, limit)}
     matches = [(i, hint) for i, (hint, would) in enumerate(_mistakes(space, M, N, K, db, limit)) if got == would != right]
-    for pM, pN, pK, plimit in PROBES:  # several mistakes give this answer here (nothing kept, say): ask prune more
-        if len({hint for _, hint in matches}) <= 1:
+    for pM, pN, pK, plimit in PROBES:  # several mistakes give this answer here (nothing kept, say): ask prune more;
+        if not matches:  # one alone is asked too: a mistake named must give prune's answers there as well
             break
         try:
             pgot = {_key(c) for c in prune([dict(c) for c in space], pM, pN, pK, dtype_bytes=db, smem_limit=plimit)}
         except Exception:
             break
         models = list(_mistakes(space, pM, pN, pK, db, plimit))
-        matches = [(i, hint) for i, hint in matches if i < len(models) and models[i][1] == pgot]  # hints name dims
+        # a model that only exists for some problems (nothing fits) is not asked where it does not; hints name dims
+        matches = [(i, hint) for i, hint in matches if i >= len(models) or models[i][1] == pgot]
     if matches:
         return matches[0][1]
     try:  # a prune that answers the same at any limit is not reading smem_limit
@@ -318,7 +361,11 @@ def _grade_space(mod):
     try:
         space = mod.config_space()
     except Exception as exc:
-        yield error_case(label, exc)
+        case = error_case(label, exc)
+        if isinstance(exc, TypeError) and "'int' object is not iterable" in str(exc):
+            case.hint = ("is an axis of itertools.product a bare number? Each axis is a tuple of values, and a "
+                         "one-value axis needs its trailing comma: (8,), not (8), which is just 8")
+        yield case
         return
     if space is None or (isinstance(space, (list, tuple)) and not space):
         yield Case(label, "todo", f"config_space() returned {space!r}",
@@ -327,7 +374,9 @@ def _grade_space(mod):
     if not isinstance(space, (list, tuple)) or not all(isinstance(c, dict) for c in space):
         what = type(space).__name__ if not isinstance(space, (list, tuple)) else \
             f"a list holding a {type(next(c for c in space if not isinstance(c, dict))).__name__}"
+        tuples = isinstance(space, (list, tuple)) and all(isinstance(c, tuple) for c in space)
         yield Case(label, "fail", f"config_space() returned {what}",
+                   ("itertools.product gives tuples of values: make a dict of each, " if tuples else "") +
                    "return a list of dicts such as dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, "
                    "num_warps=4, num_stages=3)")
         return
@@ -379,8 +428,15 @@ def _grade_space(mod):
                 return
         w = c["num_warps"]
         if w < 1 or w & (w - 1):
+            stages = sorted({d["num_stages"] for d in space})
+            swapped = all(v >= 4 and not v & (v - 1) for v in stages) and all(
+                1 <= d["num_warps"] <= 8 for d in space)
             yield Case(label, "fail", f"{_label(c)}: num_warps = {w}",
-                       "num_warps must be a power of two: 4 or 8 for a matmul (8 = two warpgroups on Hopper)")
+                       "num_warps must be a power of two: 4 or 8 for a matmul (8 = two warpgroups on Hopper)"
+                       + (f". Your num_stages take the values {', '.join(map(str, stages))}, and your num_warps "
+                          f"{', '.join(map(str, sorted({d['num_warps'] for d in space})))}: are the two swapped where "
+                          "you unpack the product's tuples? The names must come in the order of the axes"
+                          if swapped else ""))
             return
         for k in ("GROUP_M", "num_stages"):
             if c[k] < 1:
@@ -394,40 +450,75 @@ def _grade_space(mod):
                    "a problem with M = 16 (a small batch) wastes most of a larger tile: include BLOCK_M = 16")
         return
     if not any(c["BLOCK_M"] >= 128 and c["BLOCK_N"] >= 128 for c in space):
+        most_n, most_k = max(c["BLOCK_N"] for c in space), max(c["BLOCK_K"] for c in space)
         yield Case(label, "fail", "no config has BLOCK_M >= 128 and BLOCK_N >= 128",
                    "big problems run fastest with big tiles (each loaded element feeds more FLOPs): include "
-                   "128 and 256 for BLOCK_M and BLOCK_N")
+                   "128 and 256 for BLOCK_M and BLOCK_N"
+                   + (f". Your BLOCK_K goes up to {most_k} while BLOCK_N stops at {most_n}: are BLOCK_N and BLOCK_K "
+                      "swapped where you build each dict from the product's tuple?" if most_k >= 128 > most_n else ""))
         return
     yield Case(label, "pass")
+
+
+#: A wrong estimate, as a formula of (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, dtype_bytes), and the hint naming it;
+#: named only when it gives the learner's values on every probe.
+SMEM_MODELS = (
+    (lambda m, n, k, s, db: (m * k + k * n) * db, "the estimate forgets num_stages: the pipeline holds num_stages "
+     "copies of both tiles"),
+    (lambda m, n, k, s, db: (m * k + k * n) * s, "dtype_bytes ignored: multiply the element count by dtype_bytes"),
+    (lambda m, n, k, s, db: (m * k + k * n) * 2 * s, "dtype_bytes ignored: multiply by the dtype_bytes argument, "
+     "not 2"),
+    (lambda m, n, k, s, db: m * n * db * s, "wrong tiles: the pipeline holds A's (BLOCK_M, BLOCK_K) and B's "
+     "(BLOCK_K, BLOCK_N) slices, not the (BLOCK_M, BLOCK_N) output tile"),
+    (lambda m, n, k, s, db: m * k + k * n * db * s, "only B's tile is multiplied by dtype_bytes * num_stages: "
+     "parenthesize the sum of the tiles, (BLOCK_M*BLOCK_K + BLOCK_K*BLOCK_N) * dtype_bytes * num_stages"),
+    (lambda m, n, k, s, db: (m * k + k * n) * db * s / 1024, "the estimate is in KiB: return bytes (no / 1024), as "
+     "smem_limit is"),
+    (lambda m, n, k, s, db: (m * k + k * n) * db * s // 1024, "the estimate is in KiB: return bytes (no // 1024), "
+     "as smem_limit is"),
+    (lambda m, n, k, s, db: (m * k + k * n) * db * s * 8, "the estimate is in bits (* 8): dtype_bytes is already "
+     "the size of an element in bytes"),
+    (lambda m, n, k, s, db: (m * k + k * n + m * n) * db * s, "the output tile is counted: the accumulator "
+     "(BLOCK_M, BLOCK_N) lives in registers, and only the A and B tiles are staged num_stages times in shared "
+     "memory"),
+    (lambda m, n, k, s, db: (m * k + k * n) * db * s + m * n * db, "the output tile is counted: the accumulator "
+     "(BLOCK_M, BLOCK_N) lives in registers; only the A and B tiles are in shared memory"),
+    (lambda m, n, k, s, db: (m * k + k * n) * db * (s - 1), "num_stages - 1 copies: the estimate keeps num_stages "
+     "copies of both tiles"),
+)
 
 
 def _grade_smem(fn):
     label = "shared_memory_bytes(config, dtype_bytes)"
     probes = [(dict(FALLBACK_BEST), 2), (dict(BLOCK_M=64, BLOCK_N=32, BLOCK_K=128, GROUP_M=8, num_warps=4,
                                                num_stages=5), 4)]
+    got = []
     for c, db in probes:
         try:
-            got = fn(dict(c), db)
+            got.append(fn(dict(c), db))
         except Exception as exc:
             yield error_case(label, exc)
             return
-        want = smem(c, db)
-        if got == want:
-            continue
-        detail = f"shared_memory_bytes({_label(c)}, dtype_bytes={db}) = {got!r}, expected {want}"
-        tiles = c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]
-        if got in (0, None):
-            yield Case(label, "todo", detail, "fill in shared_memory_bytes")
-            return
-        hint = {tiles * db: "the estimate forgets num_stages: the pipeline holds num_stages copies of both tiles",
-                tiles * c["num_stages"]: "dtype_bytes ignored: multiply the element count by dtype_bytes",
-                tiles * 2 * c["num_stages"]: "dtype_bytes ignored: multiply by the dtype_bytes argument, not 2",
-                c["BLOCK_M"] * c["BLOCK_N"] * db * c["num_stages"]:
-                    "wrong tiles: the pipeline holds A's (BLOCK_M, BLOCK_K) and B's (BLOCK_K, BLOCK_N) slices, "
-                    "not the (BLOCK_M, BLOCK_N) output tile"}.get(got, "")
-        yield Case(label, "fail", detail, hint or "(BLOCK_M*BLOCK_K + BLOCK_K*BLOCK_N) * dtype_bytes * num_stages")
+    wrong = [(c, db, g) for (c, db), g in zip(probes, got) if g != smem(c, db)]
+    if not wrong:
+        yield Case(label, "pass")
         return
-    yield Case(label, "pass")
+    c, db, g = wrong[0]
+    detail = f"shared_memory_bytes({_label(c)}, dtype_bytes={db}) = {g!r}, expected {smem(c, db)}"
+    if g in (0, None):
+        yield Case(label, "todo", detail, "fill in shared_memory_bytes")
+        return
+
+    def value(model, c, db):
+        return model(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], db)
+    hint = next((h for model, h in SMEM_MODELS if all(
+        isinstance(v, (int, float)) and v == value(model, c, db) for (c, db), v in zip(probes, got))), "")
+    if not hint and isinstance(g, (int, float)) and g % (db * c["num_stages"]) == 0:  # what it counted, plainly
+        per = int(g // (db * c["num_stages"]))
+        tiles = c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]
+        hint = (f"your estimate is {per} elements x dtype_bytes x num_stages; A's and B's tiles hold BLOCK_M*BLOCK_K "
+                f"+ BLOCK_K*BLOCK_N = {tiles} elements: (BLOCK_M*BLOCK_K + BLOCK_K*BLOCK_N) * dtype_bytes * num_stages")
+    yield Case(label, "fail", detail, hint or "(BLOCK_M*BLOCK_K + BLOCK_K*BLOCK_N) * dtype_bytes * num_stages")
 
 
 def grade(mod):
@@ -453,6 +544,8 @@ def grade(mod):
         ("prune for a skinny problem (M=16, N=K=4096) drops BLOCK_M > 16", (16, 4096, 4096, 2, H200_SMEM)),
         ("prune for M=100, N=64, K=32 drops tiles larger than next_pow2 of each side", (100, 64, 32, 2, H200_SMEM)),
         ("prune for M=1 (one row, as in decoding) keeps BLOCK_M = 16", (1, 4096, 4096, 2, H200_SMEM)),
+        ("prune for M=129, N=65, K=33: one past a power of two rounds up (next_pow2(129) = 256)",
+         (129, 65, 33, 2, H200_SMEM)),
     ]
     for label, (M, N, K, db, lim) in cases:
         yield _check_prune(mod.prune, label, SPACE, M, N, K, db, lim)
