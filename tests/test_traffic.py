@@ -305,7 +305,8 @@ def test_capture_stop_on_oob_raises_before_the_next_launch():
 
 
 def test_compiled_mode_kernels_are_traced_in_the_interpreter(tmp_path):
-    """What a GPU machine does: a JITFunction (and its @jit helper) re-run in the interpreter on CPU copies."""
+    """What a GPU machine does: a JITFunction (and its @jit helpers, reached through its globals or passed to it as
+    a tl.constexpr argument) re-run in the interpreter on CPU copies."""
     code = textwrap.dedent("""
         import tkcourse.mode, torch, triton, triton.language as tl
         from tkcourse import traffic
@@ -323,10 +324,20 @@ def test_compiled_mode_kernels_are_traced_in_the_interpreter(tmp_path):
             x = tl.load(x_ptr + off, mask=off < n, other=-float("inf"))
             e = tl.exp(x - tl.max(x, axis=0))
             tl.store(o_ptr + off, e / tl.sum(e, axis=0), mask=off < n)
+        @triton.jit
+        def apply(x_ptr, o_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):  # a helper passed as an argument
+            off = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(o_ptr + off, FN(tl.load(x_ptr + off, mask=off < n)), mask=off < n)
+        @triton.jit
+        def twice_again(v):  # reaches twice through its globals
+            return twice(v)
         assert type(k).__name__ == "JITFunction"
         x, o = torch.randn(100), torch.zeros(100)
         t = traffic.trace(k, (4,), x, o, 100, BLOCK=32)
         assert (t.read_bytes, t.written_bytes) == (400, 400), t
+        t = traffic.trace(apply, (4,), x, o, 100, FN=twice_again, BLOCK=32)
+        assert (t.read_bytes, t.written_bytes) == (400, 400), t
+        assert type(twice_again).__name__ == "JITFunction"
         core_before = dict(vars(tl.core))
         tensor_before = dict(vars(tl.core.tensor))
         t = traffic.trace(row_softmax, (1,), x, o, 100, BLOCK=128)

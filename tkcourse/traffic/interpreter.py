@@ -145,8 +145,10 @@ def _language_restored():
 
 
 @contextlib.contextmanager
-def _interpreter_globals(fn):
-    """In compiled mode, let the kernel's @triton.jit helpers run in the interpreter (restored afterwards)."""
+def _interpreter_globals(fn, *helpers):
+    """In compiled mode, let the kernel's @triton.jit helpers run in the interpreter (restored afterwards): those it
+    reaches through its globals, and ``helpers``, the Python functions of @triton.jit helpers passed to it as
+    arguments (and what they reach)."""
     patched: list[tuple[dict, str, object]] = []
     seen = set()
 
@@ -174,7 +176,8 @@ def _interpreter_globals(fn):
     os.environ["TRITON_INTERPRET"] = "1"
     try:
         with _language_restored():
-            visit(fn)
+            for f in (fn, *helpers):
+                visit(f)
             yield
     finally:
         for g, k, v in reversed(patched):
@@ -204,10 +207,14 @@ def run(fn, grid, args, kwargs, recorder) -> tuple[int, int, int]:
     returns the launch's grid (as the interpreter set it)."""
     holder = {}
     ifn = ti.interpreted(fn)
+    # a @triton.jit helper passed as a tl.constexpr argument (a function the caller chose) runs interpreted too
+    helpers = [v.fn for v in (*args, *kwargs.values()) if ti.is_jit(v)]
+    args = [ti.interpreted(v.fn) if ti.is_jit(v) else v for v in args]
+    kwargs = {k: ti.interpreted(v.fn) if ti.is_jit(v) else v for k, v in kwargs.items()}
     depth = getattr(_state, "depth", 0)
     _state.depth = depth + 1
     try:
-        with _interpreter_globals(fn), _hooked(recorder), ti.grid_recorded(holder):
+        with _interpreter_globals(fn, *helpers), _hooked(recorder), ti.grid_recorded(holder):
             ifn[grid](*args, **kwargs)
     finally:
         _state.depth = depth
