@@ -172,6 +172,8 @@ W = "w_ptr + offs_n[:, None] * stride_wn + k[None, :]"
 G_LO, G_HI = "(k // GROUP)[None, :]", "((half + k) // GROUP)[None, :]"
 STRIDES = "x2.stride(0), w.stride(0), scales.stride(0), y.stride(0)"
 DOT_LO, DOT_HI = "acc += tl.dot(x_lo, tl.trans(w_lo))", "acc += tl.dot(x_hi, tl.trans(w_hi))"
+X_LO = "x_ptr + offs_m[:, None] * stride_xm + k[None, :]"
+Y_MASK = "y_mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]"
 
 
 def _mutant(*edits, name="planted_int4"):
@@ -248,6 +250,46 @@ PLANTED = [
      "the low nibbles' weight tile is not transposed"),
     ("the high tile not transposed", [(DOT_HI, "acc += tl.dot(x_hi, w_hi)")],
      "the high nibbles' weight tile is not transposed"),
+    # a nibble unpacked another wrong way: each named from a model of what it computes
+    ("the low nibble shifted back by 3", [(LO, "lo = (b << 4) >> 3")], "(b << 4) >> 3 shifts back by 3"),
+    ("the high nibble shifted by 3", [(HI + "  #", "hi = b >> 3  #")], "b >> 3 shifts by 3, not 4"),
+    ("the low nibble not shifted back", [(LO, "lo = b << 4")], "b << 4 alone leaves the nibble in bits 4-7"),
+    ("the low nibble as offset binary", [(LO, "lo = (b & 0xF) - 8")],
+     "the low nibble is unpacked wrong: (b & 0xF) - 8 reads the nibble as offset binary"),
+    ("the low nibble sign-extended, then minus 8", [(LO, "lo = ((b << 4) >> 4) - 8")],
+     "the sign-extended nibble is already the value"),
+    ("the high nibble as offset binary", [(HI + "  #", "hi = ((b >> 4) & 0xF) - 8  #")],
+     "the high nibble is unpacked wrong: ((b >> 4) & 0xF) - 8"),
+    ("both nibbles as offset binary", [(LO, "lo = (b & 0xF) - 8"), (HI + "  #", "hi = ((b >> 4) & 0xF) - 8  #")],
+     "neither nibble is unpacked right: (b & 0xF) - 8 and ((b >> 4) & 0xF) - 8"),
+    ("the high nibble masked with 0xF0", [(HI + "  #", "hi = (b & 0xF0) >> 4  #")], "(0xF0 is 240)"),
+    # the K loop's offsets and acc: models that depend on BLOCK_K
+    ("k without k0", [("k = k0 + offs_k  #", "k = offs_k  #")], "every step reads the same bytes"),
+    ("k0 taken as a step count", [("k = k0 + offs_k  #", "k = k0 * BLOCK_K + offs_k  #")],
+     "k0 already counts bytes"),
+    ("x's low part at offs_k", [(X_LO, X_LO.replace("k[None, :]", "offs_k[None, :]"))],
+     "the low nibbles multiply the same part of x at every step"),
+    ("x's high part at K/2 + offs_k", [(X_HI, X_HI.replace("(half + k)", "(half + offs_k)"))],
+     "the high nibbles multiply the same part of x at every step"),
+    ("both loads of x at offs_k", [(X_LO, X_LO.replace("k[None, :]", "offs_k[None, :]")),
+                                   (X_HI, X_HI.replace("(half + k)", "(half + offs_k)"))],
+     "both loads of x read the same columns at every step"),
+    ("acc = for the low nibbles' dot", [(DOT_LO, DOT_LO.replace("+=", "="))], "only the last step counts"),
+    ("acc = for the high nibbles' dot", [(DOT_HI, DOT_HI.replace("+=", "="))], "only the last step's high nibbles count"),
+    ("the weights divided by the scales", [("lo.to(tl.float32) * s_lo", "lo.to(tl.float32) / s_lo"),
+                                           ("hi.to(tl.float32) * s_hi", "hi.to(tl.float32) / s_hi")],
+     "the weights are divided by their scales"),
+    ("one scale per step, the step's first group", [(G_LO, "(k0 // GROUP + 0 * k)[None, :]"),
+                                                    (G_HI, "((half + k0) // GROUP + 0 * k)[None, :]")],
+     "or one group for a whole step"),
+    ("the tiles dequantized to bf16", [("(lo.to(tl.float32) * s_lo).to(x_lo.dtype)", "(lo.to(tl.float32) * s_lo).to(tl.bfloat16)"),
+                                       ("(hi.to(tl.float32) * s_hi).to(x_hi.dtype)", "(hi.to(tl.float32) * s_hi).to(tl.bfloat16)")],
+     "tl.dot takes two operands of one dtype"),
+    # the store: its cast and its mask
+    ("acc stored as bf16", [("acc.to(y_ptr.dtype.element_ty)", "acc.to(tl.bfloat16)")],
+     "every value of your output is a bfloat16"),
+    ("the store not masked on N", [(Y_MASK, "y_mask = (offs_m < M)[:, None]")], "your kernel stores columns past N = 75"),
+    ("the store not masked on M", [(Y_MASK, "y_mask = (offs_n < N)[None, :]")], "your kernel stores rows past M = 1"),
 ]
 
 
@@ -283,7 +325,8 @@ def test_the_grader_models_each_mistake_apart():
     a multiple of the group, where the high half's group taken from the low one's shows)."""
     g = torch.Generator().manual_seed(0)
     x, packed, scales = grader.inputs(3, 64, 192, 64, torch.float16, g)
-    ys = {m: grader.expected(x, packed, scales, 64, m) for m, _ in grader.MISTAKES}
+    ys = {m: grader.expected(x, packed, scales, 64, m) for m, _ in (*grader.MISTAKES, *grader.nibble_mistakes())}
+    ys.update({m: grader.expected(x, packed, scales, 64, m) for m in grader.STEPPED})
     ys[""] = grader.expected(x, packed, scales, 64)
     names = list(ys)
     for i, a in enumerate(names):

@@ -17,8 +17,11 @@ refused. fp16 everywhere, and bf16 again on a GPU (the interpreter has no bf16).
 Expected values are float64 from the inputs. A wrong result gets a hint from the models of the usual
 mistakes below, each a float64 computation of what that mistake returns (a weight tile not transposed among
 them: tl.dot takes it where BLOCK_N == BLOCK_K, as in the exercise, and the values come out wrong instead of
-a shape error); an out-of-bounds access found by the tracer gets a hint that names the mask (or the group
-index) from where it landed.
+a shape error), nibbles unpacked other wrong ways (``nibble_mistakes``), and slips of the K loop's offsets and of
+acc, which depend on BLOCK_K (``STEPPED``, tried for several); an output rounded to bfloat16 is named from its
+values. An out-of-bounds access found by the tracer gets a hint that names the mask (or the group index) from
+where it landed, a store past y's end the store's mask, and a usual error of the unpacking (an int8 constant out
+of range, tl.dot's operands of two dtypes) a hint of its own.
 
 What the tests use besides ``grade``: ``quantize``, ``nibbles``, ``weight`` and ``expected`` (the layout and
 the models of ``MISTAKES``, in torch), ``inputs`` (one case's padded inputs) and ``close``.
@@ -72,8 +75,13 @@ def nibbles(packed: torch.Tensor):
 
 
 def weight(packed, scales, group_size, mistake: str = "") -> torch.Tensor:
-    """The float64 weight (N, K) the kernel multiplies by, right (``mistake`` empty) or as a mistake gives it."""
+    """The float64 weight (N, K) the kernel multiplies by, right (``mistake`` empty) or as a mistake gives it
+    (one of ``MISTAKES``, or ``"nibbles <low form> <high form>"``, forms of ``LOW_FORMS`` and ``HIGH_FORMS``)."""
     lo, hi, lo_u, hi_u = nibbles(packed)
+    if mistake.startswith("nibbles "):
+        _, low, high = mistake.split(" ")
+        lo, hi = LOW_FORMS[low][0](lo, lo_u), HIGH_FORMS[high][0](hi, hi_u, lo_u)
+        mistake = ""
     N, half = lo.shape
     K, groups = 2 * half, scales.shape[1]
     if mistake in ("low unsigned", "both unsigned"):
@@ -102,8 +110,58 @@ def weight(packed, scales, group_size, mistake: str = "") -> torch.Tensor:
         group = torch.zeros_like(group)
     if mistake == "no scales":
         return q
+    if mistake == "divided by the scales":
+        return q / s[:, group]
     s = torch.cat([s, torch.zeros(N, 1, dtype=s.dtype)], dim=1)  # group + 1 past the last reads 0 (masked)
     return q * s[:, group.clamp(max=groups)]
+
+
+# a nibble unpacked another way: (its value from the signed and the unsigned nibble, what the code did). The high
+# form also takes the low nibble: b >> 3 brings in bit 3, the low nibble's sign.
+LOW_FORMS = {
+    "right": (lambda s, u: s, ""),
+    "unsigned": (lambda s, u: u, "b & 0xF is 0 .. 15, without the sign"),
+    "by3": (lambda s, u: 2 * s, "(b << 4) >> 3 shifts back by 3, not 4, which doubles the value"),
+    "unshifted": (lambda s, u: 16 * s, "b << 4 alone leaves the nibble in bits 4-7, 16 times its value: shift it "
+                                       "back by 4, (b << 4) >> 4"),
+    "offset8": (lambda s, u: u - 8, "(b & 0xF) - 8 reads the nibble as offset binary (0 .. 15 standing for -8 .. 7), "
+                                    "but it is two's complement: 0 .. 7 are themselves, 8 .. 15 are -8 .. -1"),
+    "minus8": (lambda s, u: s - 8, "((b << 4) >> 4) - 8: the sign-extended nibble is already the value, -8 .. 7, "
+                                   "and subtracting 8 moves every weight"),
+}
+HIGH_FORMS = {
+    "right": (lambda s, u, lo_u: s, ""),
+    "unsigned": (lambda s, u, lo_u: u, "(b >> 4) & 0xF is 0 .. 15, without the sign"),
+    "by3": (lambda s, u, lo_u: 2 * s + (lo_u >> 3), "b >> 3 shifts by 3, not 4: it doubles the nibble and brings in "
+                                                   "bit 3, the low nibble's sign"),
+    "offset8": (lambda s, u, lo_u: u - 8, "((b >> 4) & 0xF) - 8 reads the nibble as offset binary (0 .. 15 standing "
+                                          "for -8 .. 7), but it is two's complement: 0 .. 7 are themselves, 8 .. 15 "
+                                          "are -8 .. -1"),
+    "minus8": (lambda s, u, lo_u: s - 8, "(b >> 4) - 8: b >> 4 on the int8 byte is already the signed value, -8 .. 7, "
+                                         "and subtracting 8 moves every weight"),
+}
+NIBBLES_RIGHT = ("a nibble is a 4-bit two's complement value, -8 .. 7: on the byte read as int8 the low one is "
+                 "(b << 4) >> 4 and the high one b >> 4, both arithmetic shifts by 4")
+
+
+def nibble_mistakes():
+    """``(mistake, hint)`` for each pair of ways to unpack the two nibbles that ``MISTAKES`` does not name already
+    (one of them right, or both read without their sign)."""
+    for low, (_, lo_words) in LOW_FORMS.items():
+        for high, (_, hi_words) in HIGH_FORMS.items():
+            if {low, high} <= {"right", "unsigned"}:
+                continue
+            if low == high == "offset8":
+                text = ("neither nibble is unpacked right: (b & 0xF) - 8 and ((b >> 4) & 0xF) - 8 read them as offset "
+                        "binary (0 .. 15 standing for -8 .. 7), but they are two's complement: 0 .. 7 are themselves, "
+                        "8 .. 15 are -8 .. -1")
+            elif high == "right":
+                text = f"the low nibble is unpacked wrong: {lo_words}"
+            elif low == "right":
+                text = f"the high nibble is unpacked wrong: {hi_words}"
+            else:
+                text = f"neither nibble is unpacked right: the low one, {lo_words}; the high one, {hi_words}"
+            yield f"nibbles {low} {high}", f"{text}. {NIBBLES_RIGHT[0].upper()}{NIBBLES_RIGHT[1:]}"
 
 
 UNTRANSPOSED = {"not transposed": (True, True), "low tile not transposed": (True, False),
@@ -127,14 +185,56 @@ def _untransposed_dot(xh: torch.Tensor, wh: torch.Tensor, block: int) -> torch.T
     return y.reshape(M, nb * block)[:, :N]
 
 
+# mistakes of the K loop's offsets and of acc, whose result depends on BLOCK_K (``block``): what each step reads
+STEPPED = {
+    "k without k0": ("every step reads the same bytes: k = offs_k leaves out the step's start. Byte k of a step is "
+                     "k = k0 + offs_k (k0 runs over 0, BLOCK_K, 2 BLOCK_K, .. < K/2), for the bytes, their scales and "
+                     "both loads of x"),
+    "k0 times BLOCK_K": ("only the first step's bytes count: k = k0 * BLOCK_K + offs_k jumps past the row after step "
+                         "0, where the mask turns every load off. k0 already counts bytes (range(0, K/2, BLOCK_K) "
+                         "steps by BLOCK_K), so k = k0 + offs_k"),
+    "x low at offs_k": ("the low nibbles multiply the same part of x at every step: x[:, offs_k] in place of "
+                        "x[:, k]. The low nibble of byte k (k = k0 + offs_k) multiplies x[:, k]"),
+    "x high at offs_k": ("the high nibbles multiply the same part of x at every step: x[:, K/2 + offs_k] in place of "
+                         "x[:, K/2 + k]. The high nibble of byte k (k = k0 + offs_k) multiplies x[:, K/2 + k]"),
+    "x both at offs_k": ("both loads of x read the same columns at every step: offs_k in place of k = k0 + offs_k. "
+                         "Step k0 multiplies x[:, k] by the low nibbles and x[:, K/2 + k] by the high ones"),
+    "acc = low": ("only the last step counts: acc = tl.dot(x_lo, ...) throws away what the steps before added. "
+                  "Add each product to acc: acc += tl.dot(x_lo, tl.trans(w_lo)), then acc += tl.dot(x_hi, "
+                  "tl.trans(w_hi))"),
+    "acc = high": ("only the last step's high nibbles count: acc = tl.dot(x_hi, ...) throws away the low nibbles' "
+                   "product and every step before. Add each product to acc: acc += tl.dot(x_hi, tl.trans(w_hi))"),
+}
+
+
+def _stepped(x2: torch.Tensor, w: torch.Tensor, block: int, mistake: str) -> torch.Tensor:
+    """What the K loop adds up with the mistake ``mistake`` of ``STEPPED``, BLOCK_K == ``block``: ``x2`` (M, K) and
+    ``w`` (N, K), float64; a byte k >= K/2 is masked off, with its scales and x."""
+    half = x2.shape[1] // 2
+    offs = torch.arange(block)
+    y = torch.zeros(x2.shape[0], w.shape[0], dtype=x2.dtype)
+    for k0 in range(0, half, block):
+        k = {"k without k0": offs, "k0 times BLOCK_K": k0 * block + offs}.get(mistake, k0 + offs)
+        ok = k < half
+        k, o = k[ok], offs[ok]
+        x_lo = o if mistake in ("x low at offs_k", "x both at offs_k") else k
+        x_hi = half + (o if mistake in ("x high at offs_k", "x both at offs_k") else k)
+        lo, hi = x2[:, x_lo] @ w[:, k].T, x2[:, x_hi] @ w[:, half + k].T
+        y = {"acc = low": lo + hi, "acc = high": hi}.get(mistake, y + lo + hi)
+    return y
+
+
 def expected(x, packed, scales, group_size, mistake: str = "", block: int = BLOCK) -> torch.Tensor:
     """``x @ w.T`` in float64 on the CPU, (..., N); ``mistake``: what that mistake returns instead (``block``: the
     tiles' BLOCK_N == BLOCK_K, for a weight tile not transposed)."""
     K = x.shape[-1]
     half = K // 2
     x2 = x.detach().reshape(-1, K).double().cpu()
-    w = weight(packed, scales, group_size, "" if mistake in ("x's first half twice", *UNTRANSPOSED) else mistake)
-    if mistake == "x's first half twice":  # the high nibbles multiplied by x[:, k], not x[:, K/2 + k]
+    w = weight(packed, scales, group_size,
+               "" if mistake in ("x's first half twice", *UNTRANSPOSED, *STEPPED) else mistake)
+    if mistake in STEPPED:
+        y = _stepped(x2, w, block, mistake)
+    elif mistake == "x's first half twice":  # the high nibbles multiplied by x[:, k], not x[:, K/2 + k]
         y = x2[:, :half] @ (w[:, :half] + w[:, half:]).T
     elif mistake in UNTRANSPOSED:
         y = torch.zeros(x2.shape[0], w.shape[0], dtype=x2.dtype)
@@ -178,6 +278,8 @@ MISTAKES = [
                                     "worked out for each byte k. K/2 // GROUP + k // GROUP, or one group for a whole "
                                     "step, differ from it there"),
     ("no scales", "the scales are not applied: the weight is q * scale, with scale = scales[n, c // GROUP]"),
+    ("divided by the scales", "the weights are divided by their scales: quantizing divided w by the scale, "
+                              "q = round(w / scale), so dequantizing multiplies, w = q * scales[n, c // GROUP]"),
     ("not transposed", "the weight tiles are not transposed: a dequantized tile is (BLOCK_N, BLOCK_K), and "
                        "tl.dot(x_part, w_part) needs (BLOCK_K, BLOCK_N); it ran only because BLOCK_N == BLOCK_K here. Add "
                        "tl.dot(x_lo, tl.trans(w_lo)) and tl.dot(x_hi, tl.trans(w_hi)) to acc"),
@@ -228,11 +330,19 @@ def _diagnose(x, packed, scales, group_size, layout: str = ""):
     K = x.shape[-1]
 
     def hint(o, e, wrong):
+        cast = _cast_hint(o, e, x.dtype)
+        if cast:
+            return cast
         if o.numel() and bool((o == 0).all()) and bool((e != 0).any()):
             return ("the output is all 0: nothing reaches acc. Is the K loop's body still the stub? Each step adds "
                     "tl.dot(x part, dequantized weight part transposed) to acc, for the low and the high nibbles")
         for mistake, text in MISTAKES:
             for block in (BLOCK, 16, 64, 128) if mistake in UNTRANSPOSED else (BLOCK,):  # the tiles the learner chose
+                m = expected(x, packed, scales, group_size, mistake, block)
+                if close(o, m, 2e-2) and not close(m, e, 5e-2):
+                    return text
+        for mistake, text in (*nibble_mistakes(), *((m, STEPPED[m]) for m in STEPPED)):
+            for block in (BLOCK, 16, 64, 128) if mistake in STEPPED else (BLOCK,):  # the BLOCK_K the learner chose
                 m = expected(x, packed, scales, group_size, mistake, block)
                 if close(o, m, 2e-2) and not close(m, e, 5e-2):
                     return text
@@ -255,7 +365,7 @@ PRECISION = ("digits lost in a long sum? Keep acc in fp32 (acc = tl.zeros(..., d
 
 
 def _acc_hint(o, e, wrong):
-    return PRECISION
+    return _cast_hint(o, e, torch.float16) or PRECISION
 
 
 def _strides(x, N, K, group_size) -> dict:
@@ -349,9 +459,12 @@ def _oob_hint(M, N, K, group_size, x):
         return sizes.get(o.numel, o.tensor) if len(sizes) == 3 else o.tensor
 
     def hint(bad, default):
+        stores = [o for o in bad if o.kind == "store" and o.derived]
+        if stores and len(stores) == len(bad):
+            return _store_hint(np.concatenate([o.offsets for o in stores]).astype("int64"), M, N)
         loads = [o for o in bad if o.kind == "load" and o.derived]
         if not loads or len(loads) < len(bad):
-            return ""  # a store, or an address in no tensor: the general hints say it
+            return ""  # a store with a load, or an address in no tensor: the general hints say it
         mask_k = (f"a step reads past the end of a row: K/2 = {half} bytes a row here, not a multiple of BLOCK_K, so "
                   "the last step's bytes k >= K/2 are not in the row. Mask k < K/2 on every load of the step: the "
                   "bytes, their scales and both parts of x (other=0)")
@@ -404,6 +517,54 @@ def _oob_hint(M, N, K, group_size, x):
     return hint
 
 
+Y_MASK = "y_mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]"
+
+
+def _store_hint(offs, M: int, N: int) -> str:
+    """The hint for stores past the end of y (M, N) at ``offs``: rows past M (every column of row M stored) or, the
+    N mask missing, the columns n >= N of the last row (a part of row M's first BLOCK_N columns)."""
+    past = offs[offs >= M * N] - M * N
+    if not past.size or int(past.max()) >= 1024 * max(N, 1):
+        return ""
+    if set(range(N)) <= set(past.tolist()):
+        return (f"your kernel stores rows past M = {M}: the last tile of rows runs past the end of y. Mask the store "
+                f"with both edges, {Y_MASK}")
+    if int(past.max()) < 1024:
+        return (f"your kernel stores columns past N = {N}: in the last tile of N, column n >= N of row m is at "
+                "m * N + n, the start of row m + 1 (past the end of y for the last row, where the tracer caught it; "
+                f"in the other rows over values other programs store). Mask the store with both edges, {Y_MASK}")
+    return ""
+
+
+def _cast_hint(o, e, dtype) -> str:
+    """An fp16 output rounded to bfloat16 on its way (acc.to(tl.bfloat16) stored into fp16): every value is a
+    bfloat16, which the right result's values are not."""
+    if dtype != torch.float16 or not o.numel() or not bool(torch.isfinite(o).all()):
+        return ""
+
+    def bf16(t):
+        return bool((t.to(torch.bfloat16).double() == t).all())
+
+    if bf16(o) and not bf16(e.to(torch.float16).double()) and close(o, e, 2e-2):
+        return ("every value of your output is a bfloat16 (8 bits of mantissa) where y is float16 (11 bits): acc is "
+                "cast to bfloat16 at the store (acc.to(tl.bfloat16)?). Cast it to y's own dtype, "
+                "acc.to(y_ptr.dtype.element_ty), so fp16 and bf16 inputs each get their own")
+    return ""
+
+
+def _error_hint(exc, default) -> str:
+    """An error of the interpreter or the compiler that a usual slip of the unpacking gives."""
+    text = f"{exc} {exc.__cause__!r}"
+    if "out of range for type int8" in text:
+        return ("a constant that does not fit an int8 (0xF0 is 240) meets the bytes, which are int8, -128 .. 127. The "
+                "high nibble needs no mask: b >> 4 is an arithmetic shift that keeps its sign; the low one is "
+                "(b << 4) >> 4")
+    if "same dtype" in text or "must have the same dtype" in text:
+        return ("tl.dot takes two operands of one dtype: cast each dequantized tile to x's dtype, "
+                "(lo.to(tl.float32) * s_lo).to(x_lo.dtype), not to a fixed dtype, nor leave it in fp32")
+    return ""
+
+
 def _bytes_padded(packed: torch.Tensor) -> torch.Tensor:
     """A contiguous copy of ``packed`` followed in memory by bytes of ``PAD_BYTE``."""
     flat = packed.contiguous().reshape(-1)
@@ -449,6 +610,7 @@ def _graded(label, mod, x, packed, scales, group_size, dtype, **kw):
     diagnose = kw.pop("diagnose", None) or _diagnose(x, packed, scales, group_size, _layout(x))
     return attempt(label, mod.matmul, (x, packed, scales, group_size), expected(x, packed, scales, group_size),
                    dtype=dtype, atol=atol, rtol=rtol, diagnose=diagnose, oob_hint=_oob_hint(M, N, K, group_size, x),
+                   error_hint=_error_hint,
                    mask="(offs_m < M) on x, (offs_n < N) on the bytes and scales, k < K/2 on every load of a step")
 
 
