@@ -21,6 +21,9 @@ DEV = mode.DEVICE
 SOURCE = (Path(__file__).resolve().parents[1] / "solutions" / "launch.py").read_text()
 
 
+GRID = "self.grid = (num_programs(x, x, self.BLOCK, self.num_warps, self.num_stages),)"
+
+
 def _mutant(*edits, name="planted_launch"):
     """solutions/launch.py with each ``(old, new)`` of ``edits`` applied (each ``old`` found exactly once)."""
     text = SOURCE
@@ -151,6 +154,32 @@ PLANTED = [
      [("_PLANS.get(plan_key(x))", "_PLANS.get((x.shape, x.stride(0), x.dtype))"),
       ("_PLANS[plan.key] = plan", "_PLANS[(x.shape, x.stride(0), x.dtype)] = plan")],
      "they differ in strides. The strides were the other input's"),
+    # the launch's settings: right values either way, a slow launch on a GPU
+    ("num_warps from stages_for",
+     [("self.num_warps = warps_for(self.BLOCK)", "self.num_warps = stages_for(self.BLOCK, x.element_size())")],
+     "num_warps = warps_for(BLOCK)"),
+    ("num_warps of the row length, not BLOCK",
+     [("self.num_warps = warps_for(self.BLOCK)", "self.num_warps = warps_for(n_cols)")], "the plan's launch settings are not the lesson's: num_warps"),
+    ("num_warps and NUM_STAGES swapped in the launch",
+     [("NUM_STAGES=self.num_stages,\n                                   num_warps=self.num_warps)",
+       "NUM_STAGES=self.num_warps,\n                                   num_warps=self.num_stages)")],
+     "num_warps and NUM_STAGES are swapped"),
+    ("a grid of one program", [(GRID, "self.grid = (1,)")], "the grid is (num_programs(x, x, BLOCK"),
+    ("a grid that is an int", [(GRID, "self.grid = num_programs(x, x, self.BLOCK, self.num_warps, self.num_stages)")],
+     "with its comma"),
+    ("BLOCK of the row count", [("self.BLOCK = triton.next_power_of_2(n_cols)  #", "self.BLOCK = triton.next_power_of_2(n_rows)  #")],
+     "the plan's BLOCK is 8, shorter than a row of 100"),
+    ("BLOCK the row length itself", [("self.BLOCK = triton.next_power_of_2(n_cols)  #", "self.BLOCK = n_cols  #")],
+     "BLOCK must be a power of two"),
+    ("x and out in the other order", [("softmax_kernel[self.grid](x, out,", "softmax_kernel[self.grid](out, x,")],
+     "x goes first and the new output second"),
+    ("the last plan reused while the shape fits",
+     [("plan = _PLANS.get(plan_key(x)) if isinstance(x, torch.Tensor) else None",
+       "plan = _PLANS.get('last')\n    if plan is not None and plan.shape != tuple(x.shape):\n        plan = None"),
+      ("_PLANS[plan.key] = plan", "_PLANS['last'] = plan")],
+     "reused the plan made for 8x100 float16 (call 6) for 8x100 float32 strides (200, 1): they differ in dtype and strides"),
+    ("a plan made without the checks", [("plan = _new_plan(x)", "plan = SoftmaxPlan(x)")], "not SoftmaxPlan(x)"),
+    ("the plan never kept", [("        _PLANS[plan.key] = plan\n", "")], "planning redone on every call"),
 ]
 
 

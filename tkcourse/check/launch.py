@@ -7,7 +7,9 @@ element size, 8-byte alignment); a plan is right for the input it was made for, 
 of its key, without planning again and without handing the same output buffer to two calls;
 ``softmax`` over a sequence of inputs of several keys (rows of one stride and columns of another, an
 address off the 16-byte grid) is right at every call and makes a plan for every key it has not seen,
-even where reusing one would compute the right values. Outputs compare with float64 torch references.
+even where reusing one would compute the right values. A plan's launch is also checked against the lesson-02
+helpers (BLOCK, num_warps, NUM_STAGES, the grid), which the values cannot show. Outputs compare with float64
+torch references.
 
 How "planning again" is seen: during the calls that should only launch, ``triton.next_power_of_2``,
 ``triton.cdiv`` and the module's own planning helpers (``warps_for``, ``stages_for``,
@@ -118,10 +120,21 @@ def _out_stride_hint(x):
 
 
 def _error_hint(exc, default):
-    """A launch with an int argument left out (or one too many): the kernel's argument list, in order."""
+    """A launch with an int argument left out (or one too many): the kernel's argument list, in order; a grid
+    that is an int, not a tuple."""
     if isinstance(exc, TypeError) and "softmax_kernel" in str(exc) and "argument" in str(exc):
         return f"softmax_kernel was launched with the wrong arguments ({exc}): {OUT_STRIDE}"
+    if "power of 2" in f"{exc} {exc.__cause__!r}":
+        return ("BLOCK must be a power of two (tl.arange's length), at least the row length: self.BLOCK = "
+                "triton.next_power_of_2(n_cols); the mask cols < n_cols turns off the lanes past the row")
+    if isinstance(exc, TypeError) and "'int' has no len()" in str(exc):
+        return ("the grid is a tuple with one entry per grid axis: self.grid = (num_programs(...),), with its "
+                "comma, not the int itself")
     return ""
+
+
+SWAPPED = ("your plan changed its input x: softmax_kernel[grid](x, out, ...) reads its first pointer and writes its "
+           "second, so x goes first and the new output second")
 
 
 def _graded(label, fn, x, fn_name="softmax", oob_hint=None):
@@ -137,6 +150,8 @@ def _graded(label, fn, x, fn_name="softmax", oob_hint=None):
                         atol=1e-3 if f16 else 1e-5, rtol=1e-2 if f16 else 1e-4)
     if case.status == "pass":
         case = g.snap.case(label, fn_name) or case
+    if case.status == "fail" and "of the input x had changed" in case.detail:
+        case.hint = SWAPPED
     return case, g.out
 
 
@@ -288,10 +303,19 @@ def _plan_cases(mod, inputs):
             continue
         case, _ = _graded(f"SoftmaxPlan(x)(x), {label}", plan_then_call, x, fn_name="plan",
                           oob_hint=_out_stride_hint(x))
+        if case.status == "fail" and isinstance(block := _block_of(mod, x), int) and block < x.shape[1]:
+            case.hint = (f"the plan's BLOCK is {block}, shorter than a row of {x.shape[1]}: the columns past BLOCK are "
+                         "never read nor written. BLOCK = triton.next_power_of_2(n_cols), the row length, not the "
+                         "number of rows")
         if case.status == "fail" and "stride" in label and "for out" not in case.hint:  # x's stride is wrong
             case.hint = ("a strided input is wrong while contiguous ones pass: the plan must pass x.stride(0) as x's "
                          "row stride (n_cols only when x was copied to a contiguous tensor), and copy x first when "
                          "its columns are not contiguous (x.stride(1) != 1)")
+        yield case
+        if case.status != "pass":
+            return
+    for x in (dict(inputs)["8x100 float32"], padded(torch.randn(2, 5000, device=mode.DEVICE))):
+        case = _launch_case(mod, x)  # 5000 columns: BLOCK 8192, warps_for(BLOCK) 8, warps_for(n_cols) 4
         yield case
         if case.status != "pass":
             return
@@ -320,6 +344,80 @@ def _plan_cases(mod, inputs):
     yield _kept_case("one plan, three inputs of its key: each result kept", (a, b, c), outs, "plan")
 
 
+def _block_of(mod, x):
+    """The BLOCK a plan for ``x`` keeps (None: no such attribute, or the plan raised)."""
+    try:
+        return getattr(mod.SoftmaxPlan(x), "BLOCK", None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+class _Recorder:
+    """Stands for ``softmax_kernel`` in the module during a call: records each launch's grid and keyword
+    arguments, then launches the real kernel."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, kwargs))
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+def _launch_case(mod, x) -> Case:
+    """A plan's launch uses the lesson-02 helpers the stub names: BLOCK = next_power_of_2(n_cols), num_warps =
+    warps_for(BLOCK), NUM_STAGES = stages_for(BLOCK, element size), grid = (num_programs(...),). A slip there
+    gives right values (the interpreter ignores num_warps, and the kernel loops over the rows whatever the grid)
+    and a slow launch on a GPU."""
+    label = f"SoftmaxPlan: the launch's BLOCK, num_warps, NUM_STAGES and grid, {_words(x)}"
+    helpers = [getattr(mod, n, None) for n in HELPERS]
+    kernel = getattr(mod, "softmax_kernel", None)
+    if kernel is None or not all(callable(h) for h in helpers):
+        return Case(label, "pass")
+    warps_for, stages_for, num_programs = helpers
+    rec = _Recorder(kernel)
+    try:
+        plan = mod.SoftmaxPlan(x)
+        mod.softmax_kernel = rec
+        try:
+            plan(x)
+        finally:
+            mod.softmax_kernel = kernel
+    except Exception as exc:  # noqa: BLE001
+        return error_case(label, exc)
+    if len(rec.launches) != 1:
+        return Case(label, "pass")  # launched another way: the values were graded above
+    grid, kw = rec.launches[0]
+    BLOCK = triton.next_power_of_2(x.shape[1])
+    warps, stages = warps_for(BLOCK), stages_for(BLOCK, x.element_size())
+    want = {"BLOCK": BLOCK, "num_warps": warps, "NUM_STAGES": stages}
+    saw = {k: kw.get(k) for k in want}
+    wrong = [k for k in want if saw[k] != want[k]]
+    if wrong:
+        swapped = saw["num_warps"] == stages and saw["NUM_STAGES"] == warps and warps != stages
+        how = {"BLOCK": "BLOCK = triton.next_power_of_2(n_cols)", "num_warps": "num_warps = warps_for(BLOCK)",
+               "NUM_STAGES": "NUM_STAGES = stages_for(BLOCK, x.element_size())"}
+        return Case(label, "fail", "the launch had " + ", ".join(f"{k}={saw[k]}" for k in wrong) + "; the lesson's "
+                    "helpers give " + ", ".join(f"{k}={want[k]}" for k in wrong),
+                    ("num_warps and NUM_STAGES are swapped in the launch: " if swapped else
+                     "the plan's launch settings are not the lesson's: ") + "; ".join(how[k] for k in wrong)
+                    + ". Work them out once in __init__ and pass them to every launch; the values come out right "
+                    "either way, but the kernel runs slower on a GPU")
+    programs = num_programs(x, x, BLOCK, warps, stages)
+    got = grid(kw) if callable(grid) else grid
+    if tuple(got) != (programs,):
+        return Case(label, "fail", f"the launch's grid was {tuple(got)}; num_programs gives {programs} for this input",
+                    "the grid is (num_programs(x, x, BLOCK, num_warps, num_stages),): as many programs as fit at "
+                    "once (a program per row in the interpreter). The kernel loops over the rows, so fewer programs "
+                    "give right values, but the rows run one program after another instead of side by side")
+    return Case(label, "pass")
+
+
 def _kept_case(label, inputs, outs, fn_name):
     """Earlier results are still right after later calls (no output buffer handed out twice)."""
     for i, (x, y) in enumerate(zip(inputs, outs)):
@@ -335,12 +433,16 @@ def _kept_case(label, inputs, outs, fn_name):
     return Case(label, "pass")
 
 
-def _reused_hint(i, inputs) -> str:
-    """The hint for a call that a plan of its own gets right, but ``softmax`` got wrong: a plan was reused."""
+def _reused_hint(i, inputs, out=None) -> str:
+    """The hint for a call that a plan of its own gets right, but ``softmax`` got wrong: a plan was reused (one
+    whose output has the wrong output's shape and dtype, where one does)."""
     x = inputs[i][1]
     mine = _spec(x)
     earlier = [(sum(_spec(y)[k] != mine[k] for k in WHY), j) for j, (_, y) in enumerate(inputs[:i])]
     earlier = [e for e in earlier if e[0] > 0]
+    if isinstance(out, torch.Tensor):
+        made = [e for e in earlier if inputs[e[1]][1].dtype == out.dtype and tuple(inputs[e[1]][1].shape) == tuple(out.shape)]
+        earlier = made or earlier
     if not earlier:
         return ""
     _, j = min(earlier)
@@ -381,7 +483,7 @@ def _launcher_cases(mod, inputs):
         with counting(mod) as counts:
             case, out = _graded(f"softmax, call {i + 1}: {label}", mod.softmax, x)
         if case.status == "fail":
-            case.hint = _reused_hint(i, inputs) or case.hint
+            case.hint = _reused_hint(i, inputs, out) or case.hint
         if case.status != "pass":
             yield case
             return
@@ -432,7 +534,8 @@ def grade(mod):
     yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
                   torch.zeros(1, 1 << 16, device=mode.DEVICE),
                   hint="rows longer than MAX_COLS must be refused (a ValueError that points to lesson 05) when the plan "
-                       "is made", message_hint=(lambda m: "05" in m or "online" in m,
+                       "is made: softmax makes a new plan with _new_plan(x), which checks x first, not SoftmaxPlan(x)",
+                  message_hint=(lambda m: "05" in m or "online" in m,
                                                 "say where to go: lesson 05, the online softmax"))
     yield refuses("a 1-D x raises ValueError", mod.softmax, torch.ones(8, device=mode.DEVICE),
                   hint="check a new input before planning for it (validate(x, names=['x'], ndim=2))")
