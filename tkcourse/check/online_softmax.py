@@ -23,12 +23,12 @@ import triton.language as tl
 
 from .. import mode
 from .. import triton_internals as ti
-from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows, transposed
+from .core import attempt, out_records, padded, random_sizes, refuses, row_padded, seeded, sliced_rows, transposed
 
 # rows shorter and longer than any block, one element, strided rows, values that overflow exp, values far below 0
 SHAPES = [(3, 5000, ""), (2, 1, ""), (4, 100, ""), (2, 20_011, ""), (5, 3000, "strided rows"),
           (3, 4099, "large values"), (2, 2500, "one huge value"), (3, 3001, "leading -inf"),
-          (2, 3000, "all far below 0"), (130, 77, "many rows")]
+          (2, 3000, "all far below 0"), (2, 3001, "leading -inf, then far below 0"), (130, 77, "many rows")]
 # (rows, cols, layout): the layouts a caller hands over; the gaps of each hold core.INPUT_PAD
 LAYOUTS = [(4, 1500, "every other row"), (3, 1000, "a column slice"), (5, 700, "transposed")]
 BLOCKS = (64, 128, 256, 512, 1024, 2048, 4096, 8192)  # the blocks a learner may have chosen
@@ -43,6 +43,9 @@ def _values(rows, cols, note, dtype, gen):
         x[:, -1] = 1e4  # the max arrives in the very last block: every earlier block must be rescaled
     if note == "leading -inf":
         x[:, : cols // 2] = float("-inf")  # whole blocks of -inf first, as a masked row of scores has
+    if note == "leading -inf, then far below 0":  # a max kept at the shift's 0 after the -inf blocks underflows
+        x = x - 200
+        x[:, : cols // 2] = float("-inf")
     if note == "all far below 0":
         x = x - 200  # every value near -200: exp(x - 0) underflows to 0 in fp32, so a max started at 0 gives l = 0
     return x.to(dtype)
@@ -66,27 +69,79 @@ def _layout(rows, cols, layout, gen):
     return transposed(x)
 
 
-def _streamed(x, block, *, rescale=True, masked_zero=False):
+def _streamed(x, block, *, rescale=True, masked_zero=False, exp2_rescale=False, drop_tail=False, per_lane=False):
     """Softmax as a block-by-block kernel computes it, with switches for the classic mistakes:
-    the running sum not rescaled when the max grows; masked lanes loaded as 0 instead of -inf."""
+    the running sum not rescaled when the max grows; masked lanes loaded as 0 instead of -inf; the rescale
+    by exp2(m_old - m_new) where the block's terms use exp; pass 1 stopped before the last, partial block;
+    l kept as a vector of BLOCK lanes (no tl.sum), so that column c is divided by the sum of its lane c % BLOCK."""
     xd = x.double().cpu()
     rows, n = xd.shape
     if masked_zero and n % block:
         xd = torch.cat([xd, torch.zeros(rows, block - n % block, dtype=torch.float64)], 1)
     m = torch.full((rows,), float("-inf"), dtype=torch.float64)
     l = torch.zeros(rows, dtype=torch.float64)
-    for j in range(0, xd.shape[1], block):
+    if per_lane:
+        m = xd.amax(1)
+        lanes = torch.zeros(rows, block, dtype=torch.float64)
+        lanes.index_add_(1, torch.arange(n) % block, torch.exp(xd - m[:, None]))
+        return torch.exp(xd - m[:, None]) / lanes[:, torch.arange(n) % block]
+    for j in range(0, n // block * block if drop_tail else xd.shape[1], block):
         b = xd[:, j:j + block]
         m_new = torch.maximum(m, b.amax(1))
-        l = (l * torch.exp(m - m_new) if rescale else l) + torch.exp(b - m_new[:, None]).sum(1)
+        alpha = torch.exp2(m - m_new) if exp2_rescale else torch.exp(m - m_new)
+        l = (l * alpha if rescale else l) + torch.exp(b - m_new[:, None]).sum(1)
         m = m_new
     return torch.exp(xd[:, :n] - m[:, None]) / l[:, None]
 
 
 def _matches_some_block(o, x, **mistake) -> bool:
-    return any((block < x.shape[1] or mistake.get("masked_zero")) and
+    return any((block < x.shape[1] or mistake.get("masked_zero") or mistake.get("per_lane")) and
                torch.allclose(o, _streamed(x, block, **mistake), rtol=1e-2, atol=1e-6, equal_nan=True)
                for block in BLOCKS)
+
+
+def _like(o, model, e) -> bool:
+    """``o`` is ``model`` (a mistake's result) and the mistake shows: ``model`` is not the right ``e``."""
+    o, model, e = o.double().cpu(), model.double().cpu(), e.double().cpu()
+    return (torch.allclose(o, model, rtol=1e-2, atol=1e-6, equal_nan=True)
+            and not torch.allclose(model, e, rtol=1e-2, atol=1e-6, equal_nan=True))
+
+
+def _formula_hint(o, e, x) -> str:
+    """The hint of a wrong formula in one of the passes, from cheap float64 models of what each gives."""
+    xd = x.double().cpu()
+    m = xd.amax(1, keepdim=True)
+    z = torch.exp(xd - m)
+    l = z.sum(1, keepdim=True)
+    if _like(o, z * l, e):
+        return ("pass 2 multiplies by l: the output is exp(x - m) / l, a division by the row's sum (or a "
+                "product with inv_l = 1 / l)")
+    if _like(o, torch.exp(xd) / l, e):
+        return ("pass 2 leaves out the max: it must store exp(x - m) / l with the same m as pass 1, since l is "
+                "the sum of exp(x - m), not of exp(x)")
+    if _like(o, torch.exp2(xd - m) / l, e):
+        return ("pass 2 uses exp2 where pass 1 used exp: l is the sum of exp(x - m), so pass 2 stores "
+                "exp(x - m) / l (tl.exp); exp2(y) is exp(y · ln 2), a different number")
+    if _like(o, z / torch.exp2(xd - m).sum(1, keepdim=True), e):
+        return ("pass 1 sums exp2 where pass 2 uses exp: l must be the sum of exp(x - m) (tl.exp, in the block's "
+                "terms and in the rescale exp(m_old - m_new)), the same function that pass 2 divides")
+    if x.shape[1] > 64 and _matches_some_block(o, x, exp2_rescale=True):
+        return ("the running sum is rescaled with exp2 but the blocks' terms use exp: when the max grows, "
+                "l = l * exp(m_old - m_new) + sum(exp(x - m_new)), the same exp in both (exp2(y) is exp(y · ln 2))")
+    if x.shape[1] > 1 and _matches_some_block(o, x, per_lane=True):
+        return ("l (or m) is a vector of BLOCK lanes, not a number: each column was divided by the sum of its own "
+                "lane over the blocks. Reduce each block to scalars: m_new = max(m, tl.max(x, axis=0)) and "
+                "l = l * exp(m - m_new) + tl.sum(exp(x - m_new), axis=0), with m and l started as fp32 scalars "
+                "(tl.full((), ...), tl.zeros((), ...))")
+    if _matches_some_block(o, x, drop_tail=True):
+        return ("pass 1 leaves out the last, partial block of the row: loop over all of [start, end) "
+                "(tl.range(start, end, BLOCK, ...)) and mask the loads with cols < end (other=-inf), so that the "
+                "partial block counts in m and l")
+    finite_x = torch.isfinite(xd).all()
+    if finite_x and bool(torch.isinf(o).all()) and bool((o > 0).all()):
+        return ("every output is +inf: pass 2 got m = -inf, so exp(x - m) overflowed. online_stats must return "
+                "the row's max: m = m_new at the end of each step")
+    return ""
 
 
 def _diagnose(note, x):
@@ -109,10 +164,18 @@ def _diagnose(note, x):
         if not finite and note in ("large values", "one huge value"):
             return ("overflow: keep a running max m and compute exp(x - m); when a block raises the max, "
                     "rescale the running sum: l = l * exp(m_old - m_new) + sum(exp(x - m_new))")
+        if note == "leading -inf, then far below 0" and not finite:
+            return ("NaN on a row of -inf blocks followed by values far below 0 (near -200): after the -inf blocks "
+                    "your running max is 0, not -inf, so the later blocks' exp(x - 0) underflow to 0 and l ends at 0. "
+                    "Keep m = m_new, the true max (-inf while every column so far is -inf); only the subtraction "
+                    "uses the shift of 0")
         if bool(torch.isnan(o).all()):  # compare drops this (it says "written") where the tracer saw the NaN stored
             return ("nothing was written: every output is still the grader's NaN poison, so the second pass stores "
                     "nothing. In write_softmax, loop over the row's blocks (tl.range(start, end, BLOCK, ...)), load "
                     "each (mask cols < end) and tl.store exp(x - m) / l into out_row + cols with the same mask")
+        formula = _formula_hint(o, e, x)
+        if formula:
+            return formula
         if note == "one huge value":
             return ("the max came in the last block and earlier blocks were not rescaled: multiply the running "
                     "sum by exp(m_old - m_new) whenever the max grows")
@@ -141,11 +204,54 @@ def _diagnose(note, x):
     return hint  # core's compare turns a diagnosis that raises into no hint
 
 
-def _graded(label, softmax, x, note, dtype=torch.float32, trace=True):
+def _trace_hint(x):
+    """The hint of a wrong output from the tracer's record: pass 2 loading the output it writes, or NaN stored
+    everywhere on rows of ordinary values (l NaN after pass 1; not rows far below 0, where the diagnosis
+    names a running max started at 0)."""
+    def hint(out, expected, traces):
+        for tr, i in out_records(out, traces):
+            if (tr.read_counts(i, kind="load") > 0).any():
+                return ("your kernel loads from out: write_softmax must load x (x_row + cols) and store "
+                        "exp(x - m) / l into out_row + cols; out holds nothing to read until it is written")
+        if not bool(torch.isfinite(x).all()) or not bool(torch.isnan(out).all()):
+            return ""
+        if not bool((x.amax(1) > -50).all()):  # rows far below 0: a max started at 0 (the lesson's hint names it)
+            return ""
+        if all((tr.read_counts(i, kind="store") > 0).all() for tr, i in out_records(out, traces)):
+            return ("your kernel stored NaN in every column of rows of ordinary values, so l (or m) is NaN after pass "
+                    "1: l starts at 0 and m at -inf, and 0 * inf is NaN. The rescale factor is exp(m_old - m_new), "
+                    "at most 1 (exp(-inf) = 0 at the first block), not exp(m_new - m_old)")
+        return ""
+    return hint
+
+
+def _le_hint(kernels):
+    """The out-of-bounds hint of a load one element past x where a learner-written mask reads ``<= end``."""
+    import re
+
+    def hint(bad, default):
+        if not bad or any(o.kind != "load" or o.offsets.min() < o.numel or o.offsets.max() >= o.numel + 1
+                          for o in bad):
+            return ""
+        for name, fn in kernels:
+            try:
+                src = inspect.getsource(getattr(fn, "fn", fn))
+            except (OSError, TypeError):
+                continue
+            if re.search(r"\bcols\s*<=\s*end\b", src):
+                return (f"{name} masks its columns with cols <= end: end is one past the last column, so the lane "
+                        "at cols = end lies past the row (the last row's reaches past the end of x). Mask with "
+                        "cols < end, in both passes")
+        return ""
+    return hint
+
+
+def _graded(label, softmax, x, note, dtype=torch.float32, trace=True, kernels=()):
     expected = torch.softmax(x.double(), dim=-1)
     f16 = dtype == torch.float16
     case = attempt(label, softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-6,
-                   rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, x), trace=trace, mask=MASK)
+                   rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, x), trace=trace, mask=MASK,
+                   trace_hint=_trace_hint(x), oob_hint=_le_hint(kernels))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = "softmax returns the output tensor alone: return out"
     return case
@@ -246,7 +352,9 @@ def grade(mod):
 
     def softmax(x):  # the two passes of a module with a one-read plan, under the name the hints use
         return mod.softmax(x, one_read=False)
-    yield from _two_pass_cases(softmax if one_read else mod.softmax)
+    kernels = [(name, getattr(mod, name)) for name in ("online_stats", "write_softmax")
+               if ti.is_kernel(getattr(mod, name, None))]
+    yield from _two_pass_cases(softmax if one_read else mod.softmax, kernels)
     parts = _parts_case(mod)
     if parts is not None:
         yield parts
@@ -258,14 +366,15 @@ def grade(mod):
                           torch.float16, trace=False)
 
 
-def _two_pass_cases(softmax):
+def _two_pass_cases(softmax, kernels=()):
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float16):
         for rows, cols, note in SHAPES:
-            if dtype == torch.float16 and note in ("one huge value", "leading -inf", "all far below 0", "many rows"):
+            if dtype == torch.float16 and note in ("one huge value", "leading -inf", "all far below 0", "many rows",
+                                                   "leading -inf, then far below 0"):
                 continue  # keep the fp16 pass short
             label = f"{rows}x{cols} {str(dtype)[6:]}" + (f" ({note})" if note else "")
-            yield _graded(label, softmax, _input(rows, cols, note, dtype, gen), note, dtype)
+            yield _graded(label, softmax, _input(rows, cols, note, dtype, gen), note, dtype, kernels=kernels)
     for rows, cols, layout in LAYOUTS:
         x = _layout(rows, cols, layout, gen)
         yield _graded(f"{rows}x{cols} float32, {layout} (stride {tuple(x.stride())})", softmax, x, layout)
