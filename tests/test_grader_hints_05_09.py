@@ -48,3 +48,36 @@ SOFTMAX_SLIPS = [
 def test_online_softmax_names_the_slip(name, edits, hint):
     mod = mutant(SOFTMAX, edits, "planted_online", "solutions/online_softmax.py")
     assert_grader_catches("online_softmax", mod, name, hint)
+
+
+DECODE = answer_text((ROOT / "solutions" / "decode_attention.py").read_text())
+PAGE = "page = tl.load(BLOCK_TABLE + b * max_pages + pos // PAGE_SIZE, mask=valid, other=0)"
+ROW = "row = (page.to(tl.int64) * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh"
+VLOAD = "v = tl.load(V + row[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)"
+COMBINE = "o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l_s * w, axis=0)"
+DECODE_SLIPS = [
+    ("the table's row stride B from the launcher", [("block_table.shape[1], split_tokens,", "block_table.shape[0], split_tokens,")],
+     "the block table's rows are 8 columns apart (max_pages, block_table.shape[1]), not 2"),
+    ("V loaded from K", [(VLOAD, VLOAD.replace("tl.load(V +", "tl.load(K +"))], "your kernel loads V from K"),
+    ("the slot's stride 1, not HKV", [(ROW, "row = page.to(tl.int64) * PAGE_SIZE * HKV + pos % PAGE_SIZE + kvh")],
+     "the slot's stride in the pool is HKV rows, not 1"),
+    ("the combine divides by sum(l_s)", [(COMBINE, "o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l_s, axis=0)")],
+     "the combine divides by sum(l_s), the partial sums unweighted"),
+    ("the combine divides by sum(w)", [(COMBINE, "o = tl.sum(acc * w[:, None], axis=0) / tl.sum(w, axis=0)")],
+     "the combine divides by sum(w), the weights alone"),
+    ("q loaded without g < GROUP", [("d[None, :], mask=g[:, None] < GROUP, other=0.0)", "d[None, :])")],
+     "Mask the load of q with g[:, None] < GROUP"),
+    ("partials stored without g < GROUP",
+     [("tl.store(M + part, m_i, mask=g < GROUP)", "tl.store(M + part, m_i)"),
+      ("tl.store(L + part, l_i, mask=g < GROUP)", "tl.store(L + part, l_i)"), ("acc, mask=g[:, None] < GROUP)", "acc)")],
+     "mask the stores of m_i, l_i (g < GROUP)"),
+    ("sm_scale passed without log2(e)", [("sm_scale * LOG2E, splits,", "sm_scale, splits,")], "tl.exp2 without log2(e)"),
+]
+
+
+@pytest.mark.parametrize("name, edits, hint", DECODE_SLIPS, ids=[s[0] for s in DECODE_SLIPS])
+def test_decode_attention_names_the_slip(name, edits, hint):
+    mod = mutant(DECODE, edits, "planted_decode_slip", "solutions/decode_attention.py")
+    rep = assert_grader_catches("decode_attention", mod, name, hint)
+    assert "B=2 lengths [37, 100]" in rep.first_problem().label, rep
+    assert "Mask the store with valid" not in rep.first_problem().hint and "give it one (valid" not in rep.first_problem().hint

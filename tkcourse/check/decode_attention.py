@@ -83,7 +83,7 @@ def poisoned(k_cache, v_cache, seq_lens, block_table):
 
 
 def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens=None, table=None, kv_head=None,
-              split=None, rescale=True, step=None, forget="", address=None, counts=None):
+              split=None, rescale=True, step=None, forget="", address=None, counts=None, denominator="weighted"):
     """Decode attention in float64 torch, and the usual mistakes by its keywords: ``lens`` (tokens each
     sequence attends to, default ``seq_lens``; 0 gives a NaN row), ``table`` (the block table used),
     ``kv_head(h, Hq, Hkv)`` (the KV head of query head h, default h // (Hq // Hkv)), and with ``split`` (tokens
@@ -93,7 +93,8 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
     grows, each split walked ``step`` tokens at a time), ``address(page, pos, kvh, page_size, Hkv)`` (the row of the
     pool, seen as (num_pages * page_size * Hkv, D), that a kernel reads for token ``pos`` on physical ``page`` and KV
     head ``kvh``: a wrong formula for it; a row outside the pool reads NaN), ``counts(n)`` (how many splits walk each
-    of a sequence's n keys, a tensor of n: a key walked twice weighs twice in the softmax; none walked, a NaN row)."""
+    of a sequence's n keys, a tensor of n: a key walked twice weighs twice in the softmax; none walked, a NaN row),
+    ``denominator`` the combine's: "weighted" sum(w * l_i) (right), "plain" sum(l_i), "weights" sum(w)."""
     B, Hq, D = q.shape
     page_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     scale = 1 / math.sqrt(D) if sm_scale is None else sm_scale
@@ -123,7 +124,7 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
                 w = c * torch.exp(s - s.amax(-1, keepdim=True))
                 out[b] = torch.einsum("hn,nhd->hd", w, v) / w.sum(-1, keepdim=True)
             continue
-        if split is None or (rescale is True and not forget):
+        if split is None or (rescale is True and not forget and denominator == "weighted"):
             out[b] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v)
             continue
         parts = []
@@ -140,8 +141,9 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
             parts.append((m_i, l_i, acc))
         m = torch.stack([m_i for m_i, _, _ in parts]).amax(0)
         w = [torch.exp(float(rescale) * (m_i - m)) for m_i, _, _ in parts]  # rescale: 1 right, 0 never
-        out[b] = (sum(w_i[:, None] * a for w_i, (_, _, a) in zip(w, parts))
-                  / sum(w_i * l_i for w_i, (_, l_i, _) in zip(w, parts))[:, None])
+        den = {"weighted": lambda: sum(w_i * l_i for w_i, (_, l_i, _) in zip(w, parts)),
+               "plain": lambda: sum(l_i for _, l_i, _ in parts), "weights": lambda: sum(w)}[denominator]()
+        out[b] = sum(w_i[:, None] * a for w_i, (_, _, a) in zip(w, parts)) / den[:, None]
     return out
 
 
@@ -327,6 +329,18 @@ def _address_oob(args):
                     "decode_split on (B * Hkv, splits): a program per (sequence, KV head, split), each handling the "
                     "G = Hq // Hkv query heads that share its KV head; with b = bh // HKV a program bh >= B * Hkv "
                     "has no sequence. The masks are not the problem")
+        # rows g >= GROUP of the (BLOCK_G, D) block: q loaded, or partials stored, without g < GROUP
+        if all(o.kind == "load" and o.numel == B * Hq * D for o in bad):
+            return ("your split kernel loads q past its end: the (BLOCK_G, D) block of query heads has BLOCK_G = "
+                    "max(16, G) rows, and rows g >= GROUP belong to no head of this KV head (the last program's lie "
+                    "past q). Mask the load of q with g[:, None] < GROUP, other=0.0; the masks on the K and V loads "
+                    "are not the problem")
+        splits_n = {o.numel // (B * Hq) for o in bad if o.numel % (B * Hq) == 0}
+        if (all(o.kind == "store" and o.program[0] < B * Hkv for o in bad) and splits_n
+                and any(o.numel in (B * Hq * n, B * Hq * n * D) for o in bad for n in splits_n)):
+            return ("your split kernel stores partials past their end: rows g >= GROUP of its (BLOCK_G, D) block are "
+                    "padding (BLOCK_G = max(16, G)), so mask the stores of m_i, l_i (g < GROUP) and acc "
+                    "(g[:, None] < GROUP); the masks on the K and V loads are not the problem")
         return ""
     return hint
 
@@ -343,6 +357,7 @@ def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}):
     cap = table.shape[1] * page_size
     scale = 1 / math.sqrt(D)
     splits = range(16, cap, 16)  # the split sizes a learner may have chosen, in tokens
+    arange_cols = torch.arange(table.shape[1], device=table.device)[None, :]
 
     def hint(o, e, wrong):
         def close(pool=None, model=None, **kw):
@@ -373,6 +388,20 @@ def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}):
                 return HKV_HINT
         if close(address=NO_SLOT):
             return SLOT_HINT
+        if Hkv > 1 and close(address=lambda page, pos, kvh, ps, hkv: page * ps * hkv + pos % ps + kvh):
+            return ("the slot's stride in the pool is HKV rows, not 1: token pos of KV head kvh lies at row "
+                    "(page * PAGE_SIZE + pos % PAGE_SIZE) * HKV + kvh, so the slot pos % PAGE_SIZE is multiplied by "
+                    "HKV as well as the page (page * PAGE_SIZE * HKV + pos % PAGE_SIZE + kvh reads other heads' rows)")
+        if close(pool=(k, k)):
+            return ("your kernel loads V from K: v = tl.load(V + row * HEAD_DIM + d), the same rows as k but from the "
+                    "V pointer")
+        flat = table.reshape(-1)
+        for x, what in ((B, "B (block_table.shape[0])"), (page_size, "PAGE_SIZE"), (Hkv, "HKV")):
+            idx = torch.arange(B, device=table.device)[:, None] * x + arange_cols
+            if x != table.shape[1] and int(idx.max()) < flat.numel() and close(table=flat[idx]):
+                return (f"the block table's rows are {table.shape[1]} columns apart (max_pages, "
+                        f"block_table.shape[1]), not {x}, {what} here: sequence b's row starts at BLOCK_TABLE + "
+                        "b * max_pages")
         arange = torch.arange(table.shape[1], device=table.device)
         for skipped in (arange.expand_as(table), arange + table.shape[1] * torch.arange(B, device=table.device)[:, None]):
             if close(table=skipped):
@@ -434,6 +463,11 @@ def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}):
                 return ("the partial maxima are in natural-log units but the combine weighs them with exp2: keep m in "
                         "log2 units throughout, as the scores are (s = q·k * qk_scale, qk_scale = sm_scale * log2(e), "
                         "m_i = the max of s, p = exp2(s - m_i)); store m_i as it is, and the combine's w = exp2(m_i - m)")
+            for denominator, what in (("plain", "sum(l_s), the partial sums unweighted"),
+                                      ("weights", "sum(w), the weights alone")):
+                if close(split=split, denominator=denominator):
+                    return (f"the combine divides by {what}: out = sum(w * acc) / sum(w * l_s), each split's sum "
+                            "rescaled by its weight w = exp2(m_s - m) as its acc is")
             if close(split=split, rescale=LOG2E):
                 return ("the combine weighs the splits with exp, but m_i is in log2 units (qk_scale holds log2(e)): "
                         "w = exp2(m_i - m)")
