@@ -330,13 +330,14 @@ def _address_oob(args):
                     "G = Hq // Hkv query heads that share its KV head; with b = bh // HKV a program bh >= B * Hkv "
                     "has no sequence. The masks are not the problem")
         # rows g >= GROUP of the (BLOCK_G, D) block: q loaded, or partials stored, without g < GROUP
-        if all(o.kind == "load" and o.numel == B * Hq * D for o in bad):
+        split_kernel = all(o.kernel in ("decode_split", "") for o in bad)  # not a kernel of the learner's own
+        if split_kernel and all(o.kind == "load" and o.numel == B * Hq * D for o in bad):
             return ("your split kernel loads q past its end: the (BLOCK_G, D) block of query heads has BLOCK_G = "
                     "max(16, G) rows, and rows g >= GROUP belong to no head of this KV head (the last program's lie "
                     "past q). Mask the load of q with g[:, None] < GROUP, other=0.0; the masks on the K and V loads "
                     "are not the problem")
         splits_n = {o.numel // (B * Hq) for o in bad if o.numel % (B * Hq) == 0}
-        if (all(o.kind == "store" and o.program[0] < B * Hkv for o in bad) and splits_n
+        if (split_kernel and all(o.kind == "store" and o.program[0] < B * Hkv for o in bad) and splits_n
                 and any(o.numel in (B * Hq * n, B * Hq * n * D) for o in bad for n in splits_n)):
             return ("your split kernel stores partials past their end: rows g >= GROUP of its (BLOCK_G, D) block are "
                     "padding (BLOCK_G = max(16, G)), so mask the stores of m_i, l_i (g < GROUP) and acc "
