@@ -81,3 +81,12 @@ def test_decode_attention_names_the_slip(name, edits, hint):
     rep = assert_grader_catches("decode_attention", mod, name, hint)
     assert "B=2 lengths [37, 100]" in rep.first_problem().label, rep
     assert "Mask the store with valid" not in rep.first_problem().hint and "give it one (valid" not in rep.first_problem().hint
+
+
+def test_a_running_max_from_the_block_alone_fails_where_a_later_max_falls_far():
+    """m_new = tl.max(s, 1) is right wherever alpha = exp2(m_i - m_new) stays finite, which every earlier case
+    keeps: only a key far above the later ones (216 log2 units) makes it overflow."""
+    edits = [("m_new = tl.maximum(m_i, tl.max(s, axis=1))", "m_new = tl.max(s, axis=1)")]
+    rep = assert_grader_catches("decode_attention", mutant(DECODE, edits, "planted_decode_falling", "solutions/decode_attention.py"),
+                                "a running max from the block alone", "the running max must never fall")
+    assert "key 0 far above the rest" in rep.first_problem().label, rep

@@ -729,6 +729,30 @@ def _residue_case(mod, gen):
                    extra=extra)
 
 
+#: (lengths, page_size, Hq, Hkv, D) of the case whose first key scores far above every later one
+FALLING = ([150], 16, 4, 2, 64)
+FALLING_GAP = 216  # log2 units between key 0's score and the others': 2**216 overflows fp32
+
+
+def _falling_max_case(mod, gen):
+    """Key 0 scores about FALLING_GAP log2 units above every later key of the sequence, so each later step of the
+    first split has a lower block max. A running max taken from the block alone (m_new = tl.max(s, 1)) then falls,
+    and alpha = exp2(m_i - m_new) overflows to inf; with tl.maximum(m_i, ...) it never exceeds 1."""
+    lens, ps, Hq, Hkv, D = FALLING
+    q, k, v, seq_lens, table = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
+    c = FALLING_GAP * math.sqrt(D) / (2 * LOG2E)  # q·k differs by 2c along dimension 0, times 1/sqrt(D) and log2(e)
+    q[..., 0] = c
+    k[..., 0] = -1.0
+    k[int(table[0, 0]), 0, :, 0] = 1.0  # token 0 of sequence 0, every KV head
+    label = _label(lens, ps, Hq, Hkv, D, torch.float32) + ", key 0 far above the rest"
+    case = _graded(label, mod, (q, k, v, seq_lens, table), torch.float32)
+    if case.status == "fail" and any(w in case.detail for w in ("NaN", "nan", "inf")):
+        case.hint = (f"key 0 scores about {FALLING_GAP} (log2 units) above every later key, so each later step's block "
+                     "max is lower: the running max must never fall, m_new = tl.maximum(m_i, tl.max(s, axis=1)). With "
+                     f"the block's max alone, alpha = exp2(m_i - m_new) is 2^{FALLING_GAP}, which overflows to inf")
+    return case
+
+
 def _spanning(block_n, ps) -> str:
     """The hint of a kernel that is wrong when a step of ``block_n`` tokens spans pages of ``ps``."""
     return (f"a step of {block_n} tokens over pages of {ps} spans {block_n // ps} pages here: look up each token's "
@@ -833,6 +857,7 @@ def grade(mod):
         for lens, ps, Hq, Hkv, D in FIXED if dtype == torch.float32 else FIXED[:1]:
             yield _graded(_label(lens, ps, Hq, Hkv, D, dtype), mod, paged(lens, ps, Hq, Hkv, D, dtype, gen), dtype)
     yield _residue_case(mod, gen)
+    yield _falling_max_case(mod, gen)
     yield from _gpu_plan_cases(mod, gen)
     case = _pool_offsets_case(mod, gen)
     if case is not None:
