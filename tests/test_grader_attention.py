@@ -454,6 +454,18 @@ def test_backward_grader_names_loops_that_miss_rows_or_mask_the_wrong_side(name,
     assert "recompute P" not in rep.first_problem().hint, rep
 
 
+@pytest.mark.parametrize("name, old, new, hint", [
+    ("dP from K", "dpT = tl.dot(v, do.T)", "dpT = tl.dot(k, do.T)", "dP = dO·Vᵀ takes V, not K"),
+    ("dK from dO", "dk += tl.dot(dsT.to(q.dtype), q)", "dk += tl.dot(dsT.to(q.dtype), do)", "dK = dSᵀ·Q takes Q, not dO"),
+    ("dV from Q", "dv += tl.dot(pT.to(do.dtype), do)", "dv += tl.dot(pT.to(do.dtype), q)", "dV = Pᵀ·dO takes dO, not Q"),
+])
+def test_backward_grader_names_a_product_of_the_wrong_tensor(name, old, new, hint):
+    """Each got the catch-all "recompute P": a model now swaps the tensor of each of the loop's three products."""
+    rep = assert_grader_catches("flash_attention_backward", _planted_kernel("flash_attention_backward", old, new),
+                                name, hint)
+    assert "recompute P" not in rep.first_problem().hint, rep
+
+
 def test_backward_loop_model_of_the_right_loops_is_the_gradient():
     """The visits model with the launcher's blocks and the right loops gives the right dk and dv; its blocks are
     the given launcher's."""

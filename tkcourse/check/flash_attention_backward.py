@@ -47,7 +47,7 @@ MASK = ("offs_m < N on the query rows of lse and Δ in attn_bwd_dkdv_loop (other
 
 
 def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1, lse_base2=False, diagonal=1,
-             gain=1.0, diagonal_block=None, loops=None):
+             gain=1.0, diagonal_block=None, loops=None, operands="vqd"):
     """dq, dk, dv in float64 by the lesson's formulas, with switches that reproduce the classic mistakes
     (``lse_base2``: P recomputed as exp2(s·log2(e) − lse), with the natural-log lse taken for a base-2 one;
     ``diagonal``: P zeroed from this diagonal on, 1 by the definition, 0 or 2 a causal mask off by one;
@@ -57,7 +57,9 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
     block_n[, how]), the dK/dV program of the keys from start_n visits the queries [start_n, start_n + diag_len)
     masked (none when not causal) and [start_n + rest_from, N) unmasked (none when rest_from is None), each visit
     adding its terms to dk and dv (dq is another kernel's); ``how``: "reversed", the mask keeps query <= key;
-    "from 0", each loop starts at query 0 instead of its lo)."""
+    "from 0", each loop starts at query 0 instead of its lo); ``operands``: the tensors that dP = dO·Vᵀ, dK = dSᵀ·Q and
+    dV = Pᵀ·dO take, "vqd" by the formulas, a letter changed for another ("k" for V in dP, "d" for Q in dK, "q" for
+    dO in dV))."""
     q, k, v, do = (t.double().cpu() for t in (q, k, v, do))
     n = q.shape[-2]
     s = (q @ k.transpose(-1, -2)) * scale
@@ -72,7 +74,8 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
         p = p.masked_fill(rows < cols // diagonal_block * diagonal_block, 0.0)
     elif causal and mask:
         p = p.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(diagonal), 0.0)
-    dp = do @ v.transpose(-1, -2)
+    named = {"v": v, "k": k, "q": q, "d": do}
+    dp = do @ named[operands[0]].transpose(-1, -2)
     d = (do * o).sum(-1, keepdim=True) if delta else 0.0
     g = scale ** scale_power * gain
     ds = p * (dp - d)
@@ -87,7 +90,7 @@ def backward(q, k, v, do, causal, scale, *, delta=True, mask=True, scale_power=1
             visits = visits + (rows >= (first if how == ["from 0"] else start + rest_from)).double()
         pv = p_forward * visits  # P before any mask: each visit masks (or not) by itself
         return ds @ k * g, (pv * (dp - d)).transpose(-1, -2) @ q * g, pv.transpose(-1, -2) @ do
-    return ds @ k * g, ds.transpose(-1, -2) @ q * g, p.transpose(-1, -2) @ do
+    return ds @ k * g, ds.transpose(-1, -2) @ named[operands[1]] * g, p.transpose(-1, -2) @ named[operands[2]]
 
 
 def forward(q, k, v, causal, scale):
@@ -117,6 +120,11 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
         close = lambda **kw: torch.allclose(o, backward(q, k, v, do, causal, scale, **kw)[idx], atol=2e-2, rtol=2e-2)
         if close(delta=False):
             return "Δ is missing: dS = P ∘ (dP − Δ) with Δ = rowsum(dO ∘ O), one value per query row"
+        for operands, what in (("kqd", "dP = dO·Vᵀ takes V, not K: dpT = tl.dot(v, do.T)"),
+                               ("vdd", "dK = dSᵀ·Q takes Q, not dO: dk += tl.dot(dsT.to(q.dtype), q)"),
+                               ("vqq", "dV = Pᵀ·dO takes dO, not Q: dv += tl.dot(pT.to(do.dtype), do)")):
+            if which != "dq" and close(operands=operands):
+                return f"{which} is wrong because a product takes another tensor: {what}"
         if close(scale_power=2):
             return "the scale is applied twice: P already includes it; dQ = dS·K·scale and dK = dSᵀ·Q·scale, once"
         if which == "dk" and close(gain=scale * LOG2E):
