@@ -392,6 +392,13 @@ HEAD = "(bh // H).to(tl.int64) * stride_b + (bh % H).to(tl.int64) * stride_h"
     ("lse with log2", "m_i + tl.log(l_i)", "m_i + tl.log2(l_i)", "lse takes tl.log2 of l_i"),
     ("lse without the head's row", "tl.store(LSE + bh.to(tl.int64) * N + offs_m", "tl.store(LSE + offs_m",
      "only the first (batch, head)'s lse row was written"),
+    ("alpha the wrong way round", "alpha = tl.exp(m_i - m_new)", "alpha = tl.exp(m_new - m_i)",
+     "in the first step m_i is still -inf"),
+    ("p from the old max", "p = tl.exp(s - m_new[:, None])", "p = tl.exp(s - m_i[:, None])",
+     "in the first step m_i is still -inf"),
+    ("m_i never updated", "        m_i = m_new\n", "", "only the last key block counts: m_i stays -inf"),
+    ("K loaded from Q", "k = tl.load(K + kv_offsets", "k = tl.load(Q + kv_offsets", "your kernel loads K from Q"),
+    ("p not cast to v's dtype", "tl.dot(p.to(v.dtype), v)", "tl.dot(p, v)", "cast p to v's dtype"),
 ])
 def test_attention_grader_names_the_learners_slip(name, old, new, hint):
     """Each got a hint naming another mistake (an unmasked tail, a NaN of any cause, any wrong lse, the lse mask)."""

@@ -16,7 +16,20 @@ import math
 import torch
 
 from .. import mode, traffic
-from .core import Case, alias_case, attempt, compare, error_case, oob_case, random_sizes, refuses, seeded, traced_call
+from .core import (
+    Case,
+    alias_case,
+    attempt,
+    compare,
+    error_case,
+    exception_chain,
+    oob_case,
+    out_records,
+    random_sizes,
+    refuses,
+    seeded,
+    traced_call,
+)
 
 # (B, H, N, D, causal): N in {1, 17, 45, 64, 100, 257}, D in {16, 32, 64}; B, H > 1 to catch batch/head offsets
 SHAPES = [(2, 2, 100, 16, False), (2, 2, 100, 16, True), (1, 1, 1, 16, False), (1, 2, 17, 64, True),
@@ -70,6 +83,40 @@ def _diagonal_skipped(q, k, v, scale, block):
     rows = torch.arange(n, device=s.device)
     seen = rows[None, :] < (rows[:, None] // block) * block
     return torch.softmax(s.masked_fill(~seen, float("-inf")), dim=-1) @ v
+
+
+def _last_block(q, k, v, causal, scale, block):
+    """Attention over the last key block a query block visits (a running max stuck at -inf makes alpha = 0 at every
+    step, so each step wipes what came before)."""
+    s = scores(q, k, scale, causal)
+    n = q.shape[-2]
+    rows = torch.arange(n)
+    last = (((rows // block + 1) * block).clamp(max=n) - 1) // block * block if causal else \
+        torch.full((n,), (n - 1) // block * block)
+    cols = torch.arange(n)
+    s = s.masked_fill(cols[None, :] < last[:, None].to(s.device), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v.double()
+
+
+def _error_hint(exc, hint):
+    """``attempt``'s ``error_hint``: tl.dot's refusal of two operands of different dtypes (p in fp32, v in fp16)."""
+    if "must be same dtype" in str(exc) or any("must be same dtype" in str(e) for e in exception_chain(exc)):
+        return ("tl.dot takes two operands of one dtype, and p is fp32 where v is fp16 here: cast p to v's dtype, "
+                "tl.dot(p.to(v.dtype), v) (the sum stays fp32 in acc). " + hint[:1].upper() + hint[1:])
+    return ""
+
+
+def _first_step_nan(out, expected, traces) -> str:
+    """``attempt``'s ``trace_hint``: every element of O stored, every one NaN, which the first step makes when it
+    subtracts m_i while m_i is still -inf."""
+    if not (isinstance(out, torch.Tensor) and out.numel() and bool(torch.isnan(out).all())):
+        return ""
+    if not any(int((tr.read_counts(i, kind="store") > 0).sum()) == out.numel() for tr, i in out_records(out, traces)):
+        return ""
+    return ("every output is NaN, and your kernel stored each one: in the first step m_i is still -inf, so "
+            "anything that subtracts m_i there is exp(+inf) = inf, and 0 * inf or inf / inf is NaN. The rescale is "
+            "alpha = tl.exp(m_i - m_new) (old minus new, at most 1), and the block's weights p = tl.exp(s - "
+            "m_new[:, None]), with the new max")
 
 
 def _unmasked_tail(q, k, v, scale, block):
@@ -140,6 +187,12 @@ def _diagnose(q, k, v, causal, note=""):
         if close(reference(qc, kc, vc, causal, scale * math.log(2))):
             return ("tl.exp2 without log2(e): exp2(x) is 2**x = exp(x · ln 2), so with exp2 multiply the scores "
                     "by log2(e) = 1.4427 (fold it into sm_scale), or use tl.exp")
+        if close(reference(qc, qc, vc, causal, scale)):
+            return "your kernel loads K from Q: k = tl.load(K + kv_offsets, ...), the same offsets as v, from K's pointer"
+        for block in (16, 32, 64, 128):
+            if q.shape[-2] > block and close(_last_block(qc, kc, vc, causal, scale, block)):
+                return ("only the last key block counts: m_i stays -inf (m_i = m_new is missing at the end of the "
+                        "loop body), so alpha = exp(m_i - m_new) is 0 and wipes acc and l_i at every step")
         if close(_unnormalized(qc, kc, vc, causal, scale)):
             return "the output is never divided by l: o = acc / l_i[:, None] once the loop is done"
         for keys in (32, 64, 128, 256):
@@ -202,7 +255,7 @@ def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
     tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
     kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
     case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
-                   mask=MASK, oob_hint=_oob_hint(q), diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
+                   mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, error_hint=_error_hint, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
                    (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = ("attention returns o alone (attention_forward is the one that returns (o, lse)): "
