@@ -398,7 +398,8 @@ HEAD = "(bh // H).to(tl.int64) * stride_b + (bh % H).to(tl.int64) * stride_h"
      "in the first step m_i is still -inf"),
     ("m_i never updated", "        m_i = m_new\n", "", "only the last key block counts: m_i stays -inf"),
     ("K loaded from Q", "k = tl.load(K + kv_offsets", "k = tl.load(Q + kv_offsets", "your kernel loads K from Q"),
-    ("p not cast to v's dtype", "tl.dot(p.to(v.dtype), v)", "tl.dot(p, v)", "cast p to v's dtype"),
+    ("p not cast to v's dtype", "tl.dot(p.to(v.dtype), v)", "tl.dot(p, v)",
+     "cast the fp32 one (the weights p, say) to the other's dtype"),
 ])
 def test_attention_grader_names_the_learners_slip(name, old, new, hint):
     """Each got a hint naming another mistake (an unmasked tail, a NaN of any cause, any wrong lse, the lse mask)."""

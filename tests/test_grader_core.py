@@ -463,3 +463,25 @@ def test_where_an_error_was_raised_follows_the_chain_to_the_learners_innermost_l
     # a folder that only contains the word is not the learner's: no place named
     assert learners_frame(run("raise KeyError('x')", "/home/solutions-course/.venv/triton/x.py")) is None
     assert error_case("c", run("raise KeyError('x')", library)).hint == "your code raised; the message above says where"
+
+
+@pytest.mark.parametrize("message, words", [
+    ("arange's range must be a power of 2", "must be a power of two"),
+    ("arange's end argument must be greater than the start argument", "got a BLOCK of 0"),
+    ("Both operands must be same dtype. Got fp32 and fp16", "tl.dot takes two operands of one dtype"),
+    ("Cannot make_shape_compatible: incompatible dimensions at index 0: 32 and 16", "two blocks of different shapes"),
+])
+def test_error_case_says_what_tritons_own_refusals_mean(message, words):
+    """Triton's interpreter re-raises a kernel's error as InterpreterError(repr(e)) from e: the message is read
+    along the chain, and the hint says what it means instead of only where it was raised."""
+    from triton.runtime.errors import InterpreterError
+
+    try:
+        try:
+            raise ValueError(message)
+        except ValueError as inner:
+            raise InterpreterError(repr(inner)) from inner
+    except InterpreterError as exc:
+        case = core.error_case("c", exc)
+    assert case.status == "error" and words in case.hint, case
+    assert core.error_case("c", RuntimeError("something else")).hint.startswith("your code raised"), case

@@ -22,7 +22,6 @@ from .core import (
     attempt,
     compare,
     error_case,
-    exception_chain,
     oob_case,
     out_records,
     random_sizes,
@@ -96,14 +95,6 @@ def _last_block(q, k, v, causal, scale, block):
     cols = torch.arange(n)
     s = s.masked_fill(cols[None, :] < last[:, None].to(s.device), float("-inf"))
     return torch.softmax(s, dim=-1) @ v.double()
-
-
-def _error_hint(exc, hint):
-    """``attempt``'s ``error_hint``: tl.dot's refusal of two operands of different dtypes (p in fp32, v in fp16)."""
-    if "must be same dtype" in str(exc) or any("must be same dtype" in str(e) for e in exception_chain(exc)):
-        return ("tl.dot takes two operands of one dtype, and p is fp32 where v is fp16 here: cast p to v's dtype, "
-                "tl.dot(p.to(v.dtype), v) (the sum stays fp32 in acc). " + hint[:1].upper() + hint[1:])
-    return ""
 
 
 def _first_step_nan(out, expected, traces) -> str:
@@ -255,7 +246,7 @@ def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
     tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
     kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
     case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
-                   mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, error_hint=_error_hint, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
+                   mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
                    (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = ("attention returns o alone (attention_forward is the one that returns (o, lse)): "

@@ -114,6 +114,25 @@ def learners_frame(exc: BaseException) -> traceback.FrameSummary | None:
 STILL_NONE = "something is still None: the stub's placeholder was not replaced"
 
 
+#: Triton's own refusals that learners meet, by a piece of their message (the interpreter's and the compiler's), and
+#: what each means
+_TRITON_ERRORS = {
+    "arange's range must be a power of 2": (
+        "tl.arange's length must be a power of two: a BLOCK that is not one (the row length itself, say) is refused. "
+        "Round it up, triton.next_power_of_2(n), and mask the lanes past the end"),
+    "arange's end argument must be greater than the start": (
+        "tl.arange(0, BLOCK) got a BLOCK of 0: a length computed from one less than the size (triton."
+        "next_power_of_2(n - 1) is 0 for n = 1) leaves the block empty. BLOCK = triton.next_power_of_2(n)"),
+    "must be same dtype": (
+        "tl.dot takes two operands of one dtype: cast the fp32 one (the weights p, say) to the other's dtype, "
+        "p.to(v.dtype); the sum stays fp32 in the accumulator"),
+    "incompatible dimensions": (
+        "two blocks of different shapes meet in one operation: a reduction over the wrong axis (axis=0 where "
+        "axis=1 belongs), a [:, None] where [None, :] belongs, or a block not transposed makes one of them the "
+        "wrong shape. Check the shapes along the line"),
+}
+
+
 def error_case(label: str, exc: BaseException) -> Case:
     """A case whose call raised: say where, briefly."""
     if isinstance(exc, (NotImplementedError, NotDone)):
@@ -128,6 +147,9 @@ def error_case(label: str, exc: BaseException) -> Case:
     hint = "your code raised; the message above says where" + (f": {where}" if where else "")
     if isinstance(exc, (TypeError, NameError)) and "NoneType" in str(exc):
         hint = STILL_NONE
+    elif any(needle in said for said in map(str, exception_chain(exc)) for needle in _TRITON_ERRORS):
+        said = " ".join(map(str, exception_chain(exc)))
+        hint = next(h for needle, h in _TRITON_ERRORS.items() if needle in said) + (f": {where}" if where else "")
     elif "Loop-carried variable" in str(exc):  # Triton's compiler (on a GPU; the interpreter runs such a loop)
         hint = ("a value your loop carries changes its type inside the loop, such as an accumulator started in "
                 "fp16 while tl.dot returns fp32: accumulate in fp32 (tl.zeros(..., dtype=tl.float32)), or give "
