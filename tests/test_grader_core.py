@@ -485,3 +485,21 @@ def test_error_case_says_what_tritons_own_refusals_mean(message, words):
         case = core.error_case("c", exc)
     assert case.status == "error" and words in case.hint, case
     assert core.error_case("c", RuntimeError("something else")).hint.startswith("your code raised"), case
+
+
+def test_a_lesson_hint_that_raises_leaves_the_default_hint():
+    """oob_hint, error_hint and trace_hint are a grader's guesses about a learner's mistake: one that raises on an
+    input nobody foresaw gives no hint, and the case keeps core's own, never a crash of the grader."""
+    def broken(*args):
+        raise IndexError("a guess that went wrong")
+
+    def raising(x):
+        raise RuntimeError("the learner's launcher")
+
+    case = core.attempt("c", raising, (torch.ones(4),), torch.ones(4), error_hint=broken)
+    assert case.status == "error" and case.hint.startswith("your code raised"), case
+    x = torch.randn(37, device=mode.DEVICE)
+    case = core.attempt("c", _copier(0), (x,), x * 2, trace_hint=broken)  # a wrong result, the launch traced
+    assert case.status == "fail" and case.hint, case
+    case = core.attempt("c", _copier(1 << 20), (x,), x, oob_hint=broken)
+    assert case.status == "fail" and "far past the end of out" in case.hint, case

@@ -57,14 +57,23 @@ def graded_call(label, fn, args, *, kwargs=None, trace: bool = True, oob_hint=No
         case = oob_case(label, exc, fn=fn, mask=mask)
         kernels = [ln.kernel for ln in exc.trace.launches]
         if oob_hint is not None and not boolean_op_hint(fn, kernels):  # the source's own mistake comes first
-            case.hint = oob_hint(exc.out_of_bounds, case.hint) or case.hint
+            case.hint = _lesson_hint(oob_hint, exc.out_of_bounds, case.hint) or case.hint
         return case
     except Exception as exc:
         case = error_case(label, exc)
         if error_hint is not None and case.status == "error":
-            case.hint = error_hint(exc, case.hint) or case.hint
+            case.hint = _lesson_hint(error_hint, exc, case.hint) or case.hint
         return case
     return GradedCall(out, allocs, traces, inputs, snap, fn_name, fn, seen)
+
+
+def _lesson_hint(hint, *args) -> str:
+    """A lesson's hint function called on what went wrong; one that raises gives no hint (the default stays):
+    a grader's guess never crashes the grader."""
+    try:
+        return hint(*args) or ""
+    except Exception:  # noqa: BLE001
+        return ""
 
 
 def written_case(label, out, expected, graded: GradedCall, **compare_kwargs) -> Case:
@@ -119,10 +128,7 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     if case.status == "todo":
         return case
     if case.status == "fail" and trace_hint is not None and g.traces:
-        try:
-            case.hint = trace_hint(out, expected, g.traces) or case.hint
-        except Exception:  # noqa: BLE001  (a hint never crashes the grader)
-            pass
+        case.hint = _lesson_hint(trace_hint, out, expected, g.traces) or case.hint
     changed = g.snap.case(label, g.fn_name)
     if changed is not None:
         return changed
