@@ -72,6 +72,16 @@ DECODE_SLIPS = [
       ("tl.store(L + part, l_i, mask=g < GROUP)", "tl.store(L + part, l_i)"), ("acc, mask=g[:, None] < GROUP)", "acc)")],
      "mask the stores of m_i, l_i (g < GROUP)"),
     ("sm_scale passed without log2(e)", [("sm_scale * LOG2E, splits,", "sm_scale, splits,")], "tl.exp2 without log2(e)"),
+    ("the split loop runs to start + split_tokens",  # an empty split stores l = acc = NaN
+     [("for n in range(start, end, BLOCK_N):", "for n in range(start, start + split_tokens, BLOCK_N):")],
+     "your split kernel's loop runs past end"),
+    ("m_i = m_new left out", [("        m_i = m_new\n", "")], "m_i is never updated in its loop"),
+    ("acc stored divided by l_i", [("d[None, :], acc, mask=", "d[None, :], acc / l_i[:, None], mask=")],
+     "your split kernel stores acc already divided by l_i"),
+    ("the combine's weight inverted", [("w = tl.exp2(m_s - m)", "w = tl.exp2(m - m_s)")],
+     "the combine's weight is inverted"),
+    ("l_i summed over axis 0", [("l_i = l_i * alpha + tl.sum(p, axis=1)", "l_i = l_i * alpha + tl.sum(p, axis=0)")],
+     "l_i sums p over axis 0"),
 ]
 
 

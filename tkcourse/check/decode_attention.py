@@ -18,8 +18,9 @@ more, one less, shorter than one split); the GPU's launch plan (its BLOCK_N of 6
 offsets into the pool in int64 (seen in the tracer: a pool past 2**31 elements, 4 GiB of fp16, is
 common on a GPU, and an int32 page * page_elements wraps there); seeded random batches of mixed lengths;
 ``sm_scale``; then what must be refused. A wrong result gets a hint from the models of the usual
-mistakes below, each a float64 torch computation of what that mistake returns. Kernels that load and
-store nothing (the exercise's stubs) are reported as still to write.
+mistakes below, each a float64 torch computation of what that mistake returns (the split kernel's loop is
+followed step by step for the slips inside it), and from the partials m, l, acc that the split kernel
+stored. Kernels that load and store nothing (the exercise's stubs) are reported as still to write.
 """
 
 from __future__ import annotations
@@ -284,6 +285,119 @@ def starts_hint(splits, size, what, ranges, n) -> str:
             "several splits (or in none)")
 
 
+# ----- the split kernel's partials and the combine, step by step: slips inside the loop and the combine ------
+
+
+def split_partials(args, n_splits, size, block_n, *, loop_end="end", update_max=True, l_axis=1, acc_over_l=False):
+    """The partials (m in log2 units, l, acc) that the split kernel stores, in float64, as (B, Hq, n_splits) and
+    (B, Hq, n_splits, D): each split of ``size`` tokens walked ``block_n`` tokens a step on a (BLOCK_G, D) block of
+    queries (BLOCK_G = max(16, G), rows g >= GROUP zero), as the lesson's kernel does, and its slips by keyword:
+    ``loop_end`` "split" (the loop runs to start + split_tokens, not to end), ``update_max`` False (m_i = m_new left
+    out), ``l_axis`` 0 (l_i sums p over the heads; None when BLOCK_G != block_n, where no such kernel compiles),
+    ``acc_over_l`` (acc / l_i stored)."""
+    q, k_cache, v_cache, seq_lens, table = args
+    B, Hq, D = q.shape
+    ps, Hkv = k_cache.shape[1], k_cache.shape[2]
+    G = Hq // Hkv
+    BG = max(16, 1 << (G - 1).bit_length())
+    if l_axis != 1 and BG != block_n:
+        return None
+    qk_scale = LOG2E / math.sqrt(D)
+    kc, vc, qd, tab = k_cache.double().cpu(), v_cache.double().cpu(), q.double().cpu(), table.long().cpu()
+    m_out = torch.full((B, Hq, n_splits), float("nan"), dtype=torch.float64)
+    l_out, acc_out = m_out.clone(), torch.full((B, Hq, n_splits, D), float("nan"), dtype=torch.float64)
+    for b, n in enumerate(int(x) for x in seq_lens):
+        top = max(n, n_splits * size) + block_n
+        pos = torch.arange(top)
+        inside = pos < n
+        rows = (tab[b, (pos.clamp(max=n - 1)) // ps], pos.clamp(max=n - 1) % ps)
+        keys, vals = kc[rows], vc[rows]  # (top, Hkv, D), positions past n masked below
+        for kvh in range(Hkv):
+            qg = torch.zeros(BG, D, dtype=torch.float64)
+            qg[:G] = qd[b, kvh * G:(kvh + 1) * G]
+            for j in range(n_splits):
+                start = j * size
+                end = min(start + size, n)
+                m_i = torch.full((BG,), float("-inf"), dtype=torch.float64)
+                l_i, acc = torch.zeros(BG, dtype=torch.float64), torch.zeros(BG, D, dtype=torch.float64)
+                for t in range(start, end if loop_end == "end" else start + size, block_n):
+                    p_ = torch.arange(t, t + block_n)
+                    valid = (p_ < end) & inside[p_]
+                    kk = torch.where(valid[:, None], keys[p_, kvh], 0.0)
+                    vv = torch.where(valid[:, None], vals[p_, kvh], 0.0)
+                    s = torch.where(valid[None, :], qg @ kk.T * qk_scale, float("-inf"))
+                    m_new = torch.maximum(m_i, s.amax(1))
+                    alpha, p = torch.exp2(m_i - m_new), torch.exp2(s - m_new[:, None])
+                    l_i = l_i * alpha + p.sum(l_axis)
+                    acc = acc * alpha[:, None] + p @ vv
+                    if update_max:
+                        m_i = m_new
+                m_out[b, kvh * G:(kvh + 1) * G, j] = m_i[:G]
+                l_out[b, kvh * G:(kvh + 1) * G, j] = l_i[:G]
+                acc_out[b, kvh * G:(kvh + 1) * G, j] = (acc / l_i[:, None] if acc_over_l else acc)[:G]
+    return m_out, l_out, acc_out
+
+
+def combined(partials, *, inverted=False):
+    """The combine of ``partials`` (m, l, acc) in float64: w = exp2(m_s - m), m = max(m_s), out = sum(w * acc) /
+    sum(w * l); ``inverted``: w = exp2(m - m_s)."""
+    m_s, l_s, acc = partials
+    m = m_s.amax(-1, keepdim=True)
+    w = torch.exp2(m - m_s) if inverted else torch.exp2(m_s - m)
+    return (w[..., None] * acc).sum(-2) / (w * l_s).sum(-1)[..., None]
+
+
+def stored_partials(allocs, B, Hq, D):
+    """The partials (m, l, acc) as the graded call's kernels left them, in float64 ((B, Hq, S) and (B, Hq, S, D)):
+    three allocations in a row of N, N and N·D floats, N a multiple of B·Hq; None when the launcher has no such."""
+    floats = [a for a in allocs if a.buf.is_floating_point()]
+    for a, b, c in zip(floats, floats[1:], floats[2:]):
+        n = a.numel
+        if n % (B * Hq) == 0 and b.numel == n and c.numel == n * D:
+            S = n // (B * Hq)
+            return tuple(x.buf[:x.numel].detach().double().cpu().view(B, Hq, S, *shape)
+                         for x, shape in ((a, ()), (b, ()), (c, (D,))))
+    return None
+
+
+def _empty_splits(lens, n_splits, size) -> str:
+    """Which sequences have splits past their end, in words: "sequence 0 (37 tokens; splits 2, 3 lie past its end)"."""
+    out = []
+    for b, n in enumerate(lens):
+        empty = [j for j in range(n_splits) if j * size >= n]
+        if empty:
+            many = len(empty) > 1
+            out.append(f"sequence {b} ({n} tokens; split{'s' * many} {', '.join(map(str, empty))} "
+                       f"lie{'s' * (not many)} past its end)")
+    return "; ".join(out)
+
+
+MAX_NEVER_UPDATED = ("every partial max m your split kernel stored is -inf: m_i is never updated in its loop. End "
+                     "each step with m_i = m_new: without it each step's alpha = exp2(m_i - m_new) = exp2(-inf - m_new) "
+                     "= 0 throws away the steps before it, and the combine's m = max(m_s) = -inf makes "
+                     "w = exp2(m_s - m) = exp2(-inf - (-inf)) = NaN")
+ACC_OVER_L = ("your split kernel stores acc already divided by l_i: store the partial acc unnormalized, as it is, "
+              "since the combine divides once, after weighting the splits: out = sum(w * acc_s) / sum(w * l_s). "
+              "Divided by l_i as well, each split's acc is scaled by 1 / l_i, and an empty split's acc / l_i is "
+              "0 / 0 = NaN")
+WEIGHT_INVERTED = ("the combine's weight is inverted: w = exp2(m_s - m), each split scaled down from its own max m_s "
+                   "to the common max m = max(m_s) (so w <= 1), not exp2(m - m_s). With the inverted weight the "
+                   "splits of lower max count more, and an empty split (m_s = -inf) gets w = inf, and inf * 0 = NaN")
+L_AXIS0 = ("l_i sums p over axis 0, the query heads: p is (BLOCK_G, BLOCK_N), a row per query head and a column "
+           "per key, so each head's sum over this step's keys is tl.sum(p, axis=1), as for acc's dot(p, v). With "
+           "axis=0, lane g of l_i gets column g, the sum over all BLOCK_G rows (the padding rows g >= GROUP too) of "
+           "the step's token g")
+
+
+def loop_past_end_hint(lens, n_splits, size) -> str:
+    return ("your split kernel's loop runs past end: loop for n in range(start, end, BLOCK_N), with end = "
+            "min(start + split_tokens, seq_len), not up to start + split_tokens. A split that lies wholly past its "
+            "sequence's end must run no step; yours runs steps whose scores are all -inf, where m_new = -inf and "
+            "alpha = exp2(-inf - (-inf)) = NaN, and it stores l = NaN and acc = NaN (with m = -inf). The combine's "
+            f"weight 0 times NaN is NaN: here, with splits of {size} tokens, the rows of "
+            f"{_empty_splits(lens, n_splits, size)} are NaN, and the other sequences' rows are right")
+
+
 def _address_oob(args):
     """The out-of-bounds hint of the split kernel's addressing slips: loads of the pool past its end exactly
     where the slot taken as pos (not pos % PAGE_SIZE) puts them, or accesses by programs bh >= B * Hkv only (a
@@ -346,11 +460,12 @@ def _address_oob(args):
     return hint
 
 
-def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}):
+def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}, partials=lambda: None):
     """The hint of a wrong result on ``args``: the first of the usual mistakes whose model it matches.
     ``unstored()``: what the launches loaded of the tensors they store into that none of them stored
     (``_unstored``), asked only of a NaN result; ``lengths_read()``: which elements of seq_lens each program of the
-    split kernel loaded (``_lengths_read``)."""
+    split kernel loaded (``_lengths_read``); ``partials()``: the partials (m, l, acc) the kernels left
+    (``stored_partials``), or None."""
     q, k, v, seq_lens, table = args
     B, Hq, D = q.shape
     page_size, Hkv = k.shape[1], k.shape[2]
@@ -371,6 +486,12 @@ def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}):
             return (bool(rows.any()) and torch.allclose(oo, m, atol=2e-2, rtol=2e-2)
                     and not torch.allclose(m, ee, atol=2e-2, rtol=2e-2))
 
+        try:
+            found = _loop_slips(o, e, args, partials)
+        except Exception:  # noqa: BLE001  (a model that cannot follow this output: the hints below stay)
+            found = ""
+        if found:
+            return found
         shifted = torch.cat([table[:, 1:], table[:, :1]], 1)
         if close(table=shifted):
             return ("page index off by one: logical page p of sequence b is block_table[b, p], not "
@@ -506,6 +627,45 @@ def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}):
                     "0/0 from a sum of weights that is 0")
         return ""
     return hint
+
+
+def _loop_slips(o, e, args, partials) -> str:
+    """The hint of the split kernel's loop and store slips and of an inverted combine weight (``split_partials``,
+    ``combined``), matched by the output (NaN where the model is NaN, close elsewhere), or by the partials stored."""
+    q, k, _, seq_lens, table = args
+    B, Hq, D = q.shape
+    ps, Hkv = k.shape[1], k.shape[2]
+    lens = [int(n) for n in seq_lens]
+    oo, ee = o.double().cpu(), e.double().cpu()
+
+    def same(model):
+        if model is None or model.shape != oo.shape:
+            return False
+        nan = torch.isnan(model)
+        if not torch.equal(nan, torch.isnan(oo)) or torch.isinf(oo).any():
+            return False
+        right = ~nan & ~torch.isnan(ee)
+        differs = bool(nan.any()) or not torch.allclose(model[right], ee[right], atol=2e-2, rtol=2e-2)
+        return differs and torch.allclose(oo[~nan], model[~nan], atol=2e-2, rtol=2e-2)
+
+    stored = partials()
+    if stored is not None and bool(torch.isinf(stored[0]).all()) and bool((stored[0] < 0).all()):
+        return MAX_NEVER_UPDATED
+    for n_splits, size, block_n in dict.fromkeys(lesson_plan(B, Hkv, table.shape[1], ps, gpu) for gpu in (False, True)):
+        if stored is not None and stored[0].shape[-1] != n_splits:
+            continue
+        if stored is not None:  # a split with no key that stored l = NaN: its loop ran steps of all -inf scores
+            m_s, l_s = stored[0], stored[1]
+            if (bool((torch.isneginf(m_s) & torch.isnan(l_s)).any())
+                    and same(combined(split_partials(args, n_splits, size, block_n, loop_end="split")))):
+                return loop_past_end_hint(lens, n_splits, size)
+        for kw, hint in (({"acc_over_l": True}, ACC_OVER_L), ({"l_axis": 0}, L_AXIS0)):
+            model = split_partials(args, n_splits, size, block_n, **kw)
+            if model is not None and same(combined(model)):
+                return hint
+        if same(combined(split_partials(args, n_splits, size, block_n), inverted=True)):
+            return WEIGHT_INVERTED
+    return ""
 
 
 def _lengths_read(traces, B, Hkv) -> dict:
@@ -651,7 +811,8 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     stub = _stub_case(label, out, g, traceable(list(call)))
     if stub is not None:
         return stub
-    models = (_diagnose(args, lambda: _unstored(g.traces), lambda: _lengths_read(g.traces, B, k.shape[2]))
+    models = (_diagnose(args, lambda: _unstored(g.traces), lambda: _lengths_read(g.traces, B, k.shape[2]),
+                        lambda: stored_partials(g.allocs, B, Hq, D))
               if sm_scale is None
               else (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     case = written_case(label, out, expected, g, dtype=dtype, atol=tol, rtol=tol * 5,
