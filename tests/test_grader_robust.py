@@ -66,3 +66,18 @@ def test_a_grader_reports_whatever_the_learners_function_does(lesson):
             assert "sys.exit" in bad.hint, f"{lesson}, {what}: {rep}"
         else:
             assert not bad.label.startswith("grading (after"), f"{lesson}, {what}: the grader broke: {rep}"
+
+
+@pytest.mark.parametrize("lesson, names", [
+    ("autotune", ("config_space", "shared_memory_bytes", "prune")),
+    ("autotune", ("config_space",)),
+    ("launch", ("softmax", "plan_key", "SoftmaxPlan")),
+])
+def test_the_graders_of_plans_and_configs_report_whatever_the_functions_do(lesson, names):
+    """Lessons 04 and 08 grade functions that return configs and plans, not tensors: the same junk, the same rule."""
+    for what, fn in JUNK.items():
+        rep = check.run(lesson, module=types.SimpleNamespace(**dict.fromkeys(names, fn), __name__="planted"),
+                        quiet=True)
+        bad = rep.first_problem()
+        assert rep.status in ("fail", "error", "todo") and bad is not None, f"{lesson}, {what}: {rep}"
+        assert what == "SystemExit" or not bad.label.startswith("grading (after"), f"{lesson}, {what}: {rep}"
