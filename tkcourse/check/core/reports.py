@@ -126,6 +126,10 @@ _TRITON_ERRORS = {
     "must be same dtype": (
         "tl.dot takes two operands of one dtype: cast the fp32 one (the weights p, say) to the other's dtype, "
         "p.to(v.dtype); the sum stays fp32 in the accumulator"),
+    "Input shapes should have M >=": (  # Triton's compiler only: the interpreter multiplies any block
+        "tl.dot on a GPU needs every side of its blocks to be 16 or more (M, N and K): a block of fewer rows (a "
+        "group of 4 query heads, say) is padded to 16 rows, max(16, triton.next_power_of_2(G)), and the rows past "
+        "the real ones masked. The interpreter takes smaller blocks, so only a GPU says so"),
     "incompatible dimensions": (
         "two blocks of different shapes meet in one operation: a reduction over the wrong axis (axis=0 where "
         "axis=1 belongs), a [:, None] where [None, :] belongs, or a block not transposed makes one of them the "
