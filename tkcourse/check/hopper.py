@@ -22,6 +22,7 @@ import traceback
 import torch
 
 from .. import mode
+from ..traffic import program_order
 from .core import Case, describe_wrong, graded_call, padded, refuses, returned_case, written_case
 
 # (M, N, K, programs): tiles of 16 x 16 in the interpreter; each program walks several tiles
@@ -44,14 +45,8 @@ def config() -> dict:
 
 
 def tile_order(num_pid_m: int, num_pid_n: int, group_m: int) -> list[tuple[int, int]]:
-    """(pid_m, pid_n) of each tile in the grouped order, as ``grouped_tile`` gives it."""
-    out = []
-    for tile in range(num_pid_m * num_pid_n):
-        per_group = group_m * num_pid_n
-        first = tile // per_group * group_m
-        rows = min(num_pid_m - first, group_m)
-        out.append((first + tile % per_group % rows, tile % per_group // rows))
-    return out
+    """(pid_m, pid_n) of each tile in the grouped order, as ``grouped_tile`` gives it (lesson 03's order)."""
+    return program_order(num_pid_m, num_pid_n, group_m)
 
 
 def _blocks(a, b, cfg, k_steps=None):

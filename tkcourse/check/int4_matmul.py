@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .. import mode
-from .core import attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows
+from .core import at_pitch, attempt, padded, random_sizes, refuses, row_padded, seeded, sliced_rows
 
 QMAX = 7  # symmetric 4-bit values, -7 .. 7
 PAD_BYTE = 0x88  # after the packed bytes (and in no graded weight): two nibbles of -8, which quantizing never gives
@@ -416,7 +416,7 @@ def _other_stride(offs, own: int, rows: int, cols: int, strides: dict) -> int:
     for v in sorted(strides):
         if v == own or v <= 0 or len(set((offs // v).tolist())) < 2:
             continue
-        if bool(((offs // v) < rows).all()) and bool(((offs % v) < cols).all()):
+        if at_pitch(offs, v, rows, cols):
             return v
     return 0
 

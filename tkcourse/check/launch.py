@@ -25,7 +25,18 @@ import torch
 import triton
 
 from .. import mode
-from .core import INPUT_PAD, Case, error_case, graded_call, padded, refuses, row_padded, transposed, written_case
+from .core import (
+    INPUT_PAD,
+    Case,
+    at_pitch,
+    error_case,
+    graded_call,
+    padded,
+    refuses,
+    row_padded,
+    transposed,
+    written_case,
+)
 
 HELPERS = ("warps_for", "stages_for", "num_programs")  # the lesson-02 planning helpers a plan calls once
 
@@ -112,7 +123,7 @@ def _out_stride_hint(x):
         offs = np.concatenate([o.offsets for o in stores]).astype(np.int64)
         v = x.stride(0)
         seen = ""
-        if v > n_cols and bool(((offs // v) < n_rows).all()) and bool(((offs % v) < n_cols).all()):
+        if v > n_cols and at_pitch(offs, v, n_rows, n_cols):
             seen = f" {v} elements apart, x's row stride,"
         return (f"your plan passes the wrong row stride for out: its rows are stored{seen} past the end of out. "
                 + OUT_STRIDE[0].upper() + OUT_STRIDE[1:] + ": pass n_cols for out, x's row stride only for x")

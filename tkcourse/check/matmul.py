@@ -71,7 +71,10 @@ def _tolerance(dtype):
 
 
 # ways of taking (pid_m, pid_n) from pid in the grouped order that leave tiles unwritten: (what, pid -> tile)
-def _grouped(pid, num_m, num_n, group, *, clamp=True, n_op="//", m_op="%"):
+def _grouped(pid, num_m, num_n, group, *, clamp=True, n_op="//", m_op="%") -> tuple[int, int]:
+    """(pid_m, pid_n) of program ``pid`` in the grouped order (``traffic.program_order``) written the ways learners
+    get it wrong: the last group not clamped to the tile rows left (``clamp=False``), pid_n or pid_m taken with
+    the other operator (``n_op="%"``, ``m_op="//"``)."""
     per_group = group * num_n
     first = pid // per_group * group
     size = min(num_m - first, group) if clamp else group

@@ -23,7 +23,18 @@ import triton.language as tl
 
 from .. import mode
 from .. import triton_internals as ti
-from .core import attempt, out_records, padded, random_sizes, refuses, row_padded, seeded, sliced_rows, transposed
+from .core import (
+    attempt,
+    never_stored,
+    out_records,
+    padded,
+    random_sizes,
+    refuses,
+    row_padded,
+    seeded,
+    sliced_rows,
+    transposed,
+)
 
 # rows shorter and longer than any block, one element, strided rows, values that overflow exp, values far below 0
 SHAPES = [(3, 5000, ""), (2, 1, ""), (4, 100, ""), (2, 20_011, ""), (5, 3000, "strided rows"),
@@ -217,7 +228,8 @@ def _trace_hint(x):
             return ""
         if not bool((x.amax(1) > -50).all()):  # rows far below 0: a max started at 0 (the lesson's hint names it)
             return ""
-        if all((tr.read_counts(i, kind="store") > 0).all() for tr, i in out_records(out, traces)):
+        never = never_stored(out, traces)
+        if never is not None and not bool(never.any()):
             return ("your kernel stored NaN in every column of rows of ordinary values, so l (or m) is NaN after pass "
                     "1: l starts at 0 and m at -inf, and 0 * inf is NaN. The rescale factor is exp(m_old - m_new), "
                     "at most 1 (exp(-inf) = 0 at the first block), not exp(m_new - m_old)")

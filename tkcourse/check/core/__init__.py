@@ -39,13 +39,14 @@ from .attempt import (
     attempt,
     graded_call,
     guarded,
+    never_stored,
     out_records,
     refuses,
     returned_case,
     stored_twice,
     written_case,
 )
-from .bounds import EDGE_MASK, describe, oob_case
+from .bounds import EDGE_MASK, at_pitch, describe, oob_case
 from .calls import TRACE_MAX_BYTES, call, explain_warnings, quiet_warnings, traceable, traced_call
 from .compare import block_hint, compare, describe_wrong, shift_hint, table, tolerance
 from .inputs import (
@@ -78,6 +79,7 @@ __all__ = [
     "Snapshot",
     "TRACE_MAX_BYTES",
     "alias_case",
+    "at_pitch",
     "attempt",
     "block_hint",
     "boolean_op_hint",
@@ -93,6 +95,7 @@ __all__ = [
     "guarded",
     "input_names",
     "launched_kernels",
+    "never_stored",
     "layout_of",
     "oob_case",
     "out_records",

@@ -82,7 +82,7 @@ def written_case(label, out, expected, graded: GradedCall, **compare_kwargs) -> 
     ``and``/``or`` between tensor tests in a launched kernel, and the warnings that explain an inf or NaN."""
     case = compare(label, out, expected, allocs=graded.allocs, **compare_kwargs)
     if case.status == "fail" and graded.traces and isinstance(out, torch.Tensor) and "NaN" in case.detail:
-        never = _never_stored(out, graded.traces)  # only now: reading the stores of a big trace costs time
+        never = never_stored(out, graded.traces)  # only now: reading the stores of a big trace costs time
         if never is not None:
             case = compare(label, out, expected, allocs=graded.allocs, stored=~never, **compare_kwargs)
     if case.status == "fail" and graded.traces:
@@ -161,7 +161,7 @@ def out_records(out: torch.Tensor, traces):
                 yield tr, i
 
 
-def _never_stored(out: torch.Tensor, traces) -> torch.Tensor | None:
+def never_stored(out: torch.Tensor, traces) -> torch.Tensor | None:
     """Elements of ``out`` that no traced launch stored to (None when no launch took ``out`` as it is)."""
     written = None
     for tr, i in out_records(out, traces):
@@ -175,7 +175,7 @@ def _unwritten_case(label, out, expected, traces, allocs, compare_kwargs) -> Cas
     NaN poison; the tracer knows them: grade again with NaN there, so the hint can name the grid or mask."""
     if not isinstance(out, torch.Tensor) or any(out.data_ptr() == a.buf.data_ptr() for a in allocs):
         return None  # a poisoned torch.empty output: NaN already marks what was never written
-    never = _never_stored(out, traces)
+    never = never_stored(out, traces)
     if never is None or not never.any():
         return None
     shown = out.detach().clone()

@@ -91,6 +91,12 @@ def oob_case(label: str, exc: "traffic.OutOfBoundsError", *, fn=None, mask: str 
     return Case(label, "fail", detail, hint)
 
 
+def at_pitch(offsets, pitch: int, rows: int, cols: int) -> bool:
+    """Every element offset lies in a row below ``rows`` and at a column below ``cols`` of a tensor whose rows
+    are ``pitch`` elements apart: how offsets computed with another tensor's row stride are recognised."""
+    return pitch > 0 and bool(((offsets // pitch) < rows).all()) and bool(((offsets % pitch) < cols).all())
+
+
 def _just_past_end(bad, name: str) -> bool:
     """Only loads of ``name``, each at most two elements past its end: a shifted offset under a correct mask."""
     mine = [o for o in bad if o.tensor == name]
