@@ -28,6 +28,7 @@ import os
 import queue
 import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -156,17 +157,22 @@ def _run(path: Path, root: Path = ROOT):
         env["PYTHONPATH"] = os.pathsep.join([str(root)] + [p for p in [env.get("PYTHONPATH")] if p])
     client = nbclient.NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
                                      resources={"metadata": {"path": str(root / "notebooks")}})
-    with client.setup_kernel(env=env):  # the kernel's whole environment: this one, less TKCOURSE_SOLUTIONS
-        _sliced(client.kc.shell_channel)
-        _sliced(client.kc.iopub_channel)
-        hook = nbformat.v4.new_code_cell(_FIGURE_TEXT_HOOK)
-        nb.cells.append(hook)  # executed at an index of its own, then taken out again
-        try:
-            client.execute_cell(hook, len(nb.cells) - 1)
-        finally:
-            nb.cells.pop()
-        for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)  # raises CellExecutionError on the first error
+    with tempfile.TemporaryDirectory(prefix="nb-") as sockets:
+        if os.name == "posix":  # on TCP a kernel binds ports chosen before it starts, and another test may take one
+            km = client.create_kernel_manager()
+            km.transport = "ipc"
+            km.ip = os.path.join(sockets, "kernel")  # absolute: the kernel starts in notebooks/
+        with client.setup_kernel(env=env):  # the kernel's whole environment: this one, less TKCOURSE_SOLUTIONS
+            _sliced(client.kc.shell_channel)
+            _sliced(client.kc.iopub_channel)
+            hook = nbformat.v4.new_code_cell(_FIGURE_TEXT_HOOK)
+            nb.cells.append(hook)  # executed at an index of its own, then taken out again
+            try:
+                client.execute_cell(hook, len(nb.cells) - 1)
+            finally:
+                nb.cells.pop()
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)  # raises CellExecutionError on the first error
     return nb
 
 
