@@ -87,3 +87,29 @@ def mutant(source: str, edits, name: str, origin: str):
     linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)  # @triton.jit reads its source
     exec(compile(text, filename, "exec"), mod.__dict__)
     return mod
+
+
+def planted_file(tmp_path, lesson: str, edits, origin: str = "solutions"):
+    """``<origin>/<lesson>.py`` as a learner would have finished it (the answer, no markers), each edit ``(old,
+    new)`` applied (``old`` found once), written to ``tmp_path/exercises/`` (a folder of that name, as a learner's
+    file lies in) and imported from there: the module, and the file's lines. A real file, unlike ``mutant``'s:
+    what reads the kernel's file (a compile in another process, say) finds it."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from tkcourse import stubs
+
+    text = stubs.answer_text((Path(__file__).resolve().parents[1] / origin / f"{lesson}.py").read_text())
+    for old, new in edits:
+        assert text.count(old) == 1, f"the planted edit no longer matches {origin}/{lesson}.py: {old!r}"
+        text = text.replace(old, new)
+    text = re.sub(r"^(\s*)from \.(\w*) import", lambda m: f"{m[1]}from {origin}{'.' if m[2] else ''}{m[2]} import",
+                  text, flags=re.M)  # the package's relative imports, from outside it
+    path = tmp_path / "exercises" / f"{lesson}.py"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"planted_exercise_{lesson}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod, text.splitlines()

@@ -406,3 +406,65 @@ def encode_descriptor(template, meta) -> tuple:
 
 if mode.INTERPRET:  # before any kernel runs there: importing tkcourse imports this module
     patch_interpreter()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Compiling for a GPU on a machine without one (the graders' front-end check)
+# ---------------------------------------------------------------------------------------------------
+
+#: The GPU a kernel's front end is compiled for when none is here: an H100/H200 (sm_90), the course's.
+FRONT_END_TARGET = ("cuda", 90, 32)
+
+
+def launch_signature(fn, args, kwargs) -> tuple[dict, dict] | None:
+    """Triton's signature of one launch of the Python kernel function ``fn``: ``{param: type}`` (``"*fp16"``,
+    ``"i32"``, ``"constexpr"``, from triton's own ``mangle_type``) and ``{param: value}`` of its constexprs
+    (defaults filled in). Launch options (``num_warps``, ...) are left out. None where the arguments do not
+    bind to ``fn``'s parameters."""
+    import inspect
+
+    from triton.runtime.jit import mangle_type
+
+    sig = inspect.signature(fn)
+    try:
+        bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in sig.parameters})
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    types, constexprs = {}, {}
+    for name, param in sig.parameters.items():
+        if name not in bound.arguments:
+            return None  # a parameter with no value and no default: not a launch Triton would take either
+        value = bound.arguments[name]
+        annotation = param.annotation
+        is_constexpr = "constexpr" in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""))
+        types[name] = "constexpr" if is_constexpr else mangle_type(value)
+        if types[name] == "constexpr":
+            constexprs[name] = getattr(value, "value", value)  # a tl.constexpr(...) passed as such
+    return types, constexprs
+
+
+def front_end_compile(kernel, types: dict, constexprs: dict) -> None:
+    """Run Triton's front end (Python to TTIR: parsing, types, shapes) on the compiled-mode ``kernel`` for
+    ``FRONT_END_TARGET``, with no GPU: raises what a GPU's compiler raises there (a ``CompilationError``,
+    say), returns None when it compiles."""
+    from triton._C.libtriton import ir
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+    from triton.compiler import ASTSource
+
+    target = GPUTarget(*FRONT_END_TARGET)
+    backend = CUDABackend(target)
+    options = backend.parse_options({})
+    context = ir.context()
+    ir.load_dialects(context)
+    backend.load_dialects(context)
+    source = ASTSource(kernel, types, constexprs=constexprs)
+    source.make_ir(target, options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
+
+
+def compile_errors() -> tuple[type, ...]:
+    """What Triton's front end raises for a kernel it refuses (``CompilationError`` and its kinds)."""
+    from triton.compiler.errors import CompilationError
+
+    return (CompilationError,)

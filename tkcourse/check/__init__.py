@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from .. import stubs
-from .core import Case, NotDone, Report, error_case, guarded  # noqa: F401
+from .core import Case, NotDone, Report, compiles, error_case, guarded  # noqa: F401
 
 
 def lessons() -> list[str]:
@@ -156,10 +156,15 @@ def _grade(name: str, module, quiet: bool, isolate: bool | None) -> Report:
     cases = []
     # graders yield lazily: stop at the first problem, fix one thing at a time; whatever the learner's
     # module makes the grader raise becomes an error case (guarded), so a report is always printed
-    for case in guarded(grader.grade(module)):
-        cases.append(case)
-        if case.status != "pass":
-            break
+    with compiles.recorded(module) as launched:
+        for case in guarded(grader.grade(module)):
+            cases.append(case)
+            if case.status != "pass":
+                break
+    if cases and all(c.status == "pass" for c in cases):  # right in the interpreter: would a GPU compile it?
+        compiled = compiles.case(launched)
+        if compiled is not None:
+            cases.append(compiled)
     report = Report(name, source, cases).finish()
     if not quiet:
         print(report)

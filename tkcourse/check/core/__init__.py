@@ -29,11 +29,13 @@ One module an idea: ``inputs`` (awkward inputs, poison, seeded sizes), ``reports
 reports), ``calls`` (the learner's function under poison and the tracer, its warnings kept),
 ``bounds`` (out-of-bounds accesses), ``source`` (mistakes read from the kernel's source), ``memory``
 (aliasing and changed inputs), ``compare`` (an output against its reference, and hints), ``attempt``
-(one graded call, in order; the runner's guard). Graders import these names from here.
+(one graded call, in order; the runner's guard), ``compiles`` (the runner's last case in the interpreter:
+would a GPU's compiler take the learner's kernels?). Graders import these names from here.
 """
 
 from __future__ import annotations
 
+from . import compiles
 from .attempt import (
     GradedCall,
     attempt,
@@ -85,6 +87,7 @@ __all__ = [
     "boolean_op_hint",
     "call",
     "compare",
+    "compiles",
     "describe",
     "describe_wrong",
     "error_case",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import traceback
 from dataclasses import dataclass, field
 
@@ -127,14 +128,67 @@ _TRITON_ERRORS = {
         "tl.dot takes two operands of one dtype: cast the fp32 one (the weights p, say) to the other's dtype, "
         "p.to(v.dtype); the sum stays fp32 in the accumulator"),
     "Input shapes should have M >=": (  # Triton's compiler only: the interpreter multiplies any block
-        "tl.dot on a GPU needs every side of its blocks to be 16 or more (M, N and K): a block of fewer rows (a "
-        "group of 4 query heads, say) is padded to 16 rows, max(16, triton.next_power_of_2(G)), and the rows past "
-        "the real ones masked. The interpreter takes smaller blocks, so only a GPU says so"),
+        "tl.dot on a GPU needs blocks at least as large as the message says: on an NVIDIA GPU the side it sums "
+        "over (K: the columns of a, the rows of b) 16 or more, 32 for 8-bit types. Make that block larger and "
+        "mask the lanes past the real ones. The interpreter takes smaller blocks, so only a GPU says so"),
     "incompatible dimensions": (
         "two blocks of different shapes meet in one operation: a reduction over the wrong axis (axis=0 where "
         "axis=1 belongs), a [:, None] where [None, :] belongs, or a block not transposed makes one of them the "
         "wrong shape. Check the shapes along the line"),
+    # what only Triton's compiler refuses (on a GPU, or the graders' compile for one): the interpreter runs
+    # the kernel as Python, line by line, and takes all of these
+    "Loop-carried variable": lambda said: _loop_carried(said),
+    "unsupported AST node type: Break": (
+        "a compiled kernel's loop has no break: Triton compiles the loop as a whole, with its bounds. Put the "
+        "loop's end in its bounds (range(start, stop, step)), or the rest of its body under an if"),
+    "unsupported AST node type: Continue": (
+        "a compiled kernel's loop has no continue: put the rest of the body under an if (or a mask) instead"),
+    "Cannot have `return` statements inside": (
+        "a compiled kernel cannot return from inside a loop: put the loop's end in its bounds, or the rest of "
+        "its body under an if"),
+    "block redefines it as": (
+        "a variable gets another type or shape inside an if than before it (the int 0 before, a loaded block "
+        "inside, say): give it that type and shape before the if, tl.zeros((BLOCK,), dtype=tl.float32), so "
+        "every branch leaves the same kind of value"),
+    "is not defined": (
+        "a name the kernel reads is defined in only one branch of an if, or not at all: a compiled kernel needs "
+        "it defined before the if (or in every branch), whichever way the test goes"),
+    "Cannot access global variable": (
+        "a compiled kernel reads a module's global only when it is a tl.constexpr: pass the value in as an "
+        "argument (BLOCK: tl.constexpr), or define the global as NAME = tl.constexpr(value)"),
+    "unsupported tensor index": (
+        "a block cannot be indexed by a number in a compiled kernel (x[0]): reduce it (tl.sum, tl.max), pick "
+        "the element with tl.where and a reduction, or load the one element you need"),
 }
+
+
+def triton_hint(said: str) -> str | None:
+    """What Triton's message ``said`` means for a learner (``_TRITON_ERRORS``), or None for one it does not know."""
+    hint = next((h for needle, h in _TRITON_ERRORS.items() if needle in said), None)
+    return hint(said) if callable(hint) else hint
+
+
+def _loop_carried(said: str) -> str:
+    """Triton's compiler on a loop whose carried value changes type or shape, in words naming the value."""
+    found = re.search(r"Loop-carried variable (\w+) has initial type (.+?) but is re-assigned to (.+?) in loop", said)
+    name, before, after = found.groups() if found else ("a value", "", "")
+    shape = re.compile(r"\[[^\]]*\]")
+    if found and shape.findall(before) != shape.findall(after):
+        return (f"{name} changes its type inside the loop: it starts as {before} and the loop makes it {after}, a "
+                "block where it started as one value (or another shape). Start it with the shape the loop gives it, "
+                "tl.zeros([BLOCK_M], tl.float32) for a value a row, say, and accumulate in fp32")
+    said_types = f": it starts as {before} and the loop makes it {after}" if found else ""
+    if "int" in before and "fp" in after:
+        why = ("an int (0, say) to which the loop adds floats: start it as a float, 0.0 or tl.zeros((), tl.float32), "
+               "and accumulate in fp32")
+    elif ("fp16" in before or "bf16" in before) and "fp32" in after:
+        why = ("an accumulator in 16 bits to which the loop adds fp32 (tl.dot returns fp32): accumulate in fp32, "
+               "tl.zeros(..., dtype=tl.float32), and cast once at the store")
+    else:
+        why = ("such as a sum started as the int 0 and then added an fp32 block's sum, or an accumulator started in "
+               "fp16 while tl.dot returns fp32: accumulate in fp32, starting the value in the type the loop gives it "
+               "(0.0, or tl.zeros(..., dtype=tl.float32))")
+    return f"{name} changes its type inside the loop{said_types}: {why}"
 
 
 def error_case(label: str, exc: BaseException) -> Case:
@@ -151,11 +205,6 @@ def error_case(label: str, exc: BaseException) -> Case:
     hint = "your code raised; the message above says where" + (f": {where}" if where else "")
     if isinstance(exc, (TypeError, NameError)) and "NoneType" in str(exc):
         hint = STILL_NONE
-    elif any(needle in said for said in map(str, exception_chain(exc)) for needle in _TRITON_ERRORS):
-        said = " ".join(map(str, exception_chain(exc)))
-        hint = next(h for needle, h in _TRITON_ERRORS.items() if needle in said) + (f": {where}" if where else "")
-    elif "Loop-carried variable" in str(exc):  # Triton's compiler (on a GPU; the interpreter runs such a loop)
-        hint = ("a value your loop carries changes its type inside the loop, such as an accumulator started in "
-                "fp16 while tl.dot returns fp32: accumulate in fp32 (tl.zeros(..., dtype=tl.float32)), or give "
-                "the value the loop's type before the loop" + (f": {where}" if where else ""))
+    elif triton_hint(" ".join(map(str, exception_chain(exc)))):
+        hint = triton_hint(" ".join(map(str, exception_chain(exc)))) + (f": {where}" if where else "")
     return Case(label, "error", text, hint)
