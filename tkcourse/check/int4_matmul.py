@@ -603,6 +603,12 @@ def _layout(x):
     return ""
 
 
+#: What steps that load nothing mean here: a K loop past the packed row's K/2 bytes.
+IDLE_HINT = ("the K loop runs past the packed row: it steps over its K/2 bytes, for k0 in range(0, K // 2, BLOCK_K) "
+             "(range(0, K, BLOCK_K) takes twice as many steps). The steps past the row load nothing, every lane "
+             "masked off, and still take their time")
+
+
 def _graded(label, mod, x, packed, scales, group_size, dtype, **kw):
     M = x.numel() // x.shape[-1]
     N, K = packed.shape[0], x.shape[-1]
@@ -610,7 +616,7 @@ def _graded(label, mod, x, packed, scales, group_size, dtype, **kw):
     diagnose = kw.pop("diagnose", None) or _diagnose(x, packed, scales, group_size, _layout(x))
     return attempt(label, mod.matmul, (x, packed, scales, group_size), expected(x, packed, scales, group_size),
                    dtype=dtype, atol=atol, rtol=rtol, diagnose=diagnose, oob_hint=_oob_hint(M, N, K, group_size, x),
-                   error_hint=_error_hint,
+                   error_hint=_error_hint, idle=IDLE_HINT,
                    mask="(offs_m < M) on x, (offs_n < N) on the bytes and scales, k < K/2 on every load of a step")
 
 

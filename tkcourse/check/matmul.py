@@ -325,9 +325,15 @@ def _error_hint(exc, hint):
             + (f". It raised at {where}" if where else ""))
 
 
+#: What steps that load nothing mean here: a K loop past the last block of K.
+IDLE_HINT = ("the K loop runs past K: it takes tl.cdiv(K, BLOCK_K) steps, for k in range(0, tl.cdiv(K, BLOCK_K)) "
+             "(range(K) takes K of them). The steps past the last block load nothing, every lane masked off, and "
+             "still take their time")
+
+
 def _attempt(label, fn, args, expected, **kwargs):
-    """``core.attempt`` with this lesson's ``error_hint`` and ``trace_hint``."""
-    return attempt(label, fn, args, expected, error_hint=_error_hint, trace_hint=_tile_hint, **kwargs)
+    """``core.attempt`` with this lesson's ``error_hint``, ``trace_hint`` and ``idle``."""
+    return attempt(label, fn, args, expected, error_hint=_error_hint, trace_hint=_tile_hint, idle=IDLE_HINT, **kwargs)
 
 
 def _fixed(mod, dtype, gen, shapes):

@@ -172,13 +172,15 @@ class Trace:
 
     ``summary()`` is the table to look at; ``out_of_bounds`` the list of bad accesses (empty when the kernel
     is correct); ``read_counts(name)`` how often each element was read; ``owner_map(...)`` which program
-    touched each element (the access map).
+    touched each element (the access map); ``idle`` the accesses with every lane masked off, as ``(kind,
+    program, tensor index or None)``: no memory moved, but a program spent the step (a loop past its end).
     """
 
     def __init__(self, name: str, tensors: list[TensorInfo], accesses: list[Access],
-                 out_of_bounds: list[OutOfBounds], launches: list[Launch]):
+                 out_of_bounds: list[OutOfBounds], launches: list[Launch], idle=()):
         self.name, self.tensors, self.accesses = name, list(tensors), list(accesses)
         self.out_of_bounds, self.launches = list(out_of_bounds), list(launches)
+        self.idle = list(idle)
         self._stats = None
 
     # -- lookups ------------------------------------------------------------------------------
@@ -373,7 +375,7 @@ def combine(traces: list[Trace], name: str | None = None) -> Trace:
         raise ValueError("combine() needs at least one trace")
     tensors: list[TensorInfo] = []
     keys: dict[tuple, int] = {}
-    accesses, oob, launches = [], [], []
+    accesses, oob, launches, idle = [], [], [], []
     for tr in traces:
         remap = {}
         for i, t in enumerate(tr.tensors):
@@ -385,7 +387,8 @@ def combine(traces: list[Trace], name: str | None = None) -> Trace:
         launches.extend(tr.launches)
         accesses.extend(dataclasses.replace(a, tensor=remap[a.tensor], launch=a.launch + base) for a in tr.accesses)
         oob.extend(dataclasses.replace(o, launch=o.launch + base) for o in tr.out_of_bounds)
-    return Trace(name or " + ".join(tr.name for tr in traces), tensors, accesses, oob, launches)
+        idle.extend((kind, program, None if i is None else remap[i]) for kind, program, i in tr.idle)
+    return Trace(name or " + ".join(tr.name for tr in traces), tensors, accesses, oob, launches, idle=idle)
 
 
 def minimum_bytes(inputs=(), outputs=()) -> int:

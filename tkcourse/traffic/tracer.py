@@ -35,6 +35,7 @@ class _Recorder:
         self.order = sorted(range(len(tensors)), key=lambda i: (tensors[i].span * tensors[i].itemsize, i))
         self.accesses: list[Access] = []
         self.oob: list[OutOfBounds] = []
+        self.idle: list[tuple[str, tuple, int | None]] = []  # (kind, program, tensor) of an access with no lane on
 
     def classify(self, addrs: np.ndarray) -> np.ndarray:
         owner = np.full(addrs.shape, -1, dtype=np.int64)
@@ -48,6 +49,9 @@ class _Recorder:
         """Record one access (``origin``: the tensor the pointer came from); return ``active`` with
         out-of-bounds lanes switched off."""
         flat_addrs, flat_active = addrs.reshape(-1), active.reshape(-1)
+        if not flat_active.any():  # every lane masked off: nothing moves, but the program spent the step
+            self.idle.append((kind, program, origin))  # no lane to place: only the pointer's own tensor, if known
+            return active
         owner = self.classify(flat_addrs)
         kinds = ("load", "store") if kind == "atomic" else (kind,)
         for i in np.unique(owner[flat_active & (owner >= 0)]):
@@ -225,7 +229,7 @@ def trace(kernel, grid, *args, name: str | None = None, max_bytes: int = 1 << 28
                 if orig.device.type == "cpu":
                     orig.copy_(copy)
     launch = Launch(fn.__name__, grid)
-    return Trace(name or fn.__name__, tensors, recorder.accesses, recorder.oob, [launch])
+    return Trace(name or fn.__name__, tensors, recorder.accesses, recorder.oob, [launch], idle=recorder.idle)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ grader raises into one error case; ``refuses`` grades an input that must raise V
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 
 import torch
@@ -104,7 +105,8 @@ def returned_case(label, g: "GradedCall") -> Case | None:
 
 
 def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, mask: str | None = None,
-            error_hint=None, trace_hint=None, once: str | None = None, **compare_kwargs) -> Case:
+            error_hint=None, trace_hint=None, once: str | None = None, idle: str | None = None,
+            **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
     for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
     the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
@@ -114,7 +116,8 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     ``error_hint(exc, hint)`` one for an error the call raised, and ``trace_hint(out, expected, traces)`` one for a
     wrong output from what the tracer saw (the launches' grids, which program stored where), which takes the place
     of ``diagnose``'s where it gives one; ``once``: the hint when a right output had an element stored more than
-    once (work done twice, by several programs: ``stored_twice``); ``mask``
+    once (work done twice, by several programs: ``stored_twice``); ``idle``: the hint when a right output's launches
+    made loads with every lane masked off (steps that read nothing, a loop past its end: ``idle_steps``); ``mask``
     is the lesson's edge mask (``offsets < n``), which out-of-bounds hints name. A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
     """
     g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint, mask=mask, error_hint=error_hint)
@@ -133,8 +136,26 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     if changed is not None:
         return changed
     if case.status == "pass" and once and g.traces:
-        return stored_twice(label, out, g.traces, once) or case
+        case = stored_twice(label, out, g.traces, once) or case
+    if case.status == "pass" and idle and g.traces:
+        case = idle_steps(label, g.traces, idle) or case
     return case
+
+
+def idle_steps(label, traces, hint: str) -> Case | None:
+    """A failing case when a traced launch made loads with every lane masked off: the right result, with steps
+    that read nothing (a loop that runs past its data: ``range(K)`` for ``range(tl.cdiv(K, BLOCK_K))``); None
+    otherwise."""
+    for tr in traces:
+        loads = [(program, i) for kind, program, i in tr.idle if kind == "load"]
+        if not loads:
+            continue
+        program, most = collections.Counter(p for p, _ in loads).most_common(1)[0]
+        names = sorted({tr.tensors[i].name for _, i in loads if i is not None and i < len(tr.tensors)})
+        of = f" of {', '.join(names)}" if names else ""
+        return Case(label, "fail", f"the right result, but {tr.name} made {len(loads)} loads{of} with every lane "
+                    f"masked off (program {program}: {most}): steps that read nothing and still take their time", hint)
+    return None
 
 
 def stored_twice(label, out, traces, hint: str) -> Case | None:
