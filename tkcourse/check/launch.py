@@ -111,12 +111,28 @@ OUT_STRIDE = ("the kernel's int arguments are x's row stride, out's row stride, 
               "out is a new contiguous (n_rows, n_cols) tensor, so its row stride is n_cols whatever x's is")
 
 
-def _out_stride_hint(x):
-    """An out-of-bounds hint: whole rows of out stored past its end, as a row stride other than n_cols for out
-    (x's, say) puts them; the kernel itself passed its own check with the two strides apart."""
+def _plan_oob_hint(x):
+    """An out-of-bounds hint for a plan's launch (the kernel itself passed its own check): n_rows and n_cols passed
+    the other way round (n_cols rows of n_rows columns: rows past the last, a few lanes each), or whole rows of out
+    stored past its end, as a row stride other than n_cols for out (x's, say) puts them."""
     n_rows, n_cols = x.shape
+    pitch = {"x": x.stride(0) if x.stride(1) == 1 else n_cols, "out": n_cols}
+
+    def swapped(bad) -> bool:
+        if n_cols <= n_rows or not bad or any(o.tensor not in pitch for o in bad):
+            return False
+        for o in bad:
+            offs = np.asarray(o.offsets, dtype=np.int64)
+            rows, cols = offs // pitch[o.tensor], offs % pitch[o.tensor]
+            if not ((rows >= n_rows) & (rows < n_cols) & (cols < n_rows)).all():
+                return False
+        return True
 
     def hint(bad, default):
+        if swapped(bad):
+            return (f"the plan passes n_rows and n_cols the other way round: the kernel ran {n_cols} rows (x has "
+                    f"{n_rows}) of {n_rows} columns, past x's last row. The kernel's int arguments are x's row stride, "
+                    "out's row stride, n_rows, n_cols, in that order")
         stores = [o for o in bad if o.kind == "store" and o.derived and o.tensor == "out"]
         if not stores or len(stores) < len(bad):
             return ""
@@ -313,7 +329,7 @@ def _plan_cases(mod, inputs):
         if "again" in label or "third" in label:
             continue
         case, _ = _graded(f"SoftmaxPlan(x)(x), {label}", plan_then_call, x, fn_name="plan",
-                          oob_hint=_out_stride_hint(x))
+                          oob_hint=_plan_oob_hint(x))
         if case.status == "fail" and isinstance(block := _block_of(mod, x), int) and block < x.shape[1]:
             case.hint = (f"the plan's BLOCK is {block}, shorter than a row of {x.shape[1]}: the columns past BLOCK are "
                          "never read nor written. BLOCK = triton.next_power_of_2(n_cols), the row length, not the "
