@@ -240,6 +240,12 @@ PROGRAM_SLIPS = [
      "start = split * cdiv(seq_len, splits)", "B=2 lengths [37, 100]"),
     ("the split's loop from token 0", [("for n in range(start, end, BLOCK_N)", "for n in range(0, end, BLOCK_N)")],
      "a loop from token 0 (not from start)", "B=2 lengths [37, 100]"),
+    # the launcher's arguments, read from the traced launches
+    ("GROUP passed as Hkv", [("HKV=Hkv, GROUP=group, BLOCK_G", "HKV=Hkv, GROUP=Hkv, BLOCK_G")],
+     "the launcher passes decode_split GROUP=2, and this input has Hq = 8 query heads over Hkv = 2",
+     "B=2 lengths [37, 100]"),
+    ("the combine on B * Hkv programs", [("decode_combine[(B * Hq,)](", "decode_combine[(B * Hkv,)](")],
+     "the launcher runs decode_combine on a grid of 4 programs", "B=2 lengths [37, 100]"),
 ]
 
 

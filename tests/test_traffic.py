@@ -127,6 +127,16 @@ def test_vector_add_moves_12_bytes_an_element(n):
     assert "total" in str(s) and "= 1 x the minimum" in s.notes[0]
 
 
+def test_a_launch_keeps_its_scalar_arguments():
+    """What a launcher passed, by name: ints and constexprs (tensors are not scalars); a name not passed reads as
+    the default given."""
+    t, *_ = trace_add(1000)
+    launch = t.launches[0]
+    assert launch.arg("n") == 1000 and launch.arg("BLOCK") == 256 and launch.arg("x_ptr") is None
+    assert launch.arg("nosuch", "none") == "none"
+    assert traffic.combine([t, t]).launches[1].arg("BLOCK") == 256
+
+
 def test_vector_add_fp16_is_6_bytes_an_element():
     t, *_ = trace_add(300, BLOCK=128, dtype=torch.float16)
     assert (t.read_bytes, t.written_bytes) == (2 * 2 * 300, 2 * 300)

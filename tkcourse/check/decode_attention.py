@@ -460,8 +460,9 @@ def _address_oob(args):
     return hint
 
 
-def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}, partials=lambda: None):
-    """The hint of a wrong result on ``args``: the first of the usual mistakes whose model it matches.
+def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}, partials=lambda: None, launched=lambda: ""):
+    """The hint of a wrong result on ``args``: what ``launched()`` says of the launcher's arguments (``_launch_args``),
+    else the first of the usual mistakes whose model it matches.
     ``unstored()``: what the launches loaded of the tensors they store into that none of them stored
     (``_unstored``), asked only of a NaN result; ``lengths_read()``: which elements of seq_lens each program of the
     split kernel loaded (``_lengths_read``); ``partials()``: the partials (m, l, acc) the kernels left
@@ -476,6 +477,10 @@ def _diagnose(args, unstored=lambda: "", lengths_read=lambda: {}, partials=lambd
     arange_cols = torch.arange(table.shape[1], device=table.device)[None, :]
 
     def hint(o, e, wrong):
+        said = launched()
+        if said:
+            return said
+
         def close(pool=None, model=None, **kw):
             """The mistake ``kw`` (or the K, V ``pool`` read instead, or the ``model`` given) gives ``o``, where it
             is defined, and differs from the right answer there."""
@@ -684,6 +689,24 @@ def _lengths_read(traces, B, Hkv) -> dict:
     return {}
 
 
+def _launch_args(traces, B: int, Hq: int, Hkv: int) -> str:
+    """What the launcher passed that this input contradicts, read from the traced launches: the split kernel's HKV
+    and GROUP (the query heads that share a KV head), the combine's grid; ``""`` when they agree or were not seen."""
+    want = {"HKV": Hkv, "GROUP": Hq // Hkv}
+    for tr in traces:
+        for ln in tr.launches:
+            if ln.kernel == "decode_combine" and ln.num_programs != B * Hq:
+                return (f"the launcher runs decode_combine on a grid of {ln.num_programs} programs: it takes one per "
+                        f"(sequence, query head), (B * Hq,) = ({B * Hq},) here, and each combines that head's splits")
+            wrong = {k: ln.arg(k) for k in want if ln.kernel == "decode_split" and ln.arg(k) not in (None, want[k])}
+            if wrong:
+                said = " and ".join(f"{k}={v}" for k, v in wrong.items())
+                return (f"the launcher passes decode_split {said}, and this input has Hq = {Hq} query heads over Hkv = "
+                        f"{Hkv} KV heads: HKV = Hkv = {Hkv}, and GROUP = Hq // Hkv = {Hq // Hkv}, the query heads that "
+                        "share a KV head")
+    return ""
+
+
 def _unstored(traces) -> str:
     """Elements that a launch loaded and none stored, of the tensors that a launch stores into (the partials
     between the split kernel and the combine): ``"M: 24 of 96, ..."``, or ``""``."""
@@ -812,7 +835,7 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     if stub is not None:
         return stub
     models = (_diagnose(args, lambda: _unstored(g.traces), lambda: _lengths_read(g.traces, B, k.shape[2]),
-                        lambda: stored_partials(g.allocs, B, Hq, D))
+                        lambda: stored_partials(g.allocs, B, Hq, D), lambda: _launch_args(g.traces, B, Hq, k.shape[2]))
               if sm_scale is None
               else (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     case = written_case(label, out, expected, g, dtype=dtype, atol=tol, rtol=tol * 5,

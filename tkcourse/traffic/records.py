@@ -154,8 +154,16 @@ class OutOfBounds:
 
 @dataclass(frozen=True)
 class Launch:
+    """One kernel launch: its name, its grid, and its scalar arguments (ints, floats, bools, None and
+    constexprs) as ``(name, value)`` pairs, ``arg(name)`` to read one: what a launcher passed."""
+
     kernel: str
     grid: tuple[int, int, int]
+    scalars: tuple = ()
+
+    def arg(self, name: str, default=None):
+        """The scalar argument ``name`` of the launch (``default`` when it had none of that name)."""
+        return dict(self.scalars).get(name, default)
 
     @property
     def num_programs(self) -> int:

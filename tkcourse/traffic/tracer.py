@@ -228,8 +228,18 @@ def trace(kernel, grid, *args, name: str | None = None, max_bytes: int = 1 << 28
             for orig, copy in staged:
                 if orig.device.type == "cpu":
                     orig.copy_(copy)
-    launch = Launch(fn.__name__, grid)
+    launch = Launch(fn.__name__, grid, _scalars(fn, args, kwargs))
     return Trace(name or fn.__name__, tensors, recorder.accesses, recorder.oob, [launch], idle=recorder.idle)
+
+
+def _scalars(fn, args, kwargs) -> tuple:
+    """The launch's scalar arguments by name (a ``tl.constexpr`` wrapper read through), for ``Launch.scalars``."""
+    try:
+        bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return ()
+    values = {k: getattr(v, "value", v) for k, v in bound.items()}
+    return tuple((k, v) for k, v in values.items() if v is None or isinstance(v, (bool, int, float)))
 
 
 @contextlib.contextmanager
