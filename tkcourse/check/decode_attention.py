@@ -88,14 +88,18 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
     """Decode attention in float64 torch, and the usual mistakes by its keywords: ``lens`` (tokens each
     sequence attends to, default ``seq_lens``; 0 gives a NaN row), ``table`` (the block table used),
     ``kv_head(h, Hq, Hkv)`` (the KV head of query head h, default h // (Hq // Hkv)), and with ``split`` (tokens
-    a split) the combine and the split kernel's loop: ``rescale`` the combine's weights exp(rescale · (m_i - m))
-    (True: 1, the right rule; False: 0, partials summed as they are; ln 2 or log2(e): a max kept in one base and
-    weighed in the other), ``forget`` "l" or "acc" (that running value not multiplied by alpha when the max
-    grows, each split walked ``step`` tokens at a time), ``address(page, pos, kvh, page_size, Hkv)`` (the row of the
+    a split) the split kernel's partials and the combine (``split_partials``, ``combined``, whose keywords these are:
+    ``rescale`` the combine's weights exp2(rescale · (m_i - m)), True the right rule; ``forget`` "l" or "acc", each
+    split walked ``step`` tokens at a time; ``denominator``), ``address(page, pos, kvh, page_size, Hkv)`` (the row of the
     pool, seen as (num_pages * page_size * Hkv, D), that a kernel reads for token ``pos`` on physical ``page`` and KV
     head ``kvh``: a wrong formula for it; a row outside the pool reads NaN), ``counts(n)`` (how many splits walk each
-    of a sequence's n keys, a tensor of n: a key walked twice weighs twice in the softmax; none walked, a NaN row),
-    ``denominator`` the combine's: "weighted" sum(w * l_i) (right), "plain" sum(l_i), "weights" sum(w)."""
+    of a sequence's n keys, a tensor of n: a key walked twice weighs twice in the softmax; none walked, a NaN row).
+    ``split`` takes the lesson's reading of the cache (no ``lens``, ``table``, ``kv_head``, ``address``, ``counts``)."""
+    if split is not None and not (rescale is True and not forget and denominator == "weighted"):
+        args = (q, k_cache, v_cache, seq_lens, block_table)
+        n_splits = max(1, max(-(-int(n) // split) for n in seq_lens))
+        partials = split_partials(args, n_splits, split, step or split, forget=forget)
+        return combined(partials, rescale=float(rescale), denominator=denominator)
     B, Hq, D = q.shape
     page_size, Hkv = k_cache.shape[1], k_cache.shape[2]
     scale = 1 / math.sqrt(D) if sm_scale is None else sm_scale
@@ -125,26 +129,7 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
                 w = c * torch.exp(s - s.amax(-1, keepdim=True))
                 out[b] = torch.einsum("hn,nhd->hd", w, v) / w.sum(-1, keepdim=True)
             continue
-        if split is None or (rescale is True and not forget and denominator == "weighted"):
-            out[b] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v)
-            continue
-        parts = []
-        for j in range(0, n, split):  # each split's partial (m_i, l_i, acc_i), walked step tokens at a time
-            m_i = torch.full((Hq,), float("-inf"), dtype=torch.float64)
-            l_i, acc = torch.zeros(Hq, dtype=torch.float64), torch.zeros(Hq, D, dtype=torch.float64)
-            for t in range(j, min(j + split, n), step or split):
-                st, vt = s[:, t:min(t + (step or split), j + split)], v[t:min(t + (step or split), j + split)]
-                m_new = torch.maximum(m_i, st.amax(-1))
-                alpha, p = torch.exp(m_i - m_new), torch.exp(st - m_new[:, None])
-                l_i = (l_i if forget == "l" else l_i * alpha) + p.sum(-1)
-                acc = (acc if forget == "acc" else acc * alpha[:, None]) + torch.einsum("hn,nhd->hd", p, vt)
-                m_i = m_new
-            parts.append((m_i, l_i, acc))
-        m = torch.stack([m_i for m_i, _, _ in parts]).amax(0)
-        w = [torch.exp(float(rescale) * (m_i - m)) for m_i, _, _ in parts]  # rescale: 1 right, 0 never
-        den = {"weighted": lambda: sum(w_i * l_i for w_i, (_, l_i, _) in zip(w, parts)),
-               "plain": lambda: sum(l_i for _, l_i, _ in parts), "weights": lambda: sum(w)}[denominator]()
-        out[b] = sum(w_i[:, None] * a for w_i, (_, _, a) in zip(w, parts)) / den[:, None]
+        out[b] = torch.einsum("hn,nhd->hd", torch.softmax(s, -1), v)
     return out
 
 
@@ -288,13 +273,15 @@ def starts_hint(splits, size, what, ranges, n) -> str:
 # ----- the split kernel's partials and the combine, step by step: slips inside the loop and the combine ------
 
 
-def split_partials(args, n_splits, size, block_n, *, loop_end="end", update_max=True, l_axis=1, acc_over_l=False):
+def split_partials(args, n_splits, size, block_n, *, loop_end="end", update_max=True, l_axis=1, acc_over_l=False,
+                   forget=""):
     """The partials (m in log2 units, l, acc) that the split kernel stores, in float64, as (B, Hq, n_splits) and
     (B, Hq, n_splits, D): each split of ``size`` tokens walked ``block_n`` tokens a step on a (BLOCK_G, D) block of
     queries (BLOCK_G = max(16, G), rows g >= GROUP zero), as the lesson's kernel does, and its slips by keyword:
     ``loop_end`` "split" (the loop runs to start + split_tokens, not to end), ``update_max`` False (m_i = m_new left
     out), ``l_axis`` 0 (l_i sums p over the heads; None when BLOCK_G != block_n, where no such kernel compiles),
-    ``acc_over_l`` (acc / l_i stored)."""
+    ``acc_over_l`` (acc / l_i stored), ``forget`` "l" or "acc" (that running value not multiplied by alpha when the
+    max grows)."""
     q, k_cache, v_cache, seq_lens, table = args
     B, Hq, D = q.shape
     ps, Hkv = k_cache.shape[1], k_cache.shape[2]
@@ -328,8 +315,8 @@ def split_partials(args, n_splits, size, block_n, *, loop_end="end", update_max=
                     s = torch.where(valid[None, :], qg @ kk.T * qk_scale, float("-inf"))
                     m_new = torch.maximum(m_i, s.amax(1))
                     alpha, p = torch.exp2(m_i - m_new), torch.exp2(s - m_new[:, None])
-                    l_i = l_i * alpha + p.sum(l_axis)
-                    acc = acc * alpha[:, None] + p @ vv
+                    l_i = (l_i if forget == "l" else l_i * alpha) + p.sum(l_axis)
+                    acc = (acc if forget == "acc" else acc * alpha[:, None]) + p @ vv
                     if update_max:
                         m_i = m_new
                 m_out[b, kvh * G:(kvh + 1) * G, j] = m_i[:G]
@@ -338,13 +325,17 @@ def split_partials(args, n_splits, size, block_n, *, loop_end="end", update_max=
     return m_out, l_out, acc_out
 
 
-def combined(partials, *, inverted=False):
+def combined(partials, *, inverted=False, rescale=1.0, denominator="weighted"):
     """The combine of ``partials`` (m, l, acc) in float64: w = exp2(m_s - m), m = max(m_s), out = sum(w * acc) /
-    sum(w * l); ``inverted``: w = exp2(m - m_s)."""
+    sum(w * l); and its slips: ``inverted`` w = exp2(m - m_s); ``rescale`` w = exp2(rescale · (m_s - m)) (0: partials
+    summed as they are; ln 2 or log2(e): a max kept in one base and weighed in the other); ``denominator`` "plain"
+    sum(l), "weights" sum(w). An empty split (m_s = -inf, l = 0) weighs nothing."""
     m_s, l_s, acc = partials
     m = m_s.amax(-1, keepdim=True)
-    w = torch.exp2(m - m_s) if inverted else torch.exp2(m_s - m)
-    return (w[..., None] * acc).sum(-2) / (w * l_s).sum(-1)[..., None]
+    w = torch.exp2(m - m_s) if inverted else torch.exp2(rescale * (m_s - m))
+    w = torch.where(torch.isneginf(m_s), 0.0, w)
+    den = {"weighted": w * l_s, "plain": l_s, "weights": w}[denominator].sum(-1)
+    return (w[..., None] * acc).sum(-2) / den[..., None]
 
 
 def stored_partials(allocs, B, Hq, D):
