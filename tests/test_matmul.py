@@ -176,7 +176,7 @@ def _matmul_module(bug, grid_m=None, alloc=None):
     ("edge tiles not launched", _matmul_module("none", grid_m=lambda m, b: max(1, m // b)), "were never written"),
     ("no accumulation", _matmul_module("noacc"), "accumulate"),
     # classes the fixed shapes and torch.empty canaries alone let through (issue 17)
-    ("K loop hard-coded to 20 steps", _matmul_module("hardk"), "the K loop stops early"),
+    ("K loop hard-coded to 20 steps", _matmul_module("hardk"), "a number of steps typed in fits one K only"),
     ("K loads unmasked", _matmul_module("kunmasked"), "the ragged last K block"),
     ("edge tile stored unmasked into a zero-filled c", _matmul_module("storeunmasked", alloc=torch.zeros),
      "mask the store with both edges"),

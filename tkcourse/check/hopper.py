@@ -327,6 +327,11 @@ def _repeated_case(label, out, traces, k_steps=1) -> Case | None:
     return None
 
 
+PAST_TILES = ("the tile loop runs past the last tile: tiles from num_tiles on lie outside C (their loads and C stores "
+              "fall past the edge) and only cost time. Stop it at num_tiles: tl.range(tl.program_id(axis=0), "
+              "num_tiles, NUM_PROGRAMS)")
+
+
 def _past_tiles_case(label, out, traces, a, cfg) -> Case | None:
     """A failing case when B's elements were loaded more often than C's tile rows need while A's were not: tiles
     past num_tiles (pid_m beyond C, whose loads of A and stores of C fall outside) still ran their K loop."""
@@ -339,10 +344,7 @@ def _past_tiles_case(label, out, traces, a, cfg) -> Case | None:
         a_most, b_most = int(tr.read_counts("a").max(initial=0)), int(tr.read_counts("b").max(initial=0))
         if a_most <= tiles_n and b_most > tiles_m:
             return Case(label, "fail", f"the right matrix, but some of B's elements were loaded {b_most} times, "
-                        f"while C has {tiles_m} tile rows",
-                        "the tile loop runs past the last tile: tiles from num_tiles on lie outside C (their A loads "
-                        "and C stores fall past the edge) and only cost time. Stop it at num_tiles: "
-                        "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS)")
+                        f"while C has {tiles_m} tile rows", PAST_TILES)
     return None
 
 
@@ -404,7 +406,7 @@ def _error_hint(exc, default) -> str:
 
 #: What steps that load nothing mean here: a K loop past the last block of K.
 IDLE_HINT = ("the K loop runs past K: it takes k_steps = tl.cdiv(K, BLOCK_K) steps, for k in range(k_steps) (range(K) "
-             "takes K of them). Past the last block a descriptor's load lies wholly beyond the edge and reads only "
+             "takes K of them, and a number of steps typed in fits one K only). Past the last block a descriptor's load lies wholly beyond the edge and reads only "
              "the zeros it fills in, and still takes its time")
 
 
@@ -435,7 +437,7 @@ def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
         return changed
     return (_repeated_case(label, g.out, g.traces, math.ceil(K / cfg["BLOCK_K"]))
             or _past_tiles_case(label, g.out, g.traces, a, cfg)
-            or _order_case(label, g.out, g.traces, cfg, programs) or idle_steps(label, g.traces, IDLE_HINT) or case)
+            or _order_case(label, g.out, g.traces, cfg, programs) or idle_steps(label, g.traces, IDLE_HINT, PAST_TILES) or case)
 
 
 def _warp_specialize_case(mod) -> Case:

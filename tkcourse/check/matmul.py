@@ -327,8 +327,8 @@ def _error_hint(exc, hint):
 
 #: What steps that load nothing mean here: a K loop past the last block of K.
 IDLE_HINT = ("the K loop runs past K: it takes tl.cdiv(K, BLOCK_K) steps, for k in range(0, tl.cdiv(K, BLOCK_K)) "
-             "(range(K) takes K of them). The steps past the last block load nothing, every lane masked off, and "
-             "still take their time")
+             "(range(K) takes K of them, and a number of steps typed in fits one K only). The steps past the last "
+             "block load nothing, every lane masked off, and still take their time")
 
 
 def _attempt(label, fn, args, expected, **kwargs):

@@ -142,14 +142,20 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     return case
 
 
-def idle_steps(label, traces, hint: str) -> Case | None:
+def idle_steps(label, traces, hint: str, stores_hint: str | None = None) -> Case | None:
     """A failing case when a traced launch made loads with every lane masked off: the right result, with steps
     that read nothing (a loop that runs past its data: ``range(K)`` for ``range(tl.cdiv(K, BLOCK_K))``); None
-    otherwise."""
+    otherwise. ``stores_hint``: the hint when stores with every lane off came too (whole tiles past the output's
+    edge, computed and never stored: a grid or tile loop past the last tile), where the K loop alone stores
+    nothing off."""
     for tr in traces:
         loads = [(program, i) for kind, program, i in tr.idle if kind == "load"]
         if not loads:
             continue
+        stores = sum(kind == "store" for kind, _, _ in tr.idle)
+        if stores and stores_hint:
+            return Case(label, "fail", f"the right result, but {tr.name} stored {stores} blocks with every lane "
+                        f"masked off, and made {len(loads)} loads so: work on tiles past the output's edge", stores_hint)
         program, most = collections.Counter(p for p, _ in loads).most_common(1)[0]
         names = sorted({tr.tensors[i].name for _, i in loads if i is not None and i < len(tr.tensors)})
         of = f" of {', '.join(names)}" if names else ""
