@@ -6,6 +6,7 @@ from tkcourse import doctor
 
 OK_PROBE = lambda: (doctor.OK, "probe ran")  # noqa: E731
 OK_WIDGETS = lambda: (True, "enabled")  # noqa: E731
+OK_COMPILER = lambda: (doctor.OK, "compiles")  # noqa: E731
 
 
 def test_the_probe_runs_a_kernel_here():
@@ -24,6 +25,22 @@ def test_a_failing_probe_is_bad_and_says_why(monkeypatch, code, expect):
     assert status == doctor.BAD and expect in msg
 
 
+@pytest.mark.skipif(not doctor.mode.INTERPRET, reason="asked in the interpreter only")
+def test_the_compile_probe_refuses_a_break_and_takes_a_right_kernel_here():
+    status, msg = doctor.compile_probe()
+    assert status == doctor.OK, msg
+
+
+@pytest.mark.parametrize("code, expect", [
+    ("print('COMPILE-TOOK-BREAK')", "took a break in a loop"),
+    ("raise ImportError('no NVIDIA backend in this build')", "no NVIDIA backend"),
+])
+def test_a_compile_probe_that_fails_warns_and_says_why(monkeypatch, code, expect):
+    monkeypatch.setattr(doctor, "_COMPILE_PROBE", code)
+    status, msg = doctor.compile_probe()
+    assert status == doctor.WARN and expect in msg and "passes the check" in msg
+
+
 def test_a_hanging_probe_times_out(monkeypatch):
     monkeypatch.setattr(doctor, "_PROBE", "import time; time.sleep(30)")
     status, msg = doctor.interpreter_probe(timeout=1)
@@ -37,7 +54,8 @@ def test_versions_outside_the_tested_set_warn_but_never_fail(monkeypatch, capsys
     monkeypatch.setattr(doctor, "_version", lambda d: fake.get(d) or real(d))
     monkeypatch.setattr(doctor, "interpreter_probe", OK_PROBE)
     monkeypatch.setattr(doctor, "widget_extension", OK_WIDGETS)
-    rows = {what: (value, status) for what, value, status in doctor.report(OK_PROBE, OK_WIDGETS)}
+    monkeypatch.setattr(doctor, "compile_probe", OK_COMPILER)
+    rows = {what: (value, status) for what, value, status in doctor.report(OK_PROBE, OK_WIDGETS, OK_COMPILER)}
     pins = doctor.tested_versions()
     for dist, v in fake.items():
         if pins.get(dist) and not doctor._same_release(v, pins[dist]):
@@ -51,7 +69,7 @@ def test_the_pinned_versions_are_ok(monkeypatch):
     assert {"torch", "triton", "numpy", "jupyterlab_widgets"} <= set(pins)
     monkeypatch.setattr(doctor, "_version", lambda d: pins.get(d, "1.0") + ("+cpu" if d == "torch" else ""))
     monkeypatch.setattr(doctor.mode, "INTERPRET", True)
-    rows = doctor.report(OK_PROBE, OK_WIDGETS)
+    rows = doctor.report(OK_PROBE, OK_WIDGETS, OK_COMPILER)
     assert all(status == doctor.OK for *_, status in rows), rows
 
 

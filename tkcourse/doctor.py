@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 from . import mode
 
@@ -53,6 +54,61 @@ want = torch.cat([x * 2 + 1, torch.full((3,), -7.0)])
 bad = (out != want).nonzero().flatten().tolist()
 print("PROBE-OK" if not bad else f"PROBE-WRONG at {bad[:5]}: got {out[bad[:5]].tolist()}, want {want[bad[:5]].tolist()}")
 """
+
+
+# The graders' compile for a GPU (``tkcourse.check.core.compiles``), as they run it: Triton's front end for an
+# H100 without the interpreter, in a fresh process. A kernel the interpreter runs but a compiler refuses (a break
+# in a loop) must be refused, and a right one taken.
+_COMPILE_PROBE = r"""
+import triton, triton.language as tl
+from tkcourse import triton_internals as ti
+
+@triton.jit
+def _ok(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+@triton.jit
+def _breaks(x_ptr, n, BLOCK: tl.constexpr):
+    for i in range(n):
+        if i > 2:
+            break
+        tl.store(x_ptr + i, 1.0)
+
+types = {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+ti.front_end_compile(_ok, types, {"BLOCK": 16})
+try:
+    ti.front_end_compile(_breaks, types, {"BLOCK": 16})
+    print("COMPILE-TOOK-BREAK")
+except ti.compile_errors():
+    print("COMPILE-OK")
+"""
+
+
+def compile_probe(timeout: float = 120.0) -> tuple[str, str]:
+    """Can the graders compile a kernel for a GPU here (no GPU needed)? (status, message); a WARN where not: the
+    course works, its graders then say nothing of what only a GPU's compiler refuses."""
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    root = str(CONSTRAINTS.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    lost = ("the graders cannot compile kernels for a GPU here, so a kernel the interpreter runs and a GPU's "
+            "compiler refuses (a break in a loop, say) passes the check")
+    with tempfile.TemporaryDirectory() as folder:  # @triton.jit reads its kernel's source from a file
+        script = pathlib.Path(folder) / "compile_probe.py"
+        script.write_text(_COMPILE_PROBE)
+        try:
+            out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
+                                 env=env, cwd=root)
+        except subprocess.TimeoutExpired:
+            return WARN, f"{lost}: a compile did not finish within {timeout:.0f} s"
+    if "COMPILE-OK" in out.stdout:
+        return OK, ("Triton compiles kernels for an H100 here, without a GPU: the graders catch what only a GPU's "
+                    "compiler refuses")
+    if "COMPILE-TOOK-BREAK" in out.stdout:
+        return WARN, f"{lost}: this Triton's compiler took a break in a loop"
+    last = next((ln.strip() for ln in reversed((out.stdout + out.stderr).splitlines()) if ln.strip()),
+                f"exit status {out.returncode}")
+    return WARN, f"{lost}: {last[:300]}"
 
 
 def _version(dist: str) -> str:
@@ -115,12 +171,13 @@ def widget_extension() -> tuple[bool, str]:
                      + (f" (jupyter says: {line.strip()})" if line else ""))
 
 
-def report(probe=None, widgets=None) -> list[tuple[str, str, str]]:
+def report(probe=None, widgets=None, compiler=None) -> list[tuple[str, str, str]]:
     """(what, value, status) rows; status is ``OK``, ``WARN`` or ``BAD``.
 
-    ``probe`` and ``widgets`` default to ``interpreter_probe`` and ``widget_extension``.
+    ``probe``, ``widgets`` and ``compiler`` default to ``interpreter_probe``, ``widget_extension`` and
+    ``compile_probe`` (asked in the interpreter only: on a GPU every kernel compiles for real).
     """
-    probe, widgets = probe or interpreter_probe, widgets or widget_extension
+    probe, widgets, compiler = probe or interpreter_probe, widgets or widget_extension, compiler or compile_probe
     py_ok = sys.version_info >= (3, 11)
     rows = [("python", platform.python_version() + ("" if py_ok else ": the course needs Python 3.11 or newer"),
              OK if py_ok else BAD)]
@@ -146,6 +203,9 @@ def report(probe=None, widgets=None) -> list[tuple[str, str, str]]:
         rows.append(("gpu", f"{info['gpu']}, {info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability']}", OK))
     status, msg = probe()
     rows.append(("interpreter", msg, status))
+    if mode.INTERPRET:
+        status, msg = compiler()
+        rows.append(("gpu compile", msg, status))
     ok, msg = widgets()
     rows.append(("widgets", msg, OK if ok else BAD))
     rows.append(("jupyter", shutil.which("jupyter") or f"{sys.executable} -m jupyter", OK))
