@@ -9,6 +9,8 @@ import types
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import tkcourse
 from tkcourse import bench, mode
@@ -21,6 +23,26 @@ def test_mode_matches_the_machine():
     if mode.INTERPRET:
         assert os.environ["TRITON_INTERPRET"] == "1" and mode.DEVICE == "cpu"
         assert torch.bfloat16 not in mode.float_dtypes()
+
+
+@triton.jit
+def _bf16_dot(a_ptr, b_ptr, c_ptr):
+    r = tl.arange(0, 16)
+    a = tl.load(a_ptr + r[:, None] * 16 + r[None, :])
+    b = tl.load(b_ptr + r[:, None] * 16 + r[None, :])
+    tl.store(c_ptr + r[:, None] * 16 + r[None, :], tl.dot(a, b))
+
+
+@pytest.mark.skipif(not mode.INTERPRET, reason="the interpreter's bf16")
+def test_the_bf16_guard_is_still_needed_the_interpreters_bf16_dot_is_wrong():
+    """Why check_dtype refuses bf16 in the interpreter: its tl.dot of bf16 blocks is far off. When a Triton gets it
+    right, this fails: then the guard, mode.float_dtypes() and the lessons' words on bf16 can go."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(16, 16, generator=g).bfloat16() for _ in range(2))
+    c = torch.empty(16, 16)
+    _bf16_dot[(1,)](a, b, c)
+    want = a.float() @ b.float()
+    assert ((c - want).abs().max() / want.abs().max()).item() > 1.0
 
 
 def test_interpreter_is_set_before_kernels_are_defined(tmp_path):
