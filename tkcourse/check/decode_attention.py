@@ -329,11 +329,14 @@ def combined(partials, *, inverted=False, rescale=1.0, denominator="weighted"):
     """The combine of ``partials`` (m, l, acc) in float64: w = exp2(m_s - m), m = max(m_s), out = sum(w * acc) /
     sum(w * l); and its slips: ``inverted`` w = exp2(m - m_s); ``rescale`` w = exp2(rescale · (m_s - m)) (0: partials
     summed as they are; ln 2 or log2(e): a max kept in one base and weighed in the other); ``denominator`` "plain"
-    sum(l), "weights" sum(w). An empty split (m_s = -inf, l = 0) weighs nothing."""
+    sum(l), "weights" sum(w). An empty split (m_s = -inf, l = 0) weighs nothing, but under the inverted weight,
+    whose exp2(m + inf) makes the NaN such a combine gives."""
     m_s, l_s, acc = partials
     m = m_s.amax(-1, keepdim=True)
-    w = torch.exp2(m - m_s) if inverted else torch.exp2(rescale * (m_s - m))
-    w = torch.where(torch.isneginf(m_s), 0.0, w)
+    if inverted:
+        w = torch.exp2(m - m_s)
+    else:  # exp2(rescale * -inf) is 0, but for rescale 0 (weights left out), where 0 * -inf is NaN
+        w = torch.where(torch.isneginf(m_s), 0.0, torch.exp2(rescale * (m_s - m)))
     den = {"weighted": w * l_s, "plain": l_s, "weights": w}[denominator].sum(-1)
     return (w[..., None] * acc).sum(-2) / den[..., None]
 
