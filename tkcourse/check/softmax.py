@@ -96,6 +96,15 @@ ONCE = ("each row was computed and stored by several programs: program p takes r
         "tl.num_programs(0), ...). Every row then falls to one program")
 
 
+#: How often the fused kernel loads an element: x once (the row stays in registers for the max, the
+#: exponentials and the sum), out never.
+READS = {"x": (1, "the row of x is loaded more than once: load it once into a block, keep it in registers for the "
+                  "max, the exponentials and their sum, and store the result. Reading it again is the traffic that "
+                  "fusing the passes saves"),
+         "out": (0, "the kernel loads from out, which it only needs to write: keep what it computed in registers "
+                    "and store it once")}
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float16):
@@ -105,13 +114,15 @@ def grade(mod):
             expected = torch.softmax(x.double(), dim=-1)
             f16 = dtype == torch.float16
             yield attempt(label, mod.softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-5,
-                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols, x), mask=MASK, once=ONCE)
+                          rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, cols, x), mask=MASK, once=ONCE,
+                          reads=READS)
     seed, lengths = random_sizes(*N_RANDOM)
     for cols in lengths:
         rows = max(1, min(300, MAX_RANDOM_ELEMENTS // cols))
         x = padded(torch.randn(rows, cols, generator=gen, dtype=torch.float64).to(torch.float32).to(mode.DEVICE))
         yield attempt(seeded(f"{rows}x{cols} float32", seed), mod.softmax, (x,), torch.softmax(x.double(), dim=-1),
-                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x), mask=MASK, once=ONCE)
+                      dtype=torch.float32, atol=1e-5, rtol=1e-4, diagnose=_diagnose("", cols, x), mask=MASK, once=ONCE,
+                      reads=READS)
     yield refuses("a row too long for one block raises ValueError pointing to lesson 05", mod.softmax,
                   torch.zeros(1, 1 << 20, device=mode.DEVICE),
                   hint="a whole row must fit in one block: keep the launcher's given check that raises ValueError "

@@ -106,7 +106,7 @@ def returned_case(label, g: "GradedCall") -> Case | None:
 
 def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, mask: str | None = None,
             error_hint=None, trace_hint=None, once: str | None = None, idle: str | None = None,
-            **compare_kwargs) -> Case:
+            reads: dict | None = None, **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
     for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
     the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
@@ -117,7 +117,9 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     wrong output from what the tracer saw (the launches' grids, which program stored where), which takes the place
     of ``diagnose``'s where it gives one; ``once``: the hint when a right output had an element stored more than
     once (work done twice, by several programs: ``stored_twice``); ``idle``: the hint when a right output's launches
-    made loads with every lane masked off (steps that read nothing, a loop past its end: ``idle_steps``); ``mask``
+    made loads with every lane masked off (steps that read nothing, a loop past its end: ``idle_steps``); ``reads``:
+    how often a right output's launches may load each element of a kernel argument, and the hint when more
+    (``{"x": (1, hint)}``: a fused kernel reads its input once: ``loaded_again``); ``mask``
     is the lesson's edge mask (``offsets < n``), which out-of-bounds hints name. A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
     """
     g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint, mask=mask, error_hint=error_hint)
@@ -139,7 +141,32 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
         case = stored_twice(label, out, g.traces, once) or case
     if case.status == "pass" and idle and g.traces:
         case = idle_steps(label, g.traces, idle) or case
+    if case.status == "pass" and reads and g.traces:
+        case = loaded_again(label, g.traces, reads) or case
     return case
+
+
+def loaded_again(label, traces, reads: dict) -> Case | None:
+    """A failing case when a traced launch loaded an element of a kernel argument more often than ``reads`` allows:
+    ``{name: (most loads an element, hint)}``, by the argument's name (``x`` for ``x_ptr``); 0 for an output the
+    kernel only writes. The right result, with traffic that the lesson's kernel does not make; None otherwise."""
+    for tr in traces:
+        if len(tr.launches) != 1:
+            continue
+        for i, t in enumerate(tr.tensors):
+            if t.name not in reads:
+                continue
+            allowed, hint = reads[t.name]
+            counts = tr.read_counts(i, kind="load")
+            most = int(counts.max()) if counts.size else 0
+            if most > allowed:
+                over = int((counts > allowed).sum())
+                said = (f"loaded {over} elements of {t.name}, which it writes" if allowed == 0 else
+                        f"loaded {over} elements of {t.name} {most} times each, where {allowed} load"
+                        f"{'s' * (allowed != 1)} an element will do")
+                return Case(label, "fail", f"the right result, but {tr.name} {said}: traffic the lesson's kernel "
+                            "does not make", hint)
+    return None
 
 
 def idle_steps(label, traces, hint: str, stores_hint: str | None = None) -> Case | None:
