@@ -56,7 +56,30 @@ def test_a_k_loop_past_the_data_fails_with_its_bound_named(lesson, old, new, hin
     assert "every lane masked off" in rep.first_problem().detail
 
 
+#: Lesson 05's pass 1 as the three-pass softmax has it: a loop for the max, then one for the sum
+THREE_PASS = ("""    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
+        cols = block_start + tl.arange(0, BLOCK)
+        # evict_last: keep the row in L2 for pass 2
+        x = tl.load(x_row + cols, mask=cols < end, other=float("-inf"), eviction_policy="evict_last")
+        x = x.to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # all -inf so far: keep l at 0, not nan
+        l = l * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)  # rescale the old sum, add the block's
+        m = m_new
+""", """    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
+        cols = block_start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < end, other=float("-inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x, axis=0))
+    shift = tl.where(m == float("-inf"), 0.0, m)
+    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
+        cols = block_start + tl.arange(0, BLOCK)
+        x = tl.load(x_row + cols, mask=cols < end, other=float("-inf")).to(tl.float32)
+        l += tl.sum(tl.exp(x - shift), axis=0)
+""")
+
+
 @pytest.mark.parametrize("lesson, edits, hint", [
+    ("online_softmax", [THREE_PASS], "the three-pass softmax this lesson does away with"),
     ("softmax", [("        z = x - tl.max(x, axis=0)",
                   '        z = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=float("-inf")) - tl.max(x, axis=0)')],
      "the row of x is loaded more than once"),

@@ -258,12 +258,21 @@ def _le_hint(kernels):
     return hint
 
 
+#: How often the two-pass kernel loads an element: x twice (pass 1 for the max and the sum together, pass 2 to
+#: write), out never.
+READS = {"x": (2, "each element of x is loaded more than twice: a pass for the max and another for the sum (then a "
+                  "third to write) is the three-pass softmax this lesson does away with. online_stats keeps the max "
+                  "and the sum together in one pass, rescaling the sum, l = l * exp(m - m_new) + sum(exp(x - m_new)), "
+                  "whenever the max grows; write_softmax is the second and last pass"),
+         "out": (0, "the kernel loads from out, which it only writes: pass 2 reads x again, not out")}
+
+
 def _graded(label, softmax, x, note, dtype=torch.float32, trace=True, kernels=()):
     expected = torch.softmax(x.double(), dim=-1)
     f16 = dtype == torch.float16
     case = attempt(label, softmax, (x,), expected, dtype=dtype, atol=1e-3 if f16 else 1e-6,
                    rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, x), trace=trace, mask=MASK,
-                   trace_hint=_trace_hint(x), oob_hint=_le_hint(kernels))
+                   trace_hint=_trace_hint(x), oob_hint=_le_hint(kernels), reads=READS)
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = "softmax returns the output tensor alone: return out"
     return case
