@@ -80,6 +80,10 @@ THREE_PASS = ("""    for block_start in tl.range(start, end, BLOCK, num_stages=N
 
 @pytest.mark.parametrize("lesson, edits, hint", [
     ("online_softmax", [THREE_PASS], "the three-pass softmax this lesson does away with"),
+    ("flash_attention", [("        s = tl.dot(q, tl.trans(k)) * sm_scale  # (BLOCK_M, BLOCK_N) scores",
+                          "        q = tl.load(Q + head + offs_m[:, None] * stride_n + offs_d[None, :], "
+                          "mask=offs_m[:, None] < N, other=0.0)\n        s = tl.dot(q, tl.trans(k)) * sm_scale")],
+     "the Q block is loaded more than once"),
     ("softmax", [("        z = x - tl.max(x, axis=0)",
                   '        z = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=float("-inf")) - tl.max(x, axis=0)')],
      "the row of x is loaded more than once"),

@@ -242,12 +242,20 @@ def _oob_hint(q):
     return hint
 
 
+#: How often the forward loads an element: a query once (its block stays on chip for the whole key loop), the
+#: outputs never. K and V are read once by each query block, as the algorithm has it.
+READS = {"Q": (1, "the Q block is loaded more than once: load it once, before the loop over the keys, and keep it "
+                  "on chip; only K and V change from step to step. Loading it in the loop reads it N / BLOCK_N times"),
+         "O": (0, "the kernel loads from o, which it only writes: acc holds the running sum until the one store"),
+         "LSE": (0, "the kernel loads from lse, which it only writes: m_i and l_i hold it until the one store")}
+
+
 def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
     expected = reference(q, k, v, causal, sm_scale)
     tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
     kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
     case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
-                   mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
+                   mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, reads=READS, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
                    (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = ("attention returns o alone (attention_forward is the one that returns (o, lse)): "
