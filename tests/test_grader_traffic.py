@@ -84,6 +84,10 @@ THREE_PASS = ("""    for block_start in tl.range(start, end, BLOCK, num_stages=N
                           "        q = tl.load(Q + head + offs_m[:, None] * stride_n + offs_d[None, :], "
                           "mask=offs_m[:, None] < N, other=0.0)\n        s = tl.dot(q, tl.trans(k)) * sm_scale")],
      "the Q block is loaded more than once"),
+    ("decode_attention", [("        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_G, BLOCK_N) scores, log2 units",
+                           "        q = tl.load(Q + (b * HKV * GROUP + heads)[:, None] * HEAD_DIM + d[None, :], "
+                           "mask=g[:, None] < GROUP, other=0.0)\n        s = tl.dot(q, tl.trans(k)) * qk_scale")],
+     "the queries are loaded more than once a split"),
     ("softmax", [("        z = x - tl.max(x, axis=0)",
                   '        z = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=float("-inf")) - tl.max(x, axis=0)')],
      "the row of x is loaded more than once"),

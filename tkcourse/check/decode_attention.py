@@ -36,6 +36,7 @@ from .core import (
     Case,
     graded_call,
     grading_seed,
+    loaded_again,
     padded,
     poisoned_allocations,
     random_sizes,
@@ -837,7 +838,24 @@ def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
     if case.status == "todo":
         return case
     changed = g.snap.case(label, g.fn_name)
-    return changed if changed is not None else case
+    if changed is not None:
+        return changed
+    return (_q_reloaded(label, g.traces) if case.status == "pass" else None) or case
+
+
+Q_RELOADED = ("the queries are loaded more than once a split: load the (BLOCK_G, D) block of q once, before the loop "
+              "over the split's tokens, and keep it on chip; only K and V change from step to step")
+
+
+def _q_reloaded(label, traces) -> Case | None:
+    """A failing case when a split kernel loaded an element of q more often than once a split (the ``splits`` it
+    was launched with): q loaded again inside the token loop."""
+    for tr in traces:
+        for ln in tr.launches:
+            splits = ln.arg("splits")
+            if ln.kernel == "decode_split" and isinstance(splits, int) and splits > 0:
+                return loaded_again(label, [tr], {"Q": (splits, Q_RELOADED)})
+    return None
 
 
 def _label(lens, ps, Hq, Hkv, D, dtype):
