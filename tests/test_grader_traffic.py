@@ -56,17 +56,15 @@ def test_a_k_loop_past_the_data_fails_with_its_bound_named(lesson, old, new, hin
     assert "every lane masked off" in rep.first_problem().detail
 
 
+def _pass_one_loop() -> str:
+    """Lesson 05's pass 1 loop as the solution writes it (the max and the sum in one pass), to plant over."""
+    text = stubs.answer_text((ROOT / "solutions" / "online_softmax.py").read_text())
+    start = text.index("    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):")
+    return text[start:text.index("        m = m_new\n", start) + len("        m = m_new\n")]
+
+
 #: Lesson 05's pass 1 as the three-pass softmax has it: a loop for the max, then one for the sum
-THREE_PASS = ("""    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
-        cols = block_start + tl.arange(0, BLOCK)
-        # evict_last: keep the row in L2 for pass 2
-        x = tl.load(x_row + cols, mask=cols < end, other=float("-inf"), eviction_policy="evict_last")
-        x = x.to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # all -inf so far: keep l at 0, not nan
-        l = l * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)  # rescale the old sum, add the block's
-        m = m_new
-""", """    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
+THREE_PASS = (_pass_one_loop(), """    for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
         cols = block_start + tl.arange(0, BLOCK)
         x = tl.load(x_row + cols, mask=cols < end, other=float("-inf")).to(tl.float32)
         m = tl.maximum(m, tl.max(x, axis=0))
