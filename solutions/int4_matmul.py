@@ -182,7 +182,8 @@ def matmul(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, group_si
     for name, v in (("BLOCK_M", BLOCK_M), ("BLOCK_N", BLOCK_N), ("BLOCK_K", BLOCK_K)):
         v = integer(name, v, lo=16, hi=1024)
         if v & (v - 1):
-            raise ValueError(f"{name} must be a power of two from 16 to 1024 (tl.dot's K side needs 16, and the tiles keep M and N there too), got {v}")
+            raise ValueError(f"{name} must be a power of two from 16 to 1024 (tl.dot's K side needs 16, and the "
+                             f"tiles keep M and N there too), got {v}")
     x2 = x.reshape(-1, K)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()

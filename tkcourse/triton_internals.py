@@ -437,7 +437,8 @@ def launch_signature(fn, args, kwargs) -> tuple[dict, dict] | None:
             return None  # a parameter with no value and no default: not a launch Triton would take either
         value = bound.arguments[name]
         annotation = param.annotation
-        is_constexpr = "constexpr" in (annotation if isinstance(annotation, str) else getattr(annotation, "__name__", ""))
+        said = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+        is_constexpr = "constexpr" in said
         types[name] = "constexpr" if is_constexpr else mangle_type(value)
         if types[name] == "constexpr":
             constexprs[name] = getattr(value, "value", value)  # a tl.constexpr(...) passed as such

@@ -91,7 +91,8 @@ def reference(q, k_cache, v_cache, seq_lens, block_table, sm_scale=None, *, lens
     ``kv_head(h, Hq, Hkv)`` (the KV head of query head h, default h // (Hq // Hkv)), and with ``split`` (tokens
     a split) the split kernel's partials and the combine (``split_partials``, ``combined``, whose keywords these are:
     ``rescale`` the combine's weights exp2(rescale · (m_i - m)), True the right rule; ``forget`` "l" or "acc", each
-    split walked ``step`` tokens at a time; ``denominator``), ``address(page, pos, kvh, page_size, Hkv)`` (the row of the
+    split walked ``step`` tokens at a time; ``denominator``), ``address(page, pos, kvh, page_size, Hkv)`` (the row
+    of the
     pool, seen as (num_pages * page_size * Hkv, D), that a kernel reads for token ``pos`` on physical ``page`` and KV
     head ``kvh``: a wrong formula for it; a row outside the pool reads NaN), ``counts(n)`` (how many splits walk each
     of a sequence's n keys, a tensor of n: a key walked twice weighs twice in the softmax; none walked, a NaN row).

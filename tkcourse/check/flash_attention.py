@@ -255,7 +255,8 @@ def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None):
     tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
     kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
     case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
-                   mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, reads=READS, diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
+                   mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, reads=READS,
+                   diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
                    (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
         case.hint = ("attention returns o alone (attention_forward is the one that returns (o, lse)): "

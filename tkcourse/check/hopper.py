@@ -406,8 +406,8 @@ def _error_hint(exc, default) -> str:
 
 #: What steps that load nothing mean here: a K loop past the last block of K.
 IDLE_HINT = ("the K loop runs past K: it takes k_steps = tl.cdiv(K, BLOCK_K) steps, for k in range(k_steps) (range(K) "
-             "takes K of them, and a number of steps typed in fits one K only). Past the last block a descriptor's load lies wholly beyond the edge and reads only "
-             "the zeros it fills in, and still takes its time")
+             "takes K of them, and a number of steps typed in fits one K only). Past the last block a descriptor's "
+             "load lies wholly beyond the edge and reads only the zeros it fills in, and still takes its time")
 
 
 def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
@@ -437,7 +437,8 @@ def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
         return changed
     return (_repeated_case(label, g.out, g.traces, math.ceil(K / cfg["BLOCK_K"]))
             or _past_tiles_case(label, g.out, g.traces, a, cfg)
-            or _order_case(label, g.out, g.traces, cfg, programs) or idle_steps(label, g.traces, IDLE_HINT, PAST_TILES) or case)
+            or _order_case(label, g.out, g.traces, cfg, programs)
+            or idle_steps(label, g.traces, IDLE_HINT, PAST_TILES) or case)
 
 
 def _warp_specialize_case(mod) -> Case:

@@ -301,7 +301,8 @@ def graded(label, fn, x, w, eps, r, dtype, note="", layout=""):
 #: How often the fused kernel loads an element: x and the residual once, the outputs never (the weight, once a
 #: row, is left out).
 READS = {"x": (1, "x's row is loaded more than once: load it once, keep it in registers (in fp32) for the sum of "
-                  "squares and the normalization, as the lesson's kernel does; a second read is the traffic fusing saves"),
+                  "squares and the normalization, as the lesson's kernel does; a second read is the traffic "
+                  "fusing saves"),
          "res": (1, "the residual's row is loaded more than once: load it once, add it to x in registers"),
          "sum": (0, "the kernel loads back h = x + residual, which it only writes: keep the rounded sum in registers "
                     "after storing it, and normalize that"),

@@ -182,7 +182,8 @@ def idle_steps(label, traces, hint: str, stores_hint: str | None = None) -> Case
         stores = sum(kind == "store" for kind, _, _ in tr.idle)
         if stores and stores_hint:
             return Case(label, "fail", f"the right result, but {tr.name} stored {stores} blocks with every lane "
-                        f"masked off, and made {len(loads)} loads so: work on tiles past the output's edge", stores_hint)
+                        f"masked off, and made {len(loads)} loads so: work on tiles past the output's edge",
+                        stores_hint)
         program, most = collections.Counter(p for p, _ in loads).most_common(1)[0]
         names = sorted({tr.tensors[i].name for _, i in loads if i is not None and i < len(tr.tensors)})
         of = f" of {', '.join(names)}" if names else ""

@@ -57,7 +57,8 @@ class Spec:
 
 def enabled() -> bool:
     """In the interpreter only (on a GPU every launch compiles for real), unless ``TKCOURSE_GPU_COMPILE=0``."""
-    return mode.INTERPRET and os.environ.get("TKCOURSE_GPU_COMPILE", "1").strip().lower() not in ("0", "false", "no", "off")
+    switch = os.environ.get("TKCOURSE_GPU_COMPILE", "1").strip().lower()
+    return mode.INTERPRET and switch not in ("0", "false", "no", "off")
 
 
 def _encoded(value):
