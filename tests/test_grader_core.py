@@ -469,6 +469,18 @@ def test_error_case_says_what_tritons_own_refusals_mean(message, words):
     assert core.error_case("c", RuntimeError("something else")).hint.startswith("your code raised"), case
 
 
+def test_a_python_name_error_is_not_taken_for_the_compilers():
+    """A typo in the learner's Python (NameError: name 'x' is not defined) keeps the plain hint; only the
+    compiler's NameError('x is not defined'), a name defined in one branch of an if, gets the branch hint."""
+    try:
+        undefined_name  # noqa: F821, B018
+    except NameError as exc:
+        typo = core.error_case("c", exc)
+    assert "one branch of an if" not in typo.hint and typo.hint.startswith("your code raised"), typo
+    compiled = core.error_case("c", RuntimeError("at 4:4:\nNameError('v is not defined')"))
+    assert "one branch of an if" in compiled.hint, compiled
+
+
 def test_a_lesson_hint_that_raises_leaves_the_default_hint():
     """oob_hint, error_hint and trace_hint are a grader's guesses about a learner's mistake: one that raises on an
     input nobody foresaw gives no hint, and the case keeps core's own, never a crash of the grader."""

@@ -150,7 +150,7 @@ _TRITON_ERRORS = {
         "a variable gets another type or shape inside an if than before it (the int 0 before, a loaded block "
         "inside, say): give it that type and shape before the if, tl.zeros((BLOCK,), dtype=tl.float32), so "
         "every branch leaves the same kind of value"),
-    "is not defined": (
+    "is not defined')": (  # the compiler's NameError('v is not defined'), not Python's "name 'v' is not defined"
         "a name the kernel reads is defined in only one branch of an if, or not at all: a compiled kernel needs "
         "it defined before the if (or in every branch), whichever way the test goes"),
     "Cannot access global variable": (
