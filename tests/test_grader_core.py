@@ -452,6 +452,7 @@ def test_where_an_error_was_raised_follows_the_chain_to_the_learners_innermost_l
     ("Both operands must be same dtype. Got fp32 and fp16", "tl.dot takes two operands of one dtype"),
     ("Cannot make_shape_compatible: incompatible dimensions at index 0: 32 and 16", "two blocks of different shapes"),
     ("Input shapes should have M >= 1, N >= 1 and K >= 16", "the side it sums over (K"),
+    ("Pointer argument (at 2) cannot be accessed from Triton (cpu tensor?)", "lies in the CPU's memory"),
 ])
 def test_error_case_says_what_tritons_own_refusals_mean(message, words):
     """Triton's interpreter re-raises a kernel's error as InterpreterError(repr(e)) from e: the message is read

@@ -71,7 +71,8 @@ def test_vector_add_harmless_variants_pass(name, edit):
 
 def test_the_wrong_shape_is_named_before_what_the_programs_stored():
     rep = assert_grader_catches("vector_add", _planted("vector_add", (
-        "out = torch.empty_like(x)", "out = torch.empty(x.numel() + 1, dtype=x.dtype)"), name="long_out"),
+        "out = torch.empty_like(x)", "out = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)"),
+        name="long_out"),
         "an output one element too long", "the shape of the result")
     assert "mask stopped early" not in rep.first_problem().hint
 

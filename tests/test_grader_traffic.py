@@ -30,7 +30,8 @@ def _sum_steps(x_ptr, out_ptr, n, steps, BLOCK: tl.constexpr):
 
 
 def test_a_load_with_every_lane_masked_off_is_recorded_as_idle():
-    x, out = torch.arange(40, dtype=torch.float32, device=mode.DEVICE), torch.empty(16, device=mode.DEVICE)
+    """(On the CPU: the trace's run is the launch there, so its result is out's, on a GPU machine too.)"""
+    x, out = torch.arange(40, dtype=torch.float32), torch.empty(16)
     right = traffic.trace(_sum_steps, (1,), x, out, 40, 3, BLOCK=16)  # 3 steps cover 40 elements
     assert right.idle == []
     past = traffic.trace(_sum_steps, (1,), x, out, 40, 7, BLOCK=16)  # 4 steps more, each loading nothing

@@ -61,7 +61,8 @@ def _formula_diagnose(x, y):
     """``diagnose`` for contiguous inputs x, y: the output matches another formula of x and y (x + x, x - y, ...)."""
     def diagnose(o, e, wrong):
         if isinstance(o, torch.Tensor) and o.shape == x.shape and not torch.isnan(o).any():
-            xd, yd, od = x.double(), y.double(), o.double()
+            # compare hands o over on the CPU; x and y may be on a GPU
+            xd, yd, od = x.double().cpu(), y.double().cpu(), o.double().cpu()
             for model, hint in FORMULAS:
                 if torch.allclose(od, model(xd, yd), rtol=1e-2, atol=1e-3):
                     return hint

@@ -156,6 +156,9 @@ _TRITON_ERRORS = {
     "Cannot access global variable": (
         "a compiled kernel reads a module's global only when it is a tl.constexpr: pass the value in as an "
         "argument (BLOCK: tl.constexpr), or define the global as NAME = tl.constexpr(value)"),
+    "cannot be accessed from Triton (cpu tensor?)": (  # a GPU launch given a tensor in host memory
+        "a tensor the kernel was given lies in the CPU's memory, where a GPU kernel cannot reach it: make every "
+        "tensor it takes on the inputs' device, torch.empty(..., device=x.device) or torch.empty_like(x)"),
     "unsupported tensor index": (
         "a block cannot be indexed by a number in a compiled kernel (x[0]): reduce it (tl.sum, tl.max), pick "
         "the element with tl.where and a reduction, or load the one element you need"),
