@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_grader_catches, mutant
 
-from tkcourse import check, stubs
+from tkcourse import check, mode, stubs
 from tkcourse.check import autotune as autotune_grader
 from tkcourse.check import matmul as matmul_grader
 from tkcourse.check.core import error_case
@@ -127,8 +127,10 @@ GRID = 'return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]
 
 
 @pytest.mark.parametrize("name, old, new, hint", [
-    ("the last group not clamped", "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)", "group_size_m = GROUP_M",
-     "the last group of tile rows may be shorter than GROUP_M"),
+    pytest.param("the last group not clamped", "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
+                 "group_size_m = GROUP_M", "the last group of tile rows may be shorter than GROUP_M",
+                 marks=pytest.mark.xfail(not mode.INTERPRET, strict=True, reason="on a GPU the first failing case "
+                                         "(2 x 2 tiles) gets the pid_n hint: research/README.md, item 17")),
     ("pid_n by a remainder", GROUPED, GROUPED.replace("//", "%"), "pid_n is (pid % pids_per_group) // group_size_m"),
     ("a 2-D grid", GRID, 'return (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))',
      "the kernel takes its tile from tl.program_id(axis=0) alone"),
