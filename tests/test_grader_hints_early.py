@@ -5,6 +5,7 @@ that the grader fails it (or reports the error) with a hint that names the mista
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import assert_grader_catches, mutant
 
 from tkcourse import check, mode, stubs
@@ -127,10 +128,8 @@ GRID = 'return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]
 
 
 @pytest.mark.parametrize("name, old, new, hint", [
-    pytest.param("the last group not clamped", "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
-                 "group_size_m = GROUP_M", "the last group of tile rows may be shorter than GROUP_M",
-                 marks=pytest.mark.xfail(not mode.INTERPRET, strict=True, reason="on a GPU the first failing case "
-                                         "(2 x 2 tiles) gets the pid_n hint: research/README.md, item 17")),
+    ("the last group not clamped", "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
+     "group_size_m = GROUP_M", "the last group of tile rows may be shorter than GROUP_M"),
     ("pid_n by a remainder", GROUPED, GROUPED.replace("//", "%"), "pid_n is (pid % pids_per_group) // group_size_m"),
     ("a 2-D grid", GRID, 'return (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))',
      "the kernel takes its tile from tl.program_id(axis=0) alone"),
@@ -146,6 +145,19 @@ def test_matmul_slips_that_got_a_grid_or_mask_hint_are_named(name, old, new, hin
     the tracer's record of C's stores, with the launch's grid; the K step from how far past A the loads went."""
     rep = assert_grader_catches("matmul", _planted("matmul", (old, new), name="mm_" + name.split()[0]), name, hint)
     assert "mask rows < M on the edge tile" not in rep.first_problem().hint, rep
+
+
+def test_an_unclamped_last_group_is_named_at_two_by_two_tiles():
+    """At 2 x 2 tiles with GROUP_M = 8, an unclamped group and a pid_n taken by % with groups of one leave the same
+    tiles unwritten: the launch's own GROUP_M decides. A GPU's first failing case is this one."""
+    mod = _planted("matmul", ("group_size_m = min(num_pid_m - first_pid_m, GROUP_M)", "group_size_m = GROUP_M"),
+                   name="mm_unclamped_2x2")
+    a = torch.randn(128, 64, device=mode.DEVICE)
+    b = torch.randn(64, 128, device=mode.DEVICE)
+    config = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=1)
+    case = matmul_grader._attempt("2 x 2 tiles", mod.matmul, (a, b), a.double() @ b.double(),
+                                  kwargs=dict(config=config), atol=2e-2, rtol=2e-2)
+    assert case.status == "fail" and "the last group of tile rows may be shorter than GROUP_M" in case.hint, case
 
 
 def test_a_softmax_whose_programs_each_take_every_row_fails():

@@ -140,7 +140,11 @@ def _tile_hint(out, expected, traces) -> str:
             continue  # not whole tiles, or not a program a tile: a grid or mask mistake, which diagnose names
         twice = ("some tiles were stored by two programs and others by none" if (counts > 1).any() else
                  "some programs stored nothing (their tile lay outside C) and some tiles were never written")
-        for group in (1, 2, 4, 8):
+        # the launch's own GROUP_M first: at 2 x 2 tiles an unclamped group of 8 and a pid_n by % with groups of 1
+        # miss the same tiles
+        own = launch.arg("GROUP_M")
+        groups = ([own] if isinstance(own, int) and own > 0 else []) + [g for g in (1, 2, 4, 8) if g != own]
+        for group in groups:
             for what, how in TILE_MODELS:
                 reached = {_grouped(pid, num_m, num_n, group, **how) for pid in range(num_m * num_n)}
                 missing = {(r, c) for r in range(num_m) for c in range(num_n)} - reached
