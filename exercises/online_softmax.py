@@ -92,7 +92,7 @@ def online_softmax_kernel(
     write_softmax(x_row, out_ptr + row * out_row_stride, 0, n_cols, m, l, BLOCK, NUM_STAGES)
 
 
-#: GPU: bytes a program loads per step (4096 fp16 values: 16 a thread with 8 warps).
+#: GPU: bytes a program loads per step (4096 fp16 values: 32 a thread with NUM_WARPS = 4).
 BLOCK_BYTES = 8 * 1024
 #: GPU: warps a program, and (NUM_STAGES) blocks each loop loads ahead of the one it works on
 #: (cp.async into shared memory; 1 is none). Each step is a load and two reductions, and the other

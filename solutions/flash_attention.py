@@ -7,10 +7,10 @@ the B·H·N² scores and probabilities: the score matrix alone is N/(4·D) times
 (8x at N = 4096, D = 128).
 FLOPs: 4·B·H·N²·D (two matmuls of 2·N²·D per head), half that with ``causal=True``.
 
-``_attn_fwd_simple`` is the kernel you write: a program per (query block, batch·head) keeps its
-Q block on chip while a loop over K/V blocks keeps a running max ``m``, a running sum ``l`` and an
-accumulator (the online softmax of lesson 05). The fast version, built from it step by step in
-the notebook's *Going further* (exp2, an unmasked and a masked stage, tensor descriptors,
+``_attn_fwd_simple`` is the kernel you write, with its launch in ``attention_forward``: a program per
+(query block, batch·head) keeps its Q block on chip while a loop over K/V blocks keeps a running max
+``m``, a running sum ``l`` and an accumulator (the online softmax of lesson 05). The fast version,
+built from it step by step in the notebook's *Going further* (exp2, an unmasked and a masked stage, tensor descriptors,
 autotuning, warp specialization), is ``solutions/kernels/attention_forward.py``, behind the same
 API; it uses this file's ``check_inputs``, ``prepare`` and ``reference``.
 ``attention`` here is the forward alone; ``solutions/flash_attention_autograd.py`` joins it with

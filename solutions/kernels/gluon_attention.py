@@ -28,7 +28,8 @@ kernel, config) of each rung in ladder order; ``GQA_KERNELS``; ``DTYPES``, ``HEA
 ``descriptors(q, k, v, o, config)`` (no checks, so that ``research/hopper/compile_check.py`` builds them
 from CPU tensors) and ``launch_plan(...)``, a launch's grid, arguments and constexprs; ``shape_problem(...)``, ``check_inputs(...)``; ``attention_forward`` and ``reference``.
 
-``attention_forward`` returns o alone (these kernels write no log-sum-exp: forward only). It checks its
+``attention_forward`` returns o, and with ``return_lse=True`` (the ping-pong rung only) each row's
+log-sum-exp too, as lesson 06's forward does. It checks its
 inputs and says what is wrong: ValueError for a non-tensor, a tensor not on a CUDA device, a dtype other
 than fp16/bf16, shapes that do not match or that the rung does not take; RuntimeError where the GPU is not
 a Hopper one or kernels run in Triton's interpreter, which runs no Gluon. Non-contiguous inputs are

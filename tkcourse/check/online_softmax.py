@@ -191,16 +191,20 @@ def _diagnose(note, x):
             return ("the max came in the last block and earlier blocks were not rescaled: multiply the running "
                     "sum by exp(m_old - m_new) whenever the max grows")
         if note == "strided rows" or note == "every other row" or note == "a column slice":
-            return ("a strided x is wrong while contiguous ones pass: find row i at x_ptr + i * x.stride(0) "
-                    "(not i * n_cols), and row i of out at out_ptr + i * out.stride(0)")
+            return ("a strided x is wrong while contiguous ones pass: the given online_softmax_kernel finds row i at "
+                    "x_ptr + i * x_row_stride and row i of out at out_ptr + i * out_row_stride, and the given "
+                    "softmax passes x.stride(0) and out.stride(0): if you changed them, put them back as the "
+                    "exercise has them (your helpers read from the x_row and out_row they are given)")
         if note == "transposed":
             return ("a transposed x (its columns not contiguous, x.stride(1) != 1) is wrong: the kernel reads a "
-                    "row as consecutive elements, so make such an x contiguous first (x = x.contiguous())")
+                    "row as consecutive elements, and the given softmax makes such an x contiguous first "
+                    "(x = x.contiguous()): if you changed that, put it back")
         if note in ("random", "many rows") and torch.isnan(o).any():
             nan_rows = torch.isnan(o).all(1)
             if nan_rows.any() and not nan_rows.all():
-                return (f"rows from {int(nan_rows.nonzero()[0])} on were never written: launch one program per "
-                        "row (grid = (n_rows,)), not a fixed number that the smaller cases happen to fit")
+                return (f"rows from {int(nan_rows.nonzero()[0])} on were never written: the given softmax launches "
+                        "one program per row (grid = (n_rows,)), not a fixed number that the smaller cases happen "
+                        "to fit: if you changed the launch, put it back")
             return ("columns were never written at a size no fixed case has: loop over the whole of [start, end) "
                     "in both passes, tl.range(start, end, BLOCK, ...), with the start, end and BLOCK arguments, "
                     "not fixed numbers")
@@ -274,7 +278,7 @@ def _graded(label, softmax, x, note, dtype=torch.float32, trace=True, kernels=()
                    rtol=1e-2 if f16 else 1e-4, diagnose=_diagnose(note, x), trace=trace, mask=MASK,
                    trace_hint=_trace_hint(x), oob_hint=_le_hint(kernels), reads=READS)
     if case.status == "fail" and case.detail.startswith("returned a tuple"):
-        case.hint = "softmax returns the output tensor alone: return out"
+        case.hint = "softmax returns the output tensor alone, as the given launcher does: return out"
     return case
 
 
