@@ -62,7 +62,7 @@ def decode_split(
     splits,  # splits per sequence
     HKV: tl.constexpr,  # KV heads
     GROUP: tl.constexpr,  # G = Hq // Hkv, query heads per KV head
-    BLOCK_G: tl.constexpr,  # GROUP rounded up to a power of two, at least 16 (the course keeps an MMA's rows at 16; Triton would pad fewer)
+    BLOCK_G: tl.constexpr,  # G rounded up to a power of two, at least 16 (an MMA's rows; Triton would pad fewer)
     HEAD_DIM: tl.constexpr,  # D
     PAGE_SIZE: tl.constexpr,  # tokens per page, a power of two
     BLOCK_N: tl.constexpr,  # tokens per step, a power of two

@@ -88,9 +88,9 @@ def prepare(t: torch.Tensor) -> torch.Tensor:
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-#: What a launch config takes: blocks of 16 to 256 rows (``tl.dot`` needs a K side of 16, and M and N
-#: stay there too, the rows of a tensor-core multiply; a power of two for
-#: ``tl.arange``), 1 to 32 warps, 1 to 8 stages. Too large a block for shared memory fails at launch.
+#: What a launch config takes: blocks of 16 to 256 rows (``tl.dot`` needs a K side of 16, and the course
+#: keeps M and N there too, where Triton would pad them; a power of two for ``tl.arange``), 1 to 32 warps,
+#: 1 to 8 stages. Too large a block for shared memory fails at launch.
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
                       "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8)},
                      required=("BLOCK_M", "BLOCK_N"), defaults={"num_warps": 4, "num_stages": 2})

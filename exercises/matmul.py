@@ -130,8 +130,8 @@ AUTOTUNE_MIN_MNK = 256**3
 SMALL_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3)
 
 
-#: What each key of a config takes: tiles of 16 to 512 (``tl.dot`` needs a K side of 16, and M and
-#: N stay there too, the rows of a tensor-core multiply; a power of two for
+#: What each key of a config takes: tiles of 16 to 512 (``tl.dot`` needs a K side of 16, and the course keeps M
+#: and N there too (Triton would pad them); a power of two for
 #: ``tl.arange``), groups of 1 to 256 tile rows, 1 to 32 warps (1024 threads), 1 to 8
 #: pipeline stages. A tile that does not fit in shared memory still fails at launch, with Triton's error.
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 512), "BLOCK_N": (power_of_two, 16, 512),

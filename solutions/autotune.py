@@ -78,8 +78,8 @@ def prune(configs: list[dict], M: int, N: int, K: int, dtype_bytes: int = 2,
 
     Drops a config whose shared memory (``shared_memory_bytes``) exceeds ``smem_limit``, and one
     whose tile is absurdly larger than the problem: BLOCK_M > max(16, next_pow2(M)), and the same
-    for BLOCK_N against N and BLOCK_K against K (16: ``tl.dot``'s K side needs 16, and M and N stay
-    there too, the rows of a tensor-core multiply).
+    for BLOCK_N against N and BLOCK_K against K (16: ``tl.dot``'s K side needs 16, and the course keeps M and N
+    there too: Triton would pad them).
     """
     M, N, K = (integer(name, v, 1) for name, v in (("M", M), ("N", N), ("K", K)))
     dtype_bytes = integer("dtype_bytes", dtype_bytes, 1, 8)

@@ -154,7 +154,7 @@ def prepare(t: torch.Tensor) -> torch.Tensor:
 
 
 #: What ``dkdv_config`` and ``dq_config`` take: blocks of 16 to 256 rows (``tl.dot`` needs a K side of 16,
-#: and M and N stay there too, the rows of a tensor-core multiply; a power of two for
+#: and the course keeps M and N there too (Triton would pad them); a power of two for
 #: ``tl.arange``), 1 to 32 warps, 1 to 8 stages.
 _CONFIG = ConfigSpec({"BLOCK_M": (power_of_two, 16, 256), "BLOCK_N": (power_of_two, 16, 256),
                       "num_warps": (power_of_two, 1, 32), "num_stages": (integer, 1, 8)},

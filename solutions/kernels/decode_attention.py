@@ -81,7 +81,7 @@ def decode_split_kv(
     splits,  # splits per sequence; each takes an equal share of its sequence's steps
     HKV: tl.constexpr,  # KV heads
     GROUP: tl.constexpr,  # G = Hq // Hkv, query heads per KV head
-    BLOCK_G: tl.constexpr,  # GROUP rounded up to a power of two, at least 16 (the rows of a tensor-core multiply)
+    BLOCK_G: tl.constexpr,  # G rounded up to a power of two, at least 16 (an MMA's rows; Triton would pad fewer)
     HEAD_DIM: tl.constexpr,  # D, a power of two
     PAGE_SIZE: tl.constexpr,  # tokens per page, a power of two
     BLOCK_N: tl.constexpr,  # tokens per step, a power of two

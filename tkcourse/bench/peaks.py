@@ -5,8 +5,8 @@ lesson: the **copy bandwidth** is bytes read plus bytes written per second by on
 copy (1 GiB measured now; the recorded table's copy row says its own size); a memory-bound kernel's "% of copy" is its minimum traffic per second over it.
 The **matmul rate** is cuBLAS fp16 at 4096 x 4096 x 4096. Both are practical ceilings, not the hardware's:
 a kernel that reads more than it writes (vector add: two reads a write) can pass a copy by a few percent,
-since DRAM loses time turning the bus around between reads and writes; a larger matmul can pass cuBLAS
-at 4096. Over 100% means "faster than that copy (or that matmul)", never faster than the hardware.
+since DRAM loses time turning the bus around between reads and writes; another matmul (another size,
+dtype or kernel) can pass that one cuBLAS run. Over 100% means "faster than that copy (or that matmul)", never faster than the hardware.
 """
 
 from __future__ import annotations

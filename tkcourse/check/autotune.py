@@ -118,7 +118,7 @@ def _mistakes(space, M, N, K, db, limit):
         ("a tile may be as large as next_pow2 of its dimension: 100 rows fit one BLOCK_M=128 tile. Drop "
          "BLOCK_M > max(16, next_pow2(M)), not BLOCK_M > M",
          lambda c: smem(c, db) <= limit and _fits_problem(c, M, N, K, pow2=int)),
-        ("the tiles start at 16 (tl.dot's K side needs 16, and M and N stay there too): keep BLOCK_M up to "
+        ("the tiles start at 16 (tl.dot's K side needs 16; the course keeps M and N there too): keep BLOCK_M up to "
          "max(16, next_pow2(M)), so a problem with M < 16 still has configs (max(16, ...) is missing)",
          lambda c: smem(c, db) <= limit and _fits_problem(c, M, N, K, floor=1)),
         ("compare each tile side with its own dimension: BLOCK_M with M, BLOCK_N with N, BLOCK_K with K",
@@ -181,8 +181,8 @@ def _floor_hint(floor: int, sides: tuple, M: int, N: int, K: int) -> str:
     return (f"a tile larger than the problem is kept: for {dim}={v} prune keeps {side} up to "
             f"{max(floor, _pow2(v))}, while the rule graded here allows at most max(16, next_pow2({dim})) = "
             f"{max(16, _pow2(v))} (is {what} floored at {floor} instead of 16?). Keep BLOCK_M <= "
-            "max(16, next_pow2(M)) (16: tl.dot's K side needs 16, and M and N stay there too), and the same for "
-            "N and K; a larger floor "
+            "max(16, next_pow2(M)) (16: tl.dot's K side needs 16; the course keeps M and N there too), and the "
+            "same for N and K; a larger floor "
             "(64, the rows of Hopper's wgmma) is an experiment to measure, not the exercise's rule")
 
 
@@ -215,7 +215,7 @@ def _tile_hint(extra, M, N, K) -> str:
             said = ", ".join(f"{k}={got} > max(16, next_pow2({dim}={v})) = {most}" for k, got, dim, v, most in over)
             return (f"a kept config has a tile larger than the problem: {_label(c)} fits in shared memory, but "
                     f"{said}. A tile side may be at most its dimension rounded up to a power of two, and never "
-                    "less than 16 (tl.dot's K side needs 16, and M and N stay there too): drop BLOCK_M > "
+                    "less than 16 (tl.dot's K side needs 16; the course keeps M and N there too): drop BLOCK_M > "
                     "max(16, next_pow2(M)), and the same for N and K")
     return ""
 
@@ -425,7 +425,7 @@ def _grade_space(mod):
             if v < 16 or v & (v - 1):
                 yield Case(label, "fail", f"{_label(c)}: {k} = {v}",
                            f"{k} must be a power of two (tl.arange needs one) and at least 16 (tl.dot's "
-                           "K side needs 16, and M and N stay there too, the rows of a tensor-core multiply)")
+                           "K side needs 16, and the course keeps M and N there too (Triton would pad them))")
                 return
         w = c["num_warps"]
         if w < 1 or w & (w - 1):
