@@ -9,17 +9,20 @@ input under a masked store. Each plant fails at its first wrong case, so a test 
 
 import math
 import types
+from pathlib import Path
 
 import pytest
 import torch
 import triton
 import triton.language as tl
-from helpers import assert_grader_catches
+from helpers import assert_grader_catches, mutant
 from helpers import copied_out_of_bounds as _copied
 
 from tkcourse import check
 from tkcourse.check.flash_attention import reference as fwd_reference
 from tkcourse.check.flash_attention_backward import backward as model_backward
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _assert_caught(lesson, module, bug, hint):
@@ -257,6 +260,18 @@ def test_attention_grader_catches(bug, hint):
 def test_attention_grader_passes_the_correct_plant():
     rep = check.run("flash_attention", module=_attention_module(), quiet=True)
     assert rep.passed, rep
+
+
+def test_attention_grader_catches_a_running_max_started_at_0():
+    """Exact while some score reaches 0 (any max at or above the true one rescales alike): only a case whose
+    scores all lie far below 0 sees it, where exp(s - 0) underflows and o = 0 / 0."""
+    from tkcourse import stubs
+
+    text = stubs.answer_text((ROOT / "solutions" / "flash_attention.py").read_text())
+    mod = mutant(text, [('m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)', "m_i = tl.zeros([BLOCK_M], tl.float32)")],
+                 "planted_max_at_0", "solutions/flash_attention.py")
+    rep = assert_grader_catches("flash_attention", mod, "a running max started at 0", "Start it at -inf")
+    assert "every score about -200" in rep.first_problem().label, rep
 
 
 def _forward_module(bug):

@@ -78,6 +78,12 @@ PLANTED = [
      "the partial maxima are in natural-log units", SPLIT_CASE),
     ("the combine weighs with exp",
      [("w = tl.exp2(m_s - m)", "w = tl.exp(m_s - m)", 1)], "the combine weighs the splits with exp", SPLIT_CASE),
+    ("the running max started at 0",  # exact while the scores reach 0: any max at or above the true one does
+     [('m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)', "m_i = tl.zeros([BLOCK_G], tl.float32)", 1)],
+     "Start the split kernel's running max at -inf", "below zero"),
+    ("the combine's masked maxima loaded as 0",  # exact while some split's max is above 0
+     [('mask=s < SPLITS, other=float("-inf"))', "mask=s < SPLITS, other=0.0)", 1)],
+     "load the combine's masked splits with other=float('-inf') for m", "below zero"),
     ("qk_scale on q and on the scores",
      [("s = tl.dot(q, tl.trans(k)) * qk_scale  #", "s = tl.dot((q * qk_scale).to(q.dtype), tl.trans(k)) * qk_scale  #", 1)],
      "the scale is applied twice", "B=2 lengths [37, 100]"),

@@ -130,6 +130,8 @@ GRID = 'return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]
 @pytest.mark.parametrize("name, old, new, hint", [
     ("the last group not clamped", "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
      "group_size_m = GROUP_M", "the last group of tile rows may be shorter than GROUP_M"),
+    ("the group clamped to the tile rows, not those left", "group_size_m = min(num_pid_m - first_pid_m, GROUP_M)",
+     "group_size_m = min(num_pid_m, GROUP_M)", "the last group of tile rows may be shorter than GROUP_M"),
     ("pid_n by a remainder", GROUPED, GROUPED.replace("//", "%"), "pid_n is (pid % pids_per_group) // group_size_m"),
     ("a 2-D grid", GRID, 'return (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))',
      "the kernel takes its tile from tl.program_id(axis=0) alone"),

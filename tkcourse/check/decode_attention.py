@@ -926,6 +926,32 @@ def _residue_case(mod, gen):
                    extra=extra)
 
 
+#: How far below zero (log2 units) every score of ``_low_scores_case`` lies: 2**-200 underflows fp32 to 0.
+LOW_GAP = 200
+
+
+def _low_scores_case(mod, gen):
+    """Every score about LOW_GAP log2 units below zero, on RESIDUES' 3 splits (the combine's fourth lane masked):
+    a running max started at 0 rather than -inf, or a masked split's m loaded as 0 rather than -inf, becomes the
+    max, and exp2(s - 0) underflows to 0 for every key, so l = 0 and out = 0 / 0. With the scores near zero that
+    slip is exact, since any m at or above the true max rescales the sums alike."""
+    lens, ps, Hq, Hkv, D = RESIDUES if mode.INTERPRET else RESIDUES_GPU
+    splits, size, _ = lesson_plan(len(lens), Hkv, _max_pages(lens, ps), ps, gpu=not mode.INTERPRET)
+    q, k, v, seq_lens, table = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
+    q[..., 0] = -LOW_GAP * math.sqrt(D) / LOG2E  # q·k / sqrt(D) · log2(e) about -LOW_GAP, give or take a few
+    k[..., 0] = 1.0
+    label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: {splits} splits, every score about {LOW_GAP} (log2 "
+             "units) below zero")
+    case = _graded(label, mod, (q, k, v, seq_lens, table), torch.float32, splits=splits)
+    if case.status == "fail" and any(w in case.detail for w in ("NaN", "nan", "inf")):
+        case.hint = (f"every score lies about {LOW_GAP} (log2 units) below zero, so a max of 0 where -inf belongs "
+                     "becomes the max and exp2(s - 0) underflows to 0 for every key: l = 0 and out = 0 / 0. Start "
+                     "the split kernel's running max at -inf (tl.full([BLOCK_G], float('-inf'), tl.float32)), and "
+                     "load the combine's masked splits with other=float('-inf') for m (0 for l and acc). With "
+                     "scores near zero a 0 there is harmless: any max at or above the true one rescales alike")
+    return case
+
+
 #: (lengths, page_size, Hq, Hkv, D) of the case whose first key scores far above every later one
 FALLING = ([150], 16, 4, 2, 64)
 FALLING_GAP = 216  # log2 units between key 0's score and the others': 2**216 overflows fp32
@@ -1055,6 +1081,7 @@ def grade(mod):
             yield _graded(_label(lens, ps, Hq, Hkv, D, dtype), mod, paged(lens, ps, Hq, Hkv, D, dtype, gen), dtype)
     yield _residue_case(mod, gen)
     yield _falling_max_case(mod, gen)
+    yield _low_scores_case(mod, gen)
     yield from _gpu_plan_cases(mod, gen)
     case = _pool_offsets_case(mod, gen)
     if case is not None:

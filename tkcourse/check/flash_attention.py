@@ -336,6 +336,28 @@ def _layout(B, H, N, D, layout, gen):
     return [q, k, v]
 
 
+#: How far below zero every score of ``_low_scores_case`` lies: exp(-200) underflows fp32 to 0.
+LOW_SCORE = 200
+
+
+def _low_scores_case(mod, gen):
+    """Every score about -LOW_SCORE: a running max started at 0 rather than -inf stays the max, exp(s - 0)
+    underflows to 0 for every key, l = 0 and o = 0 / 0. With scores near zero that slip is exact, since any max
+    at or above the true one rescales the sums alike, so no other case sees it."""
+    B, H, N, D = 1, 2, 100, 32
+    q, k, v = (torch.randn(B, H, N, D, generator=gen).to(mode.DEVICE) for _ in range(3))
+    q[..., 0] = -LOW_SCORE * math.sqrt(D)  # q·k / sqrt(D) about -LOW_SCORE, give or take a few
+    k[..., 0] = 1.0
+    case = _graded(f"B={B} H={H} N={N} D={D} float32, every score about -{LOW_SCORE}", mod, q, k, v, False,
+                   torch.float32)
+    if case.status == "fail" and any(w in case.detail for w in ("NaN", "nan", "inf")):
+        case.hint = (f"every score lies about {LOW_SCORE} below zero, so a running max started at 0 stays the max and "
+                     "exp(s - 0) underflows to 0 for every key: l = 0 and o = 0 / 0. Start it at -inf, "
+                     "m_i = tl.full([BLOCK_M], float('-inf'), tl.float32); with scores near zero a 0 there is "
+                     "harmless, since any max at or above the true one rescales acc and l alike")
+    return case
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     dtypes = [torch.float32, torch.float16]
@@ -350,6 +372,7 @@ def grade(mod):
             q, k, v = (torch.randn(B, H, N, D, generator=gen).to(mode.DEVICE) for _ in range(3))
             label = f"attention_forward B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32"
             yield _graded_forward(label, mod, q, k, v, causal)
+    yield _low_scores_case(mod, gen)
     for B, H, N, D, causal, layout in LAYOUTS:
         q, k, v = _layout(B, H, N, D, layout, gen)
         label = f"B={B} H={H} N={N} D={D}{' causal' if causal else ''} float32, {layout}"

@@ -41,6 +41,11 @@ ACC_SHAPE = (32, 32, 2048)
 #: are square, so a grid or a (pid_m, pid_n) that swaps BLOCK_M and BLOCK_N passes everywhere else.
 TALL_TILE = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
 TALL_SHAPE = (100, 30, 40)  # the fp16 accumulation case: long sums of positive values
+#: A config and a C of 3 x 3 tiles: a whole group of GROUP_M = 2 tile rows, then a last group of one. A group size
+#: not clamped for the last group alone (min(num_pid_m, GROUP_M), without - first_pid_m) is right in a first
+#: group and in a one-column C, which is all the other cases hold.
+GROUPS_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=2, num_warps=4, num_stages=2)
+GROUPS_SHAPE = (48, 40, 24)
 # the edge masks that out-of-bounds hints name
 MASK = "(offs_m[:, None] < M) & (offs_n[None, :] < N) on the C tile, and k < K on the K slices of A and B"
 # an fp16 accumulator, in either form: acc += tl.dot(a, b).to(fp16) rounds, acc = tl.dot(a, b, acc) raises
@@ -379,6 +384,17 @@ def _tall_tile_case(mod, dtype, gen):
                     dtype=dtype, atol=atol, rtol=rtol, diagnose=hint, oob_hint=_oob_hint, mask=MASK)
 
 
+def _groups_case(mod, dtype, gen):
+    """``GROUPS_TILE`` on ``GROUPS_SHAPE``: a last group shorter than GROUP_M after a whole one."""
+    M, N, K = GROUPS_SHAPE
+    a, b = _inputs(M, N, K, "", dtype, gen)
+    atol, rtol = _tolerance(dtype)
+    label = (f"M={M} N={N} K={K} {str(dtype)[6:]}, config BLOCK_M={GROUPS_TILE['BLOCK_M']} "
+             f"BLOCK_N={GROUPS_TILE['BLOCK_N']} GROUP_M={GROUPS_TILE['GROUP_M']} (a shorter last group after a whole one)")
+    return _attempt(label, mod.matmul, (a, b), a.double() @ b.double(), kwargs=dict(config=dict(GROUPS_TILE)),
+                    dtype=dtype, atol=atol, rtol=rtol, diagnose=_diagnose(a, b, ""), oob_hint=_oob_hint, mask=MASK)
+
+
 def grade(mod):
     gen = torch.Generator().manual_seed(0)
     first, *others = mode.float_dtypes()
@@ -387,6 +403,7 @@ def grade(mod):
     yield from _random(mod, first, gen)
     yield from _fixed(mod, first, gen, SHAPES[1:])
     yield _tall_tile_case(mod, first, gen)
+    yield _groups_case(mod, first, gen)
     for dtype in others:
         if dtype == torch.float16:
             yield _acc_case(mod, gen)
