@@ -794,10 +794,11 @@ def _partials_oob(splits, B, Hq, D):
     return hint
 
 
-def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra=""):
-    """One graded call on the NaN-poisoned pool, checked as ``core.attempt`` does, with this lesson's hints."""
+def _graded(label, mod, args, dtype, sm_scale=None, *, splits=None, extra="", loose=1):
+    """One graded call on the NaN-poisoned pool, checked as ``core.attempt`` does, with this lesson's hints;
+    ``loose`` widens the tolerance that many times, for a case whose data leaves fp32 less room."""
     expected = reference(*args, sm_scale=sm_scale)
-    tol = 2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2)
+    tol = loose * (2e-3 if dtype == torch.float16 else (2e-5 if mode.INTERPRET else 1e-2))
     q, k, v, seq_lens, table = args
     kp, vp = poisoned(k, v, seq_lens, table)
     call = (padded(q), padded(kp), padded(vp), seq_lens, table)  # a load past the end reads a loud value
@@ -938,11 +939,15 @@ def _low_scores_case(mod, gen):
     lens, ps, Hq, Hkv, D = RESIDUES if mode.INTERPRET else RESIDUES_GPU
     splits, size, _ = lesson_plan(len(lens), Hkv, _max_pages(lens, ps), ps, gpu=not mode.INTERPRET)
     q, k, v, seq_lens, table = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
-    q[..., 0] = -LOW_GAP * math.sqrt(D) / LOG2E  # q·k / sqrt(D) · log2(e) about -LOW_GAP, give or take a few
+    # Quarters: every product and partial sum of q·k is exact in fp32, so the large first term cancels the same
+    # in any summation order; what is left is the rounding of the scaled scores, about 2e-5 of a probability.
+    q, k, v = (t.mul(4).round().div(4) for t in (q, k, v))
+    q[..., 0] = -round(LOW_GAP * math.sqrt(D) / LOG2E * 4) / 4  # q·k / sqrt(D) · log2(e) about -LOW_GAP, give or take
     k[..., 0] = 1.0
     label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: {splits} splits, every score about {LOW_GAP} (log2 "
              "units) below zero")
-    case = _graded(label, mod, (q, k, v, seq_lens, table), torch.float32, splits=splits)
+    case = _graded(label, mod, (q, k, v, seq_lens, table), torch.float32, splits=splits,
+                   loose=10 if mode.INTERPRET else 1)
     if case.status == "fail" and any(w in case.detail for w in ("NaN", "nan", "inf")):
         case.hint = (f"every score lies about {LOW_GAP} (log2 units) below zero, so a max of 0 where -inf belongs "
                      "becomes the max and exp2(s - 0) underflows to 0 for every key: l = 0 and out = 0 / 0. Start "
