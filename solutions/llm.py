@@ -43,7 +43,7 @@ graphs need). The course's cache is paged (vLLM's PagedAttention, Kwon et al. 20
 of ``PAGE_SIZE`` tokens and a block table that says which page holds which tokens of a sequence;
 here each sequence owns a fixed run of pages, the simplest table. Decoding is greedy (argmax).
 
-``graph=True`` (the course path on a GPU): the decode step is captured once in a CUDA graph and
+``graph=True`` (either path, on a GPU): the decode step is captured once in a CUDA graph and
 replayed, so that a step costs one launch on the host instead of about ten per layer (lesson 08); the
 step keeps its position and its token in device tensors and advances them itself, so the loop never
 waits for the GPU. On a CPU (Triton's interpreter) there are no graphs and ``graph`` is ignored.
@@ -95,8 +95,8 @@ PAGE_SIZE = 16
 #: Input features that share one int4 scale (the course's int4 kernel plans for 128).
 GROUP_SIZE = 128
 #: The matmul's tiles in Triton's interpreter, where a program costs Python time rather than GPU time:
-#: the largest tiles the lesson's config takes, one to three programs a projection of the shipped model
-#: (each program costs its Python overhead, whatever its size). On a GPU, None: the
+#: the largest N and K tiles the lesson's config takes (512) and 64 rows, one to three programs a projection of
+#: the shipped model at one row or a short prompt (each program costs its Python overhead, whatever its size). On a GPU, None: the
 #: library's own plan (split-K at decode sizes, autotuned at prefill sizes).
 MATMUL_CONFIG = dict(BLOCK_M=64, BLOCK_N=512, BLOCK_K=512, GROUP_M=1, num_warps=4, num_stages=1) if INTERPRET else None
 #: Decode attention's plan in the interpreter: one program a (sequence, KV head) reading 64 tokens a step,

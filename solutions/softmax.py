@@ -66,7 +66,7 @@ def warps_for(BLOCK: int) -> int:
 
     Short rows get few warps, so many programs (rows) fit on one SM at once and keep enough bytes
     in flight; long rows get up to 16 warps (512 threads) so no thread holds more than 64 values.
-    A sweep of warps x stages x programs on an H200 agreed (``tkcourse/data/PROVENANCE.md``, "Constants
+    A sweep of warps x stages x programs on an H200 agreed to within 1% (``tkcourse/data/PROVENANCE.md``, "Constants
     of lessons 02 and 05").
     """
     return min(16, max(4, BLOCK // 1024))
@@ -76,14 +76,15 @@ def stages_for(BLOCK: int, element_size: int) -> int:
     """Rows the persistent loop loads ahead: none.
 
     With many programs on each SM, other programs' loads already hide a row's latency, so a prefetch
-    into shared memory costs what it hides: on an H200 2 or 3 stages were no faster than none, and
-    slower for long rows (``tkcourse/data/PROVENANCE.md``, "Constants of lessons 02 and 05"). The
+    into shared memory costs what it hides: on an H200 2 or 3 stages were at most 1% faster than none,
+    and slower for short and long rows (``tkcourse/data/PROVENANCE.md``, "Constants of lessons 02 and 05"). The
     parameter stays so that you can measure it yourself (the sweep: ``research/tuning/``).
     """
     return 1
 
 
-#: Rows of at least this many columns get a program each instead of a persistent grid: a long row is
+#: Rows whose BLOCK (the row length rounded up to a power of two) is at least this, so rows of more than
+#: 2048 columns, get a program each instead of a persistent grid: a long row is
 #: work enough to pay for a program's start, and the hardware's own scheduling then balances the
 #: SMs; at 1024 columns a row is too little work, and the persistent grid won on an H200
 #: (``tkcourse/data/PROVENANCE.md``, "Constants of lessons 02 and 05").
@@ -98,7 +99,8 @@ def num_programs(x: torch.Tensor, out: torch.Tensor, BLOCK: int, num_warps: int,
     rows on a GPU, as many as fit at once.
 
     A persistent grid (Triton tutorial 02) has one wave of programs that loop over the rows, so no
-    program waits for a slot and each one prefetches its next row while it works on this one.
+    program waits for a slot; with ``num_stages`` > 1 each could also prefetch its next row while it
+    works on this one, which ``stages_for`` leaves off.
     How many fit on an SM comes from the compiled kernel's registers and shared memory.
     """
     n_rows = x.shape[0]
@@ -148,7 +150,8 @@ def naive_softmax(x: torch.Tensor) -> torch.Tensor:
 
     Elements moved: max (read MN, write M), subtract (read MN + M, write MN), exp (read MN,
     write MN), sum (read MN, write M), divide (read MN + M, write MN): ``8MN + 4M`` in all,
-    against ``2MN`` for the fused kernel.
+    against ``2MN`` for the fused kernel. (``x.max(dim=1)`` also writes M int64 indices, which a
+    byte count of the ops, like lesson 02's table, sees as well.)
     """
     x_max = x.max(dim=1, keepdim=True).values
     z = x - x_max
