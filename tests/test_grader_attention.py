@@ -274,6 +274,22 @@ def test_attention_grader_catches_a_running_max_started_at_0():
     assert "every score about -200" in rep.first_problem().label, rep
 
 
+@pytest.mark.parametrize("hi", ["N", "tl.minimum((start_m + 2) * BLOCK_M, N) if CAUSAL else N"],
+                         ids=["to N", "one block past"])
+def test_attention_grader_catches_a_causal_loop_past_the_diagonal(hi):
+    """Right values (the causal mask hides every later key), twice the work at long N: the tracer sees a key row
+    loaded for a query block whose rows all come before it."""
+    from tkcourse import stubs
+
+    text = stubs.answer_text((ROOT / "solutions" / "flash_attention.py").read_text())
+    mod = mutant(text, [("hi = tl.minimum((start_m + 1) * BLOCK_M, N) if CAUSAL else N", f"hi = {hi}")],
+                 "planted_past_diagonal", "solutions/flash_attention.py")
+    rep = assert_grader_catches("flash_attention", mod, "a causal loop past the diagonal",
+                                "hi = tl.minimum((start_m + 1) * BLOCK_M, N)")
+    bad = rep.first_problem()
+    assert "causal" in bad.label and "past the diagonal" in bad.detail, rep
+
+
 def _forward_module(bug):
     """attention and attention_forward, correct but for the lse of attention_forward."""
     mod = _attention_module()

@@ -250,6 +250,38 @@ READS = {"Q": (1, "the Q block is loaded more than once: load it once, before th
          "LSE": (0, "the kernel loads from lse, which it only writes: m_i and l_i hold it until the one store")}
 
 
+PAST_THE_DIAGONAL = ("causal: a query block's last row is (start_m + 1) * BLOCK_M - 1, and every key after it is "
+                     "masked for all of its rows, so those key blocks are work thrown away (half of it at long N): "
+                     "stop the loop there, hi = tl.minimum((start_m + 1) * BLOCK_M, N) if CAUSAL else N")
+
+
+def _past_the_diagonal(N):
+    """``attempt``'s ``then`` for a causal case: a failing case when the kernel loaded a key row for a query block
+    whose rows all come before it (a loop to N where causal attention stops at the diagonal). Each key row may be
+    loaded by the query blocks that reach its key block, from the launch's own BLOCK_M and BLOCK_N."""
+    def look(label, traces):
+        for tr in traces:
+            if len(tr.launches) != 1:
+                continue
+            ln = tr.launches[0]
+            bm, bn = ln.arg("BLOCK_M"), ln.arg("BLOCK_N")
+            if not (isinstance(bm, int) and isinstance(bn, int) and bm > 0 and bn > 0 and ln.grid[0] == -(-N // bm)):
+                continue  # not the exercise's launch (query blocks on axis 0): nothing to compare with
+            counts = tr.read_counts("K")
+            if counts.ndim != 4 or counts.shape[2] != N:
+                continue
+            rows = counts.max(axis=(0, 1, 3))  # loads of each key row, the most over batch, head and column
+            blocks = ln.grid[0]
+            for j in range(N):
+                reach = sum((m + 1) * bm > (j // bn) * bn for m in range(blocks))  # query blocks whose loop gets here
+                if rows[j] > reach:
+                    return Case(label, "fail", f"the right result, but {tr.name} loaded key row {j} {int(rows[j])} "
+                                f"times where {reach} query block(s) reach it: key blocks past the diagonal, all "
+                                "masked", PAST_THE_DIAGONAL)
+        return None
+    return look
+
+
 def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None, loose=1):
     """One graded call; ``loose`` widens the tolerance that many times, for a case whose data leaves fp32 less room."""
     expected = reference(q, k, v, causal, sm_scale)
@@ -257,6 +289,7 @@ def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None, loose=1)
     kwargs = dict(causal=causal) if sm_scale is None else dict(causal=causal, sm_scale=sm_scale)
     case = attempt(label, mod.attention, (q, k, v), expected, kwargs=kwargs, dtype=dtype, atol=tol, rtol=tol * 5,
                    mask=MASK, oob_hint=_oob_hint(q), trace_hint=_first_step_nan, reads=READS,
+                   then=_past_the_diagonal(q.shape[2]) if causal else None,
                    diagnose=_diagnose(q, k, v, causal, note) if sm_scale is None else
                    (lambda o, e, w: "pass sm_scale through to the kernel instead of 1/sqrt(D)"))
     if case.status == "fail" and case.detail.startswith("returned a tuple"):

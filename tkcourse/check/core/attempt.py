@@ -106,7 +106,7 @@ def returned_case(label, g: "GradedCall") -> Case | None:
 
 def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_hint=None, mask: str | None = None,
             error_hint=None, trace_hint=None, once: str | None = None, idle: str | None = None,
-            reads: dict | None = None, **compare_kwargs) -> Case:
+            reads: dict | None = None, then=None, **compare_kwargs) -> Case:
     """One graded call: ``fn(*args, **kwargs)`` under poisoned allocations and the tracer, checked in order
     for an out-of-bounds access (``oob_case``), a raised error, an output that is an input (``alias_case``),
     the output against ``expected`` (``compare``) and inputs that the call changed (``Snapshot``).
@@ -119,7 +119,8 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
     once (work done twice, by several programs: ``stored_twice``); ``idle``: the hint when a right output's launches
     made loads with every lane masked off (steps that read nothing, a loop past its end: ``idle_steps``); ``reads``:
     how often a right output's launches may load each element of a kernel argument, and the hint when more
-    (``{"x": (1, hint)}``: a fused kernel reads its input once: ``loaded_again``); ``mask``
+    (``{"x": (1, hint)}``: a fused kernel reads its input once: ``loaded_again``); ``then(label, traces)``: a
+    lesson's own check of a right output's traces, a failing ``Case`` or None, run last; ``mask``
     is the lesson's edge mask (``offsets < n``), which out-of-bounds hints name. A lesson whose function returns several tensors builds on ``graded_call`` and ``written_case``.
     """
     g = graded_call(label, fn, args, kwargs=kwargs, trace=trace, oob_hint=oob_hint, mask=mask, error_hint=error_hint)
@@ -143,6 +144,11 @@ def attempt(label, fn, args, expected, *, kwargs=None, trace: bool = True, oob_h
         case = idle_steps(label, g.traces, idle) or case
     if case.status == "pass" and reads and g.traces:
         case = loaded_again(label, g.traces, reads) or case
+    if case.status == "pass" and then is not None and g.traces:
+        try:
+            case = then(label, g.traces) or case
+        except Exception:  # noqa: BLE001  (a lesson's extra look never crashes the grader: the pass stays)
+            pass
     return case
 
 
