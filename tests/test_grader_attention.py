@@ -290,6 +290,28 @@ def test_attention_grader_catches_a_causal_loop_past_the_diagonal(hi):
     assert "causal" in bad.label and "past the diagonal" in bad.detail, rep
 
 
+_DIAGONAL = ("start_n, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, BLOCK_M, True)\n"
+             "        dk, dv = attn_bwd_dkdv_loop(dk, dv, k, v, desc_q, desc_do, LSE, Delta, offs_n,\n"
+             "                                     start_n + BLOCK_N, N, N, qk_scale, BLOCK_M, False)")
+
+
+@pytest.mark.parametrize("edit", [
+    ("start_n, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, BLOCK_M, True)",
+     "0, tl.minimum(start_n + BLOCK_N, N), N, qk_scale, BLOCK_M, True)"),
+    (_DIAGONAL, "0, N, N, qk_scale, BLOCK_M, True)"),
+], ids=["masked loop from 0", "one masked loop over every query"])
+def test_backward_grader_catches_a_causal_loop_over_queries_before_the_keys(edit):
+    """Right gradients (the mask zeroes every query before the keys), up to twice the work at long N: the tracer
+    sees a query row loaded by a key block that starts after it."""
+    from tkcourse import stubs
+
+    text = stubs.answer_text((ROOT / "solutions" / "flash_attention_backward.py").read_text())
+    mod = mutant(text, [edit], "planted_before_keys", "solutions/flash_attention_backward.py")
+    rep = assert_grader_catches("flash_attention_backward", mod, "a causal loop over queries before the keys",
+                                "then [start_n + BLOCK_N, N) with MASK=False")
+    assert "the causal mask throws away whole" in rep.first_problem().detail, rep
+
+
 def _forward_module(bug):
     """attention and attention_forward, correct but for the lse of attention_forward."""
     mod = _attention_module()

@@ -197,6 +197,38 @@ def _diagnose(q, k, v, do, causal, scale, which, note=""):
     return hint  # core's compare turns a diagnosis that raises into no hint
 
 
+BEFORE_THE_KEYS = ("causal: no query before start_n sees this program's keys (query i sees keys j <= i), so query "
+                   "blocks before start_n are masked whole, work thrown away (half of it at long N): loop over "
+                   "[start_n, min(start_n + BLOCK_N, N)) with MASK=True, then [start_n + BLOCK_N, N) with MASK=False")
+
+
+def _before_the_keys(label, traces, N) -> Case | None:
+    """A failing case when a causal attn_bwd_dkdv loaded a query row for a key block that comes after it (a loop
+    from 0 where causal attention starts at the block's first key): query row i may be loaded by the key blocks
+    that start at or before it, from the launch's own BLOCK_N; None otherwise."""
+    try:
+        for tr in traces:
+            if len(tr.launches) != 1 or tr.launches[0].kernel != "attn_bwd_dkdv":
+                continue
+            ln = tr.launches[0]
+            bn = ln.arg("BLOCK_N")
+            if not (isinstance(bn, int) and bn > 0 and ln.grid[0] == -(-N // bn)):
+                continue  # not the exercise's launch (key blocks on axis 0): nothing to compare with
+            counts = tr.read_counts("Q")
+            if counts.ndim != 4 or counts.shape[2] != N:
+                continue
+            rows = counts.max(axis=(0, 1, 3))  # loads of each query row, the most over batch, head and column
+            for i in range(N):
+                reach = min(ln.grid[0], i // bn + 1)  # key blocks that start at or before query i
+                if rows[i] > reach:
+                    return Case(label, "fail", f"the right result, but {tr.name} loaded query row {i} {int(rows[i])} "
+                                f"times where {reach} key block(s) start at or before it: query blocks the causal "
+                                "mask throws away whole", BEFORE_THE_KEYS)
+    except Exception:  # noqa: BLE001  (an extra look never crashes the grader)
+        return None
+    return None
+
+
 def _graded(label, mod, q, k, v, do, causal, dtype, note=""):
     """The cases of one call, dk, dv, then dq, stopping at the first that fails."""
     D = q.shape[-1]
@@ -206,7 +238,7 @@ def _graded(label, mod, q, k, v, do, causal, dtype, note=""):
     inputs = dict(do=do, q=q, k=k, v=v, o=o, lse=lse)
     snap = Snapshot(inputs)
     try:
-        grads, allocs, _ = traced_call(mod.attention_backward, do, q, k, v, o, lse, causal, scale)
+        grads, allocs, traces = traced_call(mod.attention_backward, do, q, k, v, o, lse, causal, scale)
     except traffic.OutOfBoundsError as exc:
         yield oob_case(label, exc, fn=mod.attention_backward, mask=MASK)
         return
@@ -249,6 +281,11 @@ def _graded(label, mod, q, k, v, do, causal, dtype, note=""):
             yield case
             return
         yield case
+    if causal:
+        wasted = _before_the_keys(f"{label}: dk, dv causal", traces, q.shape[2])
+        if wasted is not None:
+            yield wasted
+            return
     changed = snap.case(f"{label}: inputs unchanged", "attention_backward")
     if changed is not None:
         if "lse" in changed.detail:
