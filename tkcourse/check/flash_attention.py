@@ -26,6 +26,7 @@ from .core import (
     oob_case,
     random_sizes,
     refuses,
+    rows_loaded_past,
     seeded,
     traced_call,
 )
@@ -259,27 +260,13 @@ def _past_the_diagonal(N):
     """``attempt``'s ``then`` for a causal case: a failing case when the kernel loaded a key row for a query block
     whose rows all come before it (a loop to N where causal attention stops at the diagonal). Each key row may be
     loaded by the query blocks that reach its key block, from the launch's own BLOCK_M and BLOCK_N."""
-    def look(label, traces):
-        for tr in traces:
-            if len(tr.launches) != 1:
-                continue
-            ln = tr.launches[0]
-            bm, bn = ln.arg("BLOCK_M"), ln.arg("BLOCK_N")
-            if not (isinstance(bm, int) and isinstance(bn, int) and bm > 0 and bn > 0 and ln.grid[0] == -(-N // bm)):
-                continue  # not the exercise's launch (query blocks on axis 0): nothing to compare with
-            counts = tr.read_counts("K")
-            if counts.ndim != 4 or counts.shape[2] != N:
-                continue
-            rows = counts.max(axis=(0, 1, 3))  # loads of each key row, the most over batch, head and column
-            blocks = ln.grid[0]
-            for j in range(N):
-                reach = sum((m + 1) * bm > (j // bn) * bn for m in range(blocks))  # query blocks whose loop gets here
-                if rows[j] > reach:
-                    return Case(label, "fail", f"the right result, but {tr.name} loaded key row {j} {int(rows[j])} "
-                                f"times where {reach} query block(s) reach it: key blocks past the diagonal, all "
-                                "masked", PAST_THE_DIAGONAL)
-        return None
-    return look
+    def reach(ln, j):
+        bm, bn = ln.arg("BLOCK_M"), ln.arg("BLOCK_N")
+        if not (isinstance(bm, int) and isinstance(bn, int) and bm > 0 and bn > 0 and ln.grid[0] == -(-N // bm)):
+            return None  # not the exercise's launch (query blocks on axis 0): nothing to compare with
+        return sum((m + 1) * bm > (j // bn) * bn for m in range(ln.grid[0]))  # query blocks whose loop gets here
+    return lambda label, traces: rows_loaded_past(label, traces, "K", N, reach, "key blocks past the diagonal, all "
+                                                  "masked", PAST_THE_DIAGONAL)
 
 
 def _graded(label, mod, q, k, v, causal, dtype, note="", sm_scale=None, loose=1):

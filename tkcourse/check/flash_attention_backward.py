@@ -26,6 +26,7 @@ from .core import (
     error_case,
     oob_case,
     random_sizes,
+    rows_loaded_past,
     seeded,
     storage_overlap,
     traced_call,
@@ -206,27 +207,13 @@ def _before_the_keys(label, traces, N) -> Case | None:
     """A failing case when a causal attn_bwd_dkdv loaded a query row for a key block that comes after it (a loop
     from 0 where causal attention starts at the block's first key): query row i may be loaded by the key blocks
     that start at or before it, from the launch's own BLOCK_N; None otherwise."""
-    try:
-        for tr in traces:
-            if len(tr.launches) != 1 or tr.launches[0].kernel != "attn_bwd_dkdv":
-                continue
-            ln = tr.launches[0]
-            bn = ln.arg("BLOCK_N")
-            if not (isinstance(bn, int) and bn > 0 and ln.grid[0] == -(-N // bn)):
-                continue  # not the exercise's launch (key blocks on axis 0): nothing to compare with
-            counts = tr.read_counts("Q")
-            if counts.ndim != 4 or counts.shape[2] != N:
-                continue
-            rows = counts.max(axis=(0, 1, 3))  # loads of each query row, the most over batch, head and column
-            for i in range(N):
-                reach = min(ln.grid[0], i // bn + 1)  # key blocks that start at or before query i
-                if rows[i] > reach:
-                    return Case(label, "fail", f"the right result, but {tr.name} loaded query row {i} {int(rows[i])} "
-                                f"times where {reach} key block(s) start at or before it: query blocks the causal "
-                                "mask throws away whole", BEFORE_THE_KEYS)
-    except Exception:  # noqa: BLE001  (an extra look never crashes the grader)
-        return None
-    return None
+    def reach(ln, i):
+        bn = ln.arg("BLOCK_N")
+        if ln.kernel != "attn_bwd_dkdv" or not (isinstance(bn, int) and bn > 0 and ln.grid[0] == -(-N // bn)):
+            return None  # not the exercise's launch (key blocks on axis 0): nothing to compare with
+        return min(ln.grid[0], i // bn + 1)  # key blocks that start at or before query i
+    return rows_loaded_past(label, traces, "Q", N, reach, "query blocks the causal mask throws away whole",
+                            BEFORE_THE_KEYS)
 
 
 def _graded(label, mod, q, k, v, do, causal, dtype, note=""):

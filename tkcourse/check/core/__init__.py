@@ -47,6 +47,7 @@ from .attempt import (
     out_records,
     refuses,
     returned_case,
+    rows_loaded_past,
     stored_twice,
     written_case,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "input_names",
     "launched_kernels",
     "loaded_again",
+    "rows_loaded_past",
     "never_stored",
     "layout_of",
     "oob_case",

@@ -175,6 +175,32 @@ def loaded_again(label, traces, reads: dict) -> Case | None:
     return None
 
 
+def rows_loaded_past(label, traces, tensor: str, n: int, reach, said: str, hint: str) -> Case | None:
+    """A failing case when a traced launch loaded a row of ``tensor`` (axis 2 of a (B, H, n, D) argument) more often
+    than ``reach(launch, row)`` allows: the right result, with blocks that a mask throws away whole (a causal loop
+    run past the diagonal). ``reach`` returns None for a launch it cannot judge (not the lesson's kernel, or not its
+    grid); ``said`` ends the detail. None otherwise, and None if the look itself raises: it never crashes a grade."""
+    try:
+        for tr in traces:
+            if len(tr.launches) != 1:
+                continue
+            ln = tr.launches[0]
+            if reach(ln, 0) is None:
+                continue
+            counts = tr.read_counts(tensor)
+            if counts.ndim != 4 or counts.shape[2] != n:
+                continue
+            rows = counts.max(axis=(0, 1, 3))  # loads of each row, the most over batch, head and column
+            for i in range(n):
+                allowed = reach(ln, i)
+                if rows[i] > allowed:
+                    return Case(label, "fail", f"the right result, but {tr.name} loaded row {i} of {tensor} "
+                                f"{int(rows[i])} times where {allowed} program(s) need it: {said}", hint)
+    except Exception:  # noqa: BLE001  (an extra look never crashes the grader: the pass stays)
+        return None
+    return None
+
+
 def idle_steps(label, traces, hint: str, stores_hint: str | None = None) -> Case | None:
     """A failing case when a traced launch made loads with every lane masked off: the right result, with steps
     that read nothing (a loop that runs past its data: ``range(K)`` for ``range(tl.cdiv(K, BLOCK_K))``); None
