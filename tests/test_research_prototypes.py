@@ -69,3 +69,13 @@ def test_the_tma_decode_prototype_is_right_in_the_interpreter():
                          timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert run.stdout.count(": ok (") == 4 and "NaN rows [False, True]" in run.stdout, run.stdout
+
+
+def test_the_decode_pattern_probe_reads_what_its_kernels_sum():
+    """``research/decode/pattern_probe.py --check``: its three read-only kernels (memory order, a KV head's rows
+    through the block table, whole pages through it) sum exactly the cache's live tokens, in the interpreter, so
+    their GPU times are times of reading those bytes."""
+    run = subprocess.run([sys.executable, "research/decode/pattern_probe.py", "--check"], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "sum what they read" in run.stdout, run.stdout
