@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_grader_catches, assert_grader_reports, mutant
+from helpers import assert_grader_catches, assert_grader_reports, mutant, planted_file
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -204,22 +204,90 @@ MORE_PLANTED = [
     ("tiles from the program id", [(TILE, TILE.replace("(tile,", "(tl.program_id(axis=0),"))],
      "not the program id"),
     ("steps of num_tiles // NUM_PROGRAMS", [(LOOP, LOOP.replace("NUM_PROGRAMS,", "num_tiles // NUM_PROGRAMS,"))],
-     "steps by 5 tiles"),
+     f"steps by {5 if mode.INTERPRET else 6} tiles"),  # the first failing case's step: 11 // 2, or 45 // 7 on a GPU
     ("C's row offset in blocks", [(STORE, STORE.replace("[pid_m * BLOCK_M,", "[pid_m,"))],
      "C's tiles were stored at rows"),
     ("runs of consecutive tiles",
      [(LOOP, "per = tl.cdiv(num_tiles, NUM_PROGRAMS)\n    for tile in tl.range(tl.program_id(axis=0) * per, "
              "tl.minimum((tl.program_id(axis=0) + 1) * per, num_tiles), 1, warp_specialize=WARP_SPECIALIZE):")],
      "a run of consecutive tiles"),
-    ("the tile loop past num_tiles", [(LOOP, LOOP.replace("num_tiles,", "num_tiles * NUM_PROGRAMS,"))],
-     "the tile loop runs past the last tile"),
+    pytest.param("the tile loop past num_tiles", [(LOOP, LOOP.replace("num_tiles,", "num_tiles * NUM_PROGRAMS,"))],
+                 "the tile loop runs past the last tile", id="the tile loop past num_tiles",
+                 marks=pytest.mark.skipif(not mode.INTERPRET, reason="on a GPU it ends the CUDA context: "
+                                          "test_a_gpu_trap_is_named_from_a_child_process grades it in a child")),
     ("GROUP_M left at 1", [(TILE, TILE.replace("GROUP_M)", "1)"))], "GROUP_M = 1 is the row-major order"),
 ]
 
 
-@pytest.mark.parametrize("name, edits, hint", MORE_PLANTED, ids=[p[0] for p in MORE_PLANTED])
+@pytest.mark.parametrize("name, edits, hint", MORE_PLANTED,
+                         ids=[p[0] if isinstance(p, tuple) else p.id for p in MORE_PLANTED])
 def test_grader_names_more_planted_mistakes(name, edits, hint):
     assert_grader_catches("hopper", _mutant(*edits), name, hint)
+
+
+def _planted(name):
+    return next(p if isinstance(p, tuple) else p.values for p in MORE_PLANTED + PLANTED
+                if (p[0] if isinstance(p, tuple) else p.values[0]) == name)
+
+
+#: The GPU's graded configs: GPU_CONFIG's equal tiles with a smaller K step, and the lesson's own CONFIG.
+GPU_LIKE = dict(grader.CONFIG, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=4)
+LESSON_LIKE = dict(grader.CONFIG, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8)
+
+
+@pytest.mark.parametrize("name, cfg, shape, status, words", [
+    ("tl.dot(b, a)", GPU_LIKE, (300, 520, 200, 7), "error", "accumulator shape is incompatible"),
+    ("tl.dot(b, a)", LESSON_LIKE, (256, 512, 128, 2), "error", "must have equal reduction dimensions"),
+    ("steps of num_tiles // NUM_PROGRAMS", GPU_LIKE, (300, 520, 200, 7), "fail", "steps by 6 tiles, not NUM_PROGRAMS"),
+    ("C's column offset with BLOCK_M", LESSON_LIKE, (256, 1024, 128, 3), "fail",
+     "(multiples of BLOCK_M = 128, not of BLOCK_N = 256): an offset uses one block for another"),
+], ids=["dot(b, a), square tiles", "dot(b, a), unequal tiles", "a step of 6 redoes tiles", "columns by BLOCK_M"])
+def test_the_gpu_configs_name_the_mistake(name, cfg, shape, status, words):
+    """On a GPU the graded tiles differ from the interpreter's all-16 ones, and the same mistakes show otherwise:
+    tl.dot(b, a) does not compile (its shapes do not fit), a step that is not NUM_PROGRAMS redoes tiles instead of
+    leaving some out, C's columns at multiples of BLOCK_M are no multiples of BLOCK_N. Each is named; run here at
+    the GPU's configs in the interpreter."""
+    case = grader._case(_mutant(*_planted(name)[1]), *shape, torch.float32, torch.Generator().manual_seed(0), cfg)
+    assert case.status == status and words in case.hint, case
+    if name == "tl.dot(b, a)":
+        assert "B's block times A's" in case.hint, case
+
+
+def test_a_gpu_trap_is_named():
+    """A CUDA illegal instruction (where an H100 stopped with the tile loop past num_tiles) gets that mistake's
+    hint, whatever the exception wrapping it; another error gets none."""
+    try:
+        try:
+            raise RuntimeError("CUDA error: an illegal instruction was encountered")
+        except RuntimeError as inner:
+            raise ValueError("the launch failed") from inner
+    except ValueError as exc:
+        assert grader._error_hint(exc, "") == grader.TRAP_HINT
+    assert "the tile loop runs past the last tile" in grader.TRAP_HINT
+    assert grader._error_hint(ValueError("something else"), "") == ""
+
+
+@pytest.mark.skipif(mode.INTERPRET, reason="the interpreter's tracer names it in-process (the parametrized test)")
+def test_a_gpu_trap_is_named_from_a_child_process(tmp_path):
+    """On a GPU the tile loop past num_tiles ends the CUDA context (an illegal instruction on an H100): graded in a
+    child process, as a learner's exercise is, the report names it and this process's context lives on."""
+    import json
+    import subprocess
+    import sys
+
+    edits = [(LOOP.strip(), LOOP.strip().replace("num_tiles,", "num_tiles * NUM_PROGRAMS,"))]
+    planted_file(tmp_path, "hopper", edits)
+    code = ("import importlib.util, json, sys; from tkcourse import check; "
+            "spec = importlib.util.spec_from_file_location('planted_hopper', sys.argv[1]); "
+            "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod); "
+            "rep = check.run('hopper', module=mod, quiet=True); p = rep.first_problem(); "
+            "print(json.dumps([rep.status, p.hint if p else '']))")
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "exercises" / "hopper.py")], capture_output=True,
+                         text=True, timeout=600, cwd=root)
+    status, hint = json.loads(run.stdout.strip().splitlines()[-1])
+    assert status in ("fail", "error") and "the tile loop runs past the last tile" in hint, (status, hint, run.stderr[-2000:])
+    assert torch.ones(2, device=DEV).sum().item() == 2  # this process's GPU still works
 
 
 def test_the_k_step_models_differ_from_the_product_and_each_other():

@@ -220,6 +220,17 @@ def _starts(tr, i, kind):
     return out
 
 
+def _other_block(offsets, size, name, cfg, what) -> str:
+    """Where C's tile offsets ``offsets`` (those that are not multiples of their own block ``name`` = ``size``) are
+    all multiples of another of the config's blocks: "columns 128, 384 (multiples of BLOCK_M = 128, not of BLOCK_N
+    = 256)"; "" where they are not (or there are none)."""
+    for other in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        step = cfg[other]
+        if offsets and other != name and step != size and all(x % step == 0 for x in offsets):
+            return f"{what} {_names(offsets)} (multiples of {other} = {step}, not of {name} = {size})"
+    return ""
+
+
 def _c_store_hint(o, cfg, programs, traces) -> str:
     """What the tracer's record of C's stores says of a wrong C: tiles stored at offsets that are not multiples
     of the blocks, one tile a program stored over and over, or the tile loop's step."""
@@ -230,6 +241,10 @@ def _c_store_hint(o, cfg, programs, traces) -> str:
         starts = _starts(tr, i, "store")
         rows = sorted({r for _, r, c in starts if r % bm})
         cols = sorted({c for _, r, c in starts if c % bn})
+        other = _other_block(rows, bm, "BLOCK_M", cfg, "rows") or _other_block(cols, bn, "BLOCK_N", cfg, "columns")
+        if other:
+            return (f"C's tiles were stored at {other}: an offset uses one block for another. Store at "
+                    "[pid_m * BLOCK_M, pid_n * BLOCK_N]")
         if rows or cols:
             where = (([f"rows {_names(rows)} (not multiples of BLOCK_M = {bm})"] if rows else [])
                      + ([f"columns {_names(cols)} (not multiples of BLOCK_N = {bn})"] if cols else []))
@@ -242,19 +257,30 @@ def _c_store_hint(o, cfg, programs, traces) -> str:
             return (f"each program stored one tile over and over (up to {int(counts.max())} times) and other tiles "
                     "were never written: the tile loop runs, but pid_m, pid_n do not follow it. Take them from "
                     "grouped_tile(tile, num_pid_m, num_pid_n, GROUP_M) with the loop's tile, not the program id")
-        order = {tile: t for t, tile in enumerate(tile_order(*_grid(*o.shape, cfg), cfg["GROUP_M"]))}
-        seq = {}
-        for prog, r, c in starts:
-            tile = order.get((r // bm, c // bn))
-            if tile is not None and (not seq.get(prog) or seq[prog][-1] != tile):
-                seq.setdefault(prog, []).append(tile)
-        steps = {b - a for ts in seq.values() for a, b in zip(ts, ts[1:])}
-        if (len(steps) == 1 and all(ts[0] == prog[0] for prog, ts in seq.items())
-                and (step := steps.pop()) not in (programs, 1)):
+        step = _tile_step(starts, o, cfg, programs)
+        if step:
             return (f"each program starts at its own tile but steps by {step} tiles, not NUM_PROGRAMS ({programs}): "
                     f"tiles {_names(set(range(total)) - done)} were never written. "
                     "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS)")
     return ""
+
+
+def _tile_step(starts, o, cfg, programs) -> int | None:
+    """The tile loop's step where C's stores (``starts``: (program, row, column) of each) show every program starting
+    at its own tile (tile ``p`` of the grouped order for program ``p``) and stepping by one number that is neither
+    NUM_PROGRAMS nor 1; None otherwise."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    order = {tile: t for t, tile in enumerate(tile_order(*_grid(*o.shape, cfg), cfg["GROUP_M"]))}
+    seq = {}
+    for prog, r, c in starts:
+        tile = order.get((r // bm, c // bn))
+        if tile is not None and (not seq.get(prog) or seq[prog][-1] != tile):
+            seq.setdefault(prog, []).append(tile)
+    steps = {b - a for ts in seq.values() for a, b in zip(ts, ts[1:])}
+    if (len(steps) == 1 and all(ts[0] == prog[0] for prog, ts in seq.items())
+            and (step := steps.pop()) not in (programs, 1)):
+        return step
+    return None
 
 
 def _diagnose(a, b, cfg, programs, traces=()):
@@ -301,7 +327,7 @@ def _c_records(out, traces):
                 yield tr, i
 
 
-def _repeated_case(label, out, traces, k_steps=1) -> Case | None:
+def _repeated_case(label, out, traces, cfg, programs, k_steps=1) -> Case | None:
     """A failing case when the tracer saw an element of C stored more than once (a tile done twice, or C's store
     inside the K loop: ``k_steps`` stores of each element, all by the program that owns it)."""
     for tr, i in _c_records(out, traces):
@@ -321,6 +347,12 @@ def _repeated_case(label, out, traces, k_steps=1) -> Case | None:
                 return Case(label, "fail", detail + ", each by one program",
                             "a program stored the same tile several times: each tile is computed and stored once, "
                             "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS) taking each tile once")
+            step = _tile_step(_starts(tr, i, "store"), out, cfg, programs) if len(tr.launches) == 1 else None
+            if step:
+                return Case(label, "fail", detail,
+                            f"each program starts at its own tile but steps by {step} tiles, not NUM_PROGRAMS "
+                            f"({programs}), so some tiles were done by several programs: tl.range(tl.program_id("
+                            "axis=0), num_tiles, NUM_PROGRAMS)")
             return Case(label, "fail", detail,
                         "some tiles were done by several programs: step the tile loop by NUM_PROGRAMS, "
                         "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS), so each tile falls to one")
@@ -389,11 +421,30 @@ def _order_case(label, out, traces, cfg, programs) -> Case | None:
     return None
 
 
+#: tl.dot's asserts on its operands' shapes (``triton.language.core.dot``), as its messages say them.
+DOT_SHAPES = ("accumulator shape is incompatible", "must have equal reduction dimensions")
+#: A CUDA illegal instruction. An H100 stopped at one (2026-12-06) when the tile loop ran past num_tiles: past the
+#: last tile row grouped_tile divides by a group_size_m of 0 or less, and those tiles' loads and stores lie outside C.
+TRAP_HINT = ("the GPU stopped at an illegal instruction. The lesson's kernel does that when the tile loop runs past the last "
+             "tile: past the last row of tiles grouped_tile divides by group_size_m = min(num_pid_m - first_pid_m, "
+             "GROUP_M), 0 or less there, and those tiles' loads and stores lie outside C. Stop the loop at num_tiles: "
+             "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS). In the interpreter the tracer sees more: "
+             "TRITON_INTERPRET=1 python -m tkcourse check hopper")
+
+
 def _error_hint(exc, default) -> str:
-    """An AssertionError raised inside tl.dot: the accumulator is not fp32 (tl.dot's assert on acc's type)."""
+    """What an error says of the kernel: tl.dot's asserts (an accumulator that is not fp32, operands whose shapes do
+    not fit: tl.dot(b, a)), or a CUDA illegal instruction (``TRAP_HINT``)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
+        if "illegal instruction" in str(exc):
+            return TRAP_HINT
+        if isinstance(exc, AssertionError) and any(m in str(exc) for m in DOT_SHAPES):
+            return (f"tl.dot refused its operands' shapes ({str(exc).strip()}): tl.dot(x, y, acc) multiplies x's "
+                    "(rows, K) by y's (K, columns) into acc's (rows, columns). A tile is A's (BLOCK_M, BLOCK_K) block "
+                    "times B's (BLOCK_K, BLOCK_N) block, tl.dot(a, b, acc); tl.dot(b, a, acc) is B's block times "
+                    "A's, and each descriptor's block_shape is the block it loads")
         if isinstance(exc, AssertionError):
             frames = [f.f_code for f, _ in traceback.walk_tb(exc.__traceback__)]
             if any(c.co_name == "dot" and c.co_filename.endswith("semantic.py") for c in frames):
@@ -435,7 +486,7 @@ def _case(mod, M, N, K, programs, dtype, gen, cfg) -> Case:
     changed = g.snap.case(label, g.fn_name)
     if changed is not None:
         return changed
-    return (_repeated_case(label, g.out, g.traces, math.ceil(K / cfg["BLOCK_K"]))
+    return (_repeated_case(label, g.out, g.traces, cfg, programs, math.ceil(K / cfg["BLOCK_K"]))
             or _past_tiles_case(label, g.out, g.traces, a, cfg)
             or _order_case(label, g.out, g.traces, cfg, programs)
             or idle_steps(label, g.traces, IDLE_HINT, PAST_TILES) or case)
