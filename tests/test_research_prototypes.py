@@ -72,7 +72,7 @@ def test_the_tma_decode_prototype_is_right_in_the_interpreter():
 
 
 def test_the_decode_pattern_probe_reads_what_its_kernels_sum():
-    """``research/decode/pattern_probe.py --check``: its three read-only kernels (memory order, a KV head's rows
+    """``research/decode/pattern_probe.py --check``: its read-only kernels (a KV head's rows
     through the block table, whole pages through it) sum exactly the cache's live tokens, in the interpreter, so
     their GPU times are times of reading those bytes."""
     run = subprocess.run([sys.executable, "research/decode/pattern_probe.py", "--check"], capture_output=True,

@@ -9,7 +9,7 @@ SDPA reach 0.73-0.79 at every launch plan. The course's programs read differentl
 each step loads BLOCK_T rows of 256 bytes spaced a page's head stride (2 kB) apart, through the block
 table. Three kernels that do nothing but read, each summing what it loads and storing one float:
 
-- ``flat``: the spread probe's, K and V in memory order, 32 KB of each a program;
+- ``flat``: the spread probe's ``read_fn``, K and V in memory order, 32 KB of each a program;
 - ``head``: the split kernel's pattern: a program a (KV head, split), BLOCK_T tokens a step through the
   block table, rows of one head;
 - ``page``: a program a split, whole pages through the block table (every head of a token: 2 kB in order).
@@ -18,7 +18,7 @@ If ``head`` reads as fast as ``flat``, the pattern costs nothing and the gap is 
 between loads; if it reads as slow as the course, a cache laid out head-major within a page (FlashInfer's
 HND) is what would close it. Each kernel in CUDA graphs under both flushes beside the course, SDPA and
 the copy kernel of the bench's rows; ``head`` over tokens a step, splits and stages.
-``--check`` runs the three on the CPU (the interpreter) at a small size against torch's sums.
+``--check`` runs ``head`` and ``page`` on the CPU (the interpreter) at a small size against torch's sums.
 """
 
 import argparse
@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 # isort: off
 import tkcourse  # noqa: E402, F401  (first: the mode, before triton is imported)
 import torch  # noqa: E402
@@ -39,16 +40,6 @@ from benchmarks import decode_attention as bench  # noqa: E402
 from tkcourse.mode import DEVICE  # noqa: E402
 
 FLUSHES = ("zero", "read")
-
-
-@triton.jit
-def flat_kernel(K, V, OUT, n, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    k = tl.load(K + offs, mask=m, other=0.0).to(tl.float32)
-    v = tl.load(V + offs, mask=m, other=0.0).to(tl.float32)
-    tl.store(OUT + pid, tl.sum(k + v, axis=0))
 
 
 @triton.jit
@@ -73,32 +64,6 @@ def head_kernel(K, V, TABLE, OUT, n_tokens, tokens_per_split,
     tl.store(OUT + s * HKV + h, tl.sum(acc, axis=0))
 
 
-@triton.jit
-def page_kernel(K, V, TABLE, OUT, n_tokens, tokens_per_split,
-                PAGE: tl.constexpr, ROW: tl.constexpr, BLOCK_T: tl.constexpr):
-    """A program a split: BLOCK_T tokens a step, each row every head of a token (ROW = HKV * D values)."""
-    s = tl.program_id(0)
-    lo = s * tokens_per_split
-    hi = tl.minimum(lo + tokens_per_split, n_tokens)
-    c = tl.arange(0, ROW)
-    acc = tl.zeros([ROW], dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_T):
-        t = start + tl.arange(0, BLOCK_T)
-        m = t < hi
-        page = tl.load(TABLE + t // PAGE, mask=m, other=0).to(tl.int64)
-        offs = ((page * PAGE + t % PAGE) * ROW)[:, None] + c[None, :]
-        k = tl.load(K + offs, mask=m[:, None], other=0.0).to(tl.float32)
-        v = tl.load(V + offs, mask=m[:, None], other=0.0).to(tl.float32)
-        acc += tl.sum(k + v, axis=0)
-    tl.store(OUT + s, tl.sum(acc, axis=0))
-
-
-def flat(k, v, block=16384, warps=8):
-    n = k.numel()
-    out = torch.empty(triton.cdiv(n, block), dtype=torch.float32, device=k.device)
-    return out, lambda: flat_kernel[(triton.cdiv(n, block),)](k, v, out, n, BLOCK=block, num_warps=warps)
-
-
 def head(k, v, table, n_tokens, splits, block_t=128, warps=4, stages=3):
     _, page, hkv, d = k.shape
     per = triton.cdiv(triton.cdiv(n_tokens, splits), block_t) * block_t
@@ -108,15 +73,14 @@ def head(k, v, table, n_tokens, splits, block_t=128, warps=4, stages=3):
 
 
 def page(k, v, table, n_tokens, splits, block_t=16, warps=8, stages=3):
-    _, pg, hkv, d = k.shape
-    per = triton.cdiv(triton.cdiv(n_tokens, splits), block_t) * block_t
-    out = torch.zeros(splits, dtype=torch.float32, device=k.device)
-    return out, lambda: page_kernel[(splits,)](k, v, table, out, n_tokens, per, PAGE=pg, ROW=hkv * d,
-                                               BLOCK_T=block_t, num_warps=warps, num_stages=stages)
+    """``head_kernel`` on the cache viewed as one head of every head's values: each row a token's 2 kB."""
+    pages, pg, hkv, d = k.shape
+    return head(k.view(pages, pg, 1, hkv * d), v.view(pages, pg, 1, hkv * d), table, n_tokens, splits, block_t, warps,
+                stages)
 
 
 def check():
-    """The three kernels' sums against torch's, at a small size (the interpreter on a CPU)."""
+    """``head`` and ``page`` sum the live tokens' K and V, at a small size (the interpreter on a CPU)."""
     q, k, v, seq_lens, table = bench.paged_cache([200], 16, Hkv=2, D=16, dtype=torch.float32, device=DEVICE)
     n = 200
     want = 0.0
@@ -124,17 +88,12 @@ def check():
         rows = min(16, n - 16 * p)
         pg = int(table[0, p])
         want += float(k[pg, :rows].double().sum() + v[pg, :rows].double().sum())
-    out, fn = flat(k, v, block=256)
-    fn()
-    assert abs(float(out.double().sum()) - float(k.double().sum() + v.double().sum())) < 1e-2, "flat"
     for splits in (1, 3):
-        out, fn = head(k, v, table[0], n, splits, block_t=32, warps=4)
-        fn()
-        assert abs(float(out.double().sum()) - want) < 1e-2, ("head", splits, float(out.sum()), want)
-        out, fn = page(k, v, table[0], n, splits, block_t=16)
-        fn()
-        assert abs(float(out.double().sum()) - want) < 1e-2, ("page", splits, float(out.sum()), want)
-    print("flat, head and page sum what they read, as torch does")
+        for name, (out, fn) in (("head", head(k, v, table[0], n, splits, block_t=32, warps=4)),
+                                ("page", page(k, v, table[0], n, splits, block_t=16))):
+            fn()
+            assert abs(float(out.double().sum()) - want) < 1e-2, (name, splits, float(out.sum()), want)
+    print("head and page sum what they read, as torch does")
     return 0
 
 
@@ -149,6 +108,8 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print("needs a GPU: the interpreter's times say nothing of one (--check runs on a CPU)")
         return 0
+    from spread_probe import read_fn  # the read-only kernel in memory order, one home
+
     from solutions.kernels import decode_attention as fast
     from tkcourse.bench import graph_ms
     from tkcourse.bench.peers import kernel_copy
@@ -160,7 +121,7 @@ def main(argv=None):
     dst = torch.empty_like(k)
     n = args.lens
     fns = {"copy": lambda: kernel_copy(k, dst), "course": lambda: fast.decode_attention(q, k, v, seq_lens, table),
-           "sdpa": lambda: bench.sdpa(q, kc, vc), "flat": flat(k, v)[1]}
+           "sdpa": lambda: bench.sdpa(q, kc, vc), "flat": read_fn(k, v)}
     for splits in (16, 32, 64):
         fns[f"head/128/{splits}/4/3"] = head(k, v, table[0], n, splits)[1]
     for splits, bt in ((132, 16), (132, 32), (264, 16)):
