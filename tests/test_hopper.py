@@ -219,15 +219,18 @@ MORE_PLANTED = [
 ]
 
 
-@pytest.mark.parametrize("name, edits, hint", MORE_PLANTED,
-                         ids=[p[0] if isinstance(p, tuple) else p.id for p in MORE_PLANTED])
+def _values(p):
+    """(name, edits, hint) of a planted mistake, a tuple or a ``pytest.param``."""
+    return getattr(p, "values", p)
+
+
+@pytest.mark.parametrize("name, edits, hint", MORE_PLANTED, ids=[_values(p)[0] for p in MORE_PLANTED])
 def test_grader_names_more_planted_mistakes(name, edits, hint):
     assert_grader_catches("hopper", _mutant(*edits), name, hint)
 
 
 def _planted(name):
-    return next(p if isinstance(p, tuple) else p.values for p in MORE_PLANTED + PLANTED
-                if (p[0] if isinstance(p, tuple) else p.values[0]) == name)
+    return next(_values(p) for p in MORE_PLANTED + PLANTED if _values(p)[0] == name)
 
 
 #: The GPU's graded configs: GPU_CONFIG's equal tiles with a smaller K step, and the lesson's own CONFIG.
