@@ -289,7 +289,8 @@ def test_a_gpu_trap_is_named_from_a_child_process(tmp_path):
     run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "exercises" / "hopper.py")], capture_output=True,
                          text=True, timeout=600, cwd=root)
     status, hint = json.loads(run.stdout.strip().splitlines()[-1])
-    assert status in ("fail", "error") and "the tile loop runs past the last tile" in hint, (status, hint, run.stderr[-2000:])
+    assert status in ("fail", "error") and "the tile loop runs past the last tile" in hint, (status, hint,
+                                                                                           run.stderr[-2000:])
     assert torch.ones(2, device=DEV).sum().item() == 2  # this process's GPU still works
 
 

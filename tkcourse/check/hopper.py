@@ -425,11 +425,11 @@ def _order_case(label, out, traces, cfg, programs) -> Case | None:
 DOT_SHAPES = ("accumulator shape is incompatible", "must have equal reduction dimensions")
 #: A CUDA illegal instruction. An H100 stopped at one (2026-12-06) when the tile loop ran past num_tiles: past the
 #: last tile row grouped_tile divides by a group_size_m of 0 or less, and those tiles' loads and stores lie outside C.
-TRAP_HINT = ("the GPU stopped at an illegal instruction. The lesson's kernel does that when the tile loop runs past the last "
-             "tile: past the last row of tiles grouped_tile divides by group_size_m = min(num_pid_m - first_pid_m, "
-             "GROUP_M), 0 or less there, and those tiles' loads and stores lie outside C. Stop the loop at num_tiles: "
-             "tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS). In the interpreter the tracer sees more: "
-             "TRITON_INTERPRET=1 python -m tkcourse check hopper")
+TRAP_HINT = ("the GPU stopped at an illegal instruction. The lesson's kernel does that when the tile loop runs past "
+             "the last tile: past the last row of tiles grouped_tile divides by group_size_m = min(num_pid_m - "
+             "first_pid_m, GROUP_M), 0 or less there, and those tiles' loads and stores lie outside C. Stop the loop "
+             "at num_tiles: tl.range(tl.program_id(axis=0), num_tiles, NUM_PROGRAMS). In the interpreter the tracer "
+             "sees more: TRITON_INTERPRET=1 python -m tkcourse check hopper")
 
 
 def _error_hint(exc, default) -> str:
