@@ -39,6 +39,7 @@ from .core import (
     loaded_again,
     padded,
     poisoned_allocations,
+    quarters,
     random_sizes,
     refuses,
     returned_case,
@@ -939,9 +940,7 @@ def _low_scores_case(mod, gen):
     lens, ps, Hq, Hkv, D = RESIDUES if mode.INTERPRET else RESIDUES_GPU
     splits, size, _ = lesson_plan(len(lens), Hkv, _max_pages(lens, ps), ps, gpu=not mode.INTERPRET)
     q, k, v, seq_lens, table = paged(lens, ps, Hq, Hkv, D, torch.float32, gen)
-    # Quarters: every product and partial sum of q·k is exact in fp32, so the large first term cancels the same
-    # in any summation order; what is left is the rounding of the scaled scores, about 2e-5 of a probability.
-    q, k, v = (t.mul(4).round().div(4) for t in (q, k, v))
+    q, k, v = quarters(q, k, v)
     q[..., 0] = -round(LOW_GAP * math.sqrt(D) / LOG2E * 4) / 4  # q·k / sqrt(D) · log2(e) about -LOW_GAP, give or take
     k[..., 0] = 1.0
     label = (f"{_label(lens, ps, Hq, Hkv, D, torch.float32)}: {splits} splits, every score about {LOW_GAP} (log2 "

@@ -24,6 +24,7 @@ from .core import (
     error_case,
     never_stored,
     oob_case,
+    quarters,
     random_sizes,
     refuses,
     rows_loaded_past,
@@ -366,9 +367,7 @@ def _low_scores_case(mod, gen):
     underflows to 0 for every key, l = 0 and o = 0 / 0. With scores near zero that slip is exact, since any max
     at or above the true one rescales the sums alike, so no other case sees it."""
     B, H, N, D = 1, 2, 100, 32
-    # Quarters: every product and partial sum of q·k is exact in fp32, so the large first term cancels the same
-    # in any summation order; what is left is the rounding of the scaled scores, about 2e-5 of a probability.
-    q, k, v = ((torch.randn(B, H, N, D, generator=gen) * 4).round().div(4).to(mode.DEVICE) for _ in range(3))
+    q, k, v = (t.to(mode.DEVICE) for t in quarters(*(torch.randn(B, H, N, D, generator=gen) for _ in range(3))))
     q[..., 0] = -round(LOW_SCORE * math.sqrt(D) * 4) / 4  # q·k / sqrt(D) about -LOW_SCORE, give or take a few
     k[..., 0] = 1.0
     case = _graded(f"B={B} H={H} N={N} D={D} float32, every score about -{LOW_SCORE}", mod, q, k, v, False,

@@ -139,6 +139,13 @@ def transposed(t: torch.Tensor) -> torch.Tensor:
     return padded(t.t().contiguous()).t()
 
 
+def quarters(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each tensor rounded to multiples of 1/4. A case that needs dot products far below zero sets one large
+    term and cancels it with the rest; on quarters every product and partial sum of such a dot is exact in
+    fp32, so it cancels the same in any summation order and a right kernel meets a tight tolerance."""
+    return tuple(t.mul(4).round().div(4) for t in tensors)
+
+
 def layout_of(t: torch.Tensor) -> str:
     """A few words for a label: "contiguous", "stride (1, 64)", ..."""
     return "contiguous" if t.is_contiguous() else f"stride {tuple(t.stride())}"
