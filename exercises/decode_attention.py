@@ -29,7 +29,7 @@ Two kernels (flash-decoding, Dao et al. 2023):
 One program per (sequence, head) would leave most of the GPU idle at small batches (B·Hkv = 64
 programs for 132 SMs at B = 8), hence the splits. ``solutions/kernels/decode_attention.py`` picks
 the split count and blocks for the H200, behind the same API and a lean launch; it uses this
-file's ``check_inputs``, ``launch``, ``split_plan``, ``decode_split``, ``decode_combine`` and ``LOG2E``.
+file's ``check_inputs``, ``reference`` and ``LOG2E``; its two kernels are its own versions of the two here.
 """
 
 import math
@@ -178,11 +178,10 @@ def launch(q, k_cache, v_cache, seq_lens, block_table, sm_scale, block_n, splits
     out = torch.empty_like(q)
     group = Hq // Hkv
     # TODO: your code here
-    # launch decode_split on a grid of (B * Hkv, splits) programs: q, k_cache, v_cache, seq_lens,
-    # block_table, m, l, acc, block_table.shape[1], split_tokens, sm_scale * LOG2E, splits, HKV=Hkv,
-    # GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=D, PAGE_SIZE=page_size,
-    # BLOCK_N=block_n, **split_opts; then decode_combine on (B * Hq,) programs: m, l, acc, out,
-    # HEAD_DIM=D, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits), **combine_opts
+    # decode_split on its grid (a program per sequence, KV head and split), then decode_combine on its
+    # own (a program per sequence and query head). Each takes the arguments its signature lists, in that
+    # order: tensors and buffers, then the scalars (the scale in log2 units, as qk_scale says), then its
+    # constants as keywords, and split_opts / combine_opts (num_warps, num_stages) as **keywords.
     pass
     return out
 

@@ -15,7 +15,8 @@ FLOPs: 4·B·H·N²·D (two matmuls of 2·N²·D per head), half that with ``cau
 ``m``, a running sum ``l`` and an accumulator (the online softmax of lesson 05). The fast version,
 built from it step by step in the notebook's *Going further* (exp2, an unmasked and a masked stage, tensor descriptors,
 autotuning, warp specialization), is ``solutions/kernels/attention_forward.py``, behind the same
-API; it uses this file's ``check_inputs``, ``prepare`` and ``reference``.
+API; it uses this file's ``check_inputs``, ``prepare``, ``reference``, ``HEAD_DIMS`` and ``attention_forward``
+(for the calls it does not take).
 ``attention`` here is the forward alone; ``solutions/flash_attention_autograd.py`` joins it with
 lesson 07's backward into a trainable layer.
 

@@ -33,7 +33,7 @@ weight row, 4 flops a byte: batch 1 is bound by the weight's bytes (the H200 nee
 flops a byte to leave memory behind: the ridge of lesson 03's roofline, which the lesson computes), and it
 turns compute-bound at about a quarter of that ridge in rows. The fast path (``solutions/kernels/int4_matmul.py``) plans for each regime.
 
-Used by the fast path: ``int4_matmul_kernel``, ``check_args``, ``quantize``, ``dequantize``.
+Used by the fast path: ``check_args``, and ``matmul`` for the calls it does not take.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ exactly ``rmsnorm`` of the ``h`` returned (what the unfused ops compute, and wha
 65504 (a row of 4096 values of size 4 is already there).
 
 Used by the fast path (``solutions/kernels/rmsnorm.py``, the same kernel behind a lean launch): ``rmsnorm_kernel``,
-``num_warps`` and ``as_rows``.
+``num_warps`` and ``as_rows``, and ``rmsnorm`` for the calls it does not take.
 """
 
 import torch

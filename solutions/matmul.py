@@ -10,8 +10,8 @@ GPU, ``tl.dot`` uses TF32 tensor cores by default (10-bit mantissa: ~1e-3 relati
 ``torch.backends.cuda.matmul.allow_tf32 = True``); in the interpreter it is exact fp32. Graders pick
 their tolerances by mode.
 
-Used by the fast path (``solutions/kernels/matmul.py``, the same kernel behind a lean launch): ``matmul_autotuned`` and
-``check_config`` (with ``matmul_kernel`` and ``DEFAULT_INTERPRETER_CONFIG``).
+Used by the fast path (``solutions/kernels/matmul.py``, the same kernel behind a lean launch): ``matmul_autotuned``,
+``check_config`` and ``DEFAULT_INTERPRETER_CONFIG``, and ``matmul`` for the calls it does not take.
 """
 
 import torch

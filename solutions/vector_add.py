@@ -2,7 +2,8 @@
 
 Traffic: read 2n elements, write n elements (12 bytes an element in fp32).
 
-Used by the fast path (``solutions/kernels/vector_add.py``, the same kernel behind a lean launch): ``add_kernel``.
+Used by the fast path (``solutions/kernels/vector_add.py``, the same kernel behind a lean launch): ``add_kernel``, and ``add``
+for the calls it does not take.
 """
 
 import torch

@@ -10,6 +10,7 @@ import any lesson, and no lesson imports it.
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -170,15 +171,12 @@ def _is_module(dotted: str) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
-def private_uses(source: str, module: str, filename: str = "<source>") -> list[str]:
-    """Where ``source`` (the text of module ``module``, dotted) uses another course module's private name:
-    ``from x import _y``, ``from .x import _y``, ``alias._y`` for an alias bound to a course module, and
-    ``solutions.x._y``. Module files whose name starts with an underscore (``_checks``) are modules,
-    imported by name, not private names of another module."""
-    tree = ast.parse(source, filename)
-    is_package = filename.endswith("__init__.py")
+def _bindings(tree: ast.Module, module: str, is_package: bool):
+    """What ``tree`` (module ``module``, dotted) imports from the course's packages: the names bound to course
+    modules (alias -> dotted module) and each ``from x import name`` of a name that is not a module, as
+    (line, x, name)."""
     package = module if is_package else module.rpartition(".")[0]
-    aliases, found = {}, []
+    aliases, names = {}, []
 
     def absolute(node: ast.ImportFrom) -> str:
         if not node.level:
@@ -199,17 +197,47 @@ def private_uses(source: str, module: str, filename: str = "<source>") -> list[s
                 dotted = f"{source_module}.{a.name}"
                 if _is_module(dotted):
                     aliases[a.asname or a.name] = dotted
-                elif a.name.startswith("_") and not a.name.startswith("__"):
-                    found.append(f"line {node.lineno}: from {source_module} import {a.name}")
+                else:
+                    names.append((node.lineno, source_module, a.name))
+    return aliases, names
+
+
+def _attributes(tree: ast.Module, aliases: dict):
+    """Each ``owner.attr`` of ``tree`` whose owner is a course module: (line, dotted owner, attr)."""
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+        if not isinstance(node, ast.Attribute):
             continue
         owner = ast.unparse(node.value)
         head, _, rest = owner.partition(".")
         target = aliases[head] + (f".{rest}" if rest else "") if head in aliases else owner
-        if target.split(".")[0] in COURSE_PACKAGES and _is_module(target) and target != module:
-            found.append(f"line {node.lineno}: {target}.{node.attr}")
+        if target.split(".")[0] in COURSE_PACKAGES and _is_module(target):
+            yield node.lineno, target, node.attr
+
+
+def private_uses(source: str, module: str, filename: str = "<source>") -> list[str]:
+    """Where ``source`` (the text of module ``module``, dotted) uses another course module's private name:
+    ``from x import _y``, ``from .x import _y``, ``alias._y`` for an alias bound to a course module, and
+    ``solutions.x._y``. Module files whose name starts with an underscore (``_checks``) are modules,
+    imported by name, not private names of another module."""
+    tree = ast.parse(source, filename)
+    aliases, names = _bindings(tree, module, filename.endswith("__init__.py"))
+
+    def private(name):
+        return name.startswith("_") and not name.startswith("__")
+
+    found = [f"line {line}: from {src} import {name}" for line, src, name in names if private(name)]
+    found += [f"line {line}: {target}.{attr}" for line, target, attr in _attributes(tree, aliases)
+              if private(attr) and target != module]
     return found
+
+
+def names_used(source: str, module: str, target: str, filename: str = "<source>") -> set[str]:
+    """The names of course module ``target`` (dotted) that ``source`` (module ``module``) uses: imported
+    from it, or read as an attribute of it."""
+    tree = ast.parse(source, filename)
+    aliases, names = _bindings(tree, module, filename.endswith("__init__.py"))
+    return ({name for _, src, name in names if src == target}
+            | {attr for _, owner, attr in _attributes(tree, aliases) if owner == target})
 
 
 def _course_files() -> list[Path]:
@@ -245,3 +273,50 @@ def test_private_uses_are_seen():
     assert private_uses(inside, "solutions.kernels.attention", "solutions/kernels/attention.py") == [
         "line 2: from solutions.softmax import _num_stages", "line 5: solutions.kernels.lean._jit_of",
         "line 6: solutions.flash_attention._prepare"]
+
+
+#: The sentence of a lesson's module docstring that lists what the fast path (``solutions/kernels/``) takes from
+#: it: "Used by the fast path (...): ``a``, ``b``." or "... it uses this file's ``a`` and ``b``."
+_FAST_PATH_USES = re.compile(r"(?:Used by the fast path[^:]*:|it uses this\s+file's)(.*?)\.(?:\s|$)", re.S)
+
+
+def stated_fast_path_uses(docstring: str) -> set[str] | None:
+    """The names a lesson's docstring says the fast path uses, or None where it says nothing of it."""
+    said = _FAST_PATH_USES.search(docstring or "")
+    return set(re.findall(r"``(\w+)``", said.group(1))) if said else None
+
+
+def _lesson_modules() -> list[Path]:
+    return sorted(p for p in (ROOT / "solutions").glob("*.py") if not p.name.startswith("_"))
+
+
+def test_a_lesson_names_what_the_fast_path_takes_from_it():
+    """A lesson's docstring that lists the names ``solutions/kernels/`` uses from it lists exactly those: a
+    learner reads it to know what a change of the file breaks, and the next engineer what must stay."""
+    kernels = sorted((ROOT / "solutions" / "kernels").glob("*.py"))
+    checked, wrong = 0, []
+    for path in _lesson_modules():
+        stated = stated_fast_path_uses(ast.get_docstring(ast.parse(path.read_text())))
+        if stated is None:
+            continue
+        checked += 1
+        target = _module_name(path)
+        used = set().union(*(names_used(k.read_text(), _module_name(k), target, str(k)) for k in kernels))
+        if stated != used:
+            wrong.append(f"  {path.relative_to(ROOT)}: says {sorted(stated)}, the fast path uses {sorted(used)}")
+    assert checked >= 5, "the sentence's pattern no longer finds the lessons' docstrings"
+    assert not wrong, "the fast path's uses as the lessons' docstrings state them, and as they are:\n" + "\n".join(wrong)
+
+
+def test_the_stated_uses_are_read():
+    """Both forms of the sentence give their names; a docstring without one gives None; the kernels' uses
+    are seen through an aliased module and through ``from ..lesson import``."""
+    assert stated_fast_path_uses("Used by the fast path (``solutions/kernels/x.py``, lean): ``a``, ``b`` and\n"
+                                 "``c`` (with ``d``).\nMore: ``e``.") == {"a", "b", "c", "d"}
+    assert stated_fast_path_uses("behind the same API; it uses this\nfile's ``check`` and ``LOG2E``.") == {
+        "check", "LOG2E"}
+    assert stated_fast_path_uses("A kernel.") is None
+    source = ("from .. import decode_attention as da\nfrom ..decode_attention import reference\n"
+              "from .. import softmax\nx = da.LOG2E + softmax.BLOCK\nda.check_inputs(q)\n")
+    assert names_used(source, "solutions.kernels.decode_attention", "solutions.decode_attention",
+                      "solutions/kernels/decode_attention.py") == {"reference", "LOG2E", "check_inputs"}
