@@ -249,8 +249,10 @@ def test_the_gpu_configs_name_the_mistake(name, cfg, shape, status, words):
     """On a GPU the graded tiles differ from the interpreter's all-16 ones, and the same mistakes show otherwise:
     tl.dot(b, a) does not compile (its shapes do not fit), a step that is not NUM_PROGRAMS redoes tiles instead of
     leaving some out, C's columns at multiples of BLOCK_M are no multiples of BLOCK_N. Each is named; run here at
-    the GPU's configs in the interpreter."""
-    case = grader._case(_mutant(*_planted(name)[1]), *shape, torch.float32, torch.Generator().manual_seed(0), cfg)
+    the GPU's configs in the interpreter. The lesson's tiles are graded in fp16, as on a GPU: in fp32 their stages
+    need more shared memory than an SM has."""
+    dtype = torch.float16 if cfg is LESSON_LIKE else torch.float32
+    case = grader._case(_mutant(*_planted(name)[1]), *shape, dtype, torch.Generator().manual_seed(0), cfg)
     assert case.status == status and words in case.hint, case
     if name == "tl.dot(b, a)":
         assert "B's block times A's" in case.hint, case
