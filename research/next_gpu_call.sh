@@ -1,15 +1,21 @@
 #!/bin/bash
 # run from the repository root on the device machine: bash research/next_gpu_call.sh (carry .whl); on an H200.
-# one GPU call: lesson 12's grader tests (mended on 2026-12-06 after an H100 run, not yet run on a GPU again),
-# then the bench's D 64 causal rows with the ping-pong kernel from 4096 tokens against the route as it is, in
-# turns twice (research/README.md item 6), then the ratios
+# one GPU call: lesson 12's grader tests (the lesson's tiles graded in fp16 since the second H100 run); the
+# grouped-query forward's bench rows (B 1 and B 4 x Hq 32 x Hkv 8 x N 4096 x D 128) twice, the providers in
+# turns within each, for the spread of the recorded 0.97 / 0.99 x cuDNN at B 4; then the bench's D 64 causal
+# rows with the ping-pong kernel from 4096 tokens against the route as it is, in turns twice (research/README.md
+# item 6); then the ratios
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 hdr() { echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) torch $(python3 -c 'import torch;print(torch.__version__)') triton $(python3 -c 'import triton;print(triton.__version__)')"; echo "# command: $1"; }
 { hdr "python3 -m pytest -q -p no:cacheprovider -rfE tests/test_hopper.py"; timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_hopper.py 2>&1 | tail -30; echo "rc ${PIPESTATUS[0]}"; } > $OUT/gpu_hopper.log 2>&1
+G="flash_attention --kernel attention_fwd --shape B4-Hq32-Hkv8-N4096-D128 --shape B4-Hq32-Hkv8-N4096-D128-causal --shape B1-Hq32-Hkv8-N4096-D128 --shape B1-Hq32-Hkv8-N4096-D128-causal --provider triton --provider sdpa-flash --provider sdpa-cudnn --dtype float16"
+for v in 1 2; do
+  { hdr "python3 -m tkcourse bench $G --out \$OUT/gqa_rows_$v.csv"; timeout 120 python3 -m tkcourse bench $G --out $OUT/gqa_rows_$v.csv 2>&1 | tail -14; } >> $OUT/gqa_rows.log 2>&1
+done
 B="flash_attention --kernel attention_fwd --shape B4-H32-N4096-D64-causal --shape B1-H32-N16384-D64-causal --provider triton --provider sdpa-cudnn --dtype float16 --dtype bfloat16"
 for v in base pp base2 pp2; do a=; case $v in pp*) a="--min-n 64,1=4096";; esac
   { hdr "research/hopper/route_bench.py $a -- $B"; timeout 80 python3 research/hopper/route_bench.py $a -- $B --out $OUT/route_d64c_$v.csv 2>&1 | tail -8; } >> $OUT/route_d64c.log 2>&1
 done
-python3 research/hopper/route_bench.py --ratios $OUT/route_d64c_*.csv > $OUT/route_ratios.txt 2>&1
-tail -4 $OUT/gpu_hopper.log; cat $OUT/route_ratios.txt
+python3 research/hopper/route_bench.py --ratios $OUT/gqa_rows_*.csv $OUT/route_d64c_*.csv > $OUT/ratios.txt 2>&1
+tail -4 $OUT/gpu_hopper.log; cat $OUT/ratios.txt
