@@ -18,4 +18,5 @@ for v in base pp base2 pp2; do a=; case $v in pp*) a="--min-n 64,1=4096";; esac
   { hdr "research/hopper/route_bench.py $a -- $B"; timeout 80 python3 research/hopper/route_bench.py $a -- $B --out $OUT/route_d64c_$v.csv 2>&1 | tail -8; } >> $OUT/route_d64c.log 2>&1
 done
 python3 research/hopper/route_bench.py --ratios $OUT/gqa_rows_*.csv $OUT/route_d64c_*.csv > $OUT/ratios.txt 2>&1
+(cd $OUT && tar czf csv.tgz *.csv && rm -f *.csv)  # at most 8 files come back
 tail -4 $OUT/gpu_hopper.log; cat $OUT/ratios.txt
