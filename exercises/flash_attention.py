@@ -122,8 +122,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, config=None):
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N), device=q.device, dtype=torch.float32)
     # TODO: your code here
-    # launch _attn_fwd_simple on a grid of (triton.cdiv(N, BLOCK_M), B * H) programs,
-    # passing q, k, v, o, lse, q's strides (batch, head, token), H, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, **cfg
+    # launch _attn_fwd_simple with a program per (query block, batch·head), in that order on the grid; pass
+    # the arguments in the order its signature lists them (the constants as keywords), then **cfg
     pass
     return o, lse
 

@@ -14,7 +14,7 @@ The kernels work in base 2: exp(x) = exp2(x · log2 e), so P = exp2(scale·log2(
 
 Three kernels: ``attn_bwd_preprocess`` (Δ), ``attn_bwd_dkdv`` (a program per K/V block looping
 over the query blocks: the one you write) and ``attn_bwd_dq`` (a program per Q block looping over
-the K/V blocks); the two given ones live in ``solutions/_attention_dq.py``. Causal attention skips the blocks wholly above the diagonal and masks the diagonal.
+the K/V blocks); the two given ones live in ``_attention_dq.py``, beside this file. Causal attention skips the blocks wholly above the diagonal and masks the diagonal.
 Here each kernel runs with one fixed config; ``solutions/kernels/attention_backward.py``
 autotunes the same kernels (``attn_bwd_dkdv``, ``attn_bwd_dq``; with ``attn_bwd_preprocess``,
 ``check_inputs``, ``checked_config``, ``compute_delta``, ``prepare`` and ``tma_scratch`` from
@@ -59,11 +59,11 @@ def attn_bwd_dkdv_loop(
     # for start_m in range(lo, hi, BLOCK_M):
     #   1. offs_m = start_m + arange(BLOCK_M); load q and do with desc_q.load([start_m, 0]) / desc_do
     #   2. load lse and Δ of these rows (mask offs_m < N, other=0); lse2 = lse * log2(e)
-    #   3. pT = exp2(dot(k, q.T) * qk_scale - lse2[None, :])        (P transposed: keys x queries)
-    #   4. if MASK: zero pT where query < key
-    #   5. dv += dot(pT.to(do.dtype), do)
-    #   6. dpT = dot(v, do.T); dsT = pT * (dpT - Δ[None, :])        (Δ is not optional)
-    #   7. dk += dot(dsT.to(q.dtype), q)                           (no sm_scale here: once, in the kernel)
+    #   3. Pᵀ (keys x queries), in base 2: K Qᵀ scaled by qk_scale, less each query's lse2, through exp2
+    #   4. if MASK: zero Pᵀ where the query comes before the key
+    #   5. dV += Pᵀ dO (a tensor-core product: its operands in dO's dtype)
+    #   6. dPᵀ = V dOᵀ; dSᵀ = Pᵀ ∘ (dPᵀ − Δ), Δ a value per query (Δ is not optional)
+    #   7. dK += dSᵀ Q (operands in q's dtype; no sm_scale here: once, in the kernel)
     pass
     return dk, dv
 

@@ -33,7 +33,8 @@ def plan_key(x: torch.Tensor) -> tuple:
     and wherever they live; any difference in those gives a different key.
     """
     # TODO: your code here
-    # a tuple: x's shape, its strides, its dtype, its device, and whether x.data_ptr() is a multiple of 16
+    # a tuple: x's shape, its strides, its dtype, its device, and of its address only the property that
+    # Triton specializes a pointer argument on (the notebook says which)
     return None
 
 
@@ -52,9 +53,8 @@ class SoftmaxPlan:
         # TODO: your code here
         # work out once, and keep on self, everything a launch needs:
         # - the output's shape (n_rows, n_cols), dtype and device
-        # - self.BLOCK = triton.next_power_of_2(n_cols); self.num_warps = warps_for(BLOCK);
-        #   self.num_stages = stages_for(BLOCK, x.element_size())
-        # - self.grid = (num_programs(x, x, BLOCK, num_warps, num_stages),)  (out only has to be like x here)
+        # - self.BLOCK (a row in one block, as in lesson 02), self.num_warps and self.num_stages (warps_for
+        #   and stages_for), and self.grid (num_programs; x stands in for out, which only has to be like x)
         #   (use these names: the lesson's Try it prints each plan's BLOCK, num_warps and grid)
         # - the kernel's int arguments: row_stride, out's row stride (n_cols: out is contiguous), n_rows, n_cols
         pass

@@ -45,7 +45,8 @@ def softmax_kernel(
 ):
     # TODO: your code here
     # 1. cols = tl.arange(0, BLOCK) and a mask cols < n_cols for the lanes past the row's end
-    # 2. loop: for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0), num_stages=NUM_STAGES)
+    # 2. loop over rows from this program's id to n_rows, stepping by the number of programs (tl.range,
+    #    with NUM_STAGES as its num_stages)
     # 3.   load the row (x_ptr + row * x_row_stride + cols) with other=-inf, convert to fp32
     # 4.   subtract the row max, exponentiate, divide by the row sum
     # 5.   store in out's dtype (out_ptr.dtype.element_ty) at out_ptr + row * out_row_stride + cols

@@ -101,9 +101,9 @@ def prune(configs: list[dict], M: int, N: int, K: int, dtype_bytes: int = 2,
     return kept
     ### STUB
     # Keep a config only if both hold:
-    #   shared_memory_bytes(c, dtype_bytes) <= smem_limit
-    #   no tile side is larger than the problem needs: BLOCK_M <= max(16, next_pow2(M)),
-    #   BLOCK_N <= max(16, next_pow2(N)), BLOCK_K <= max(16, next_pow2(K))
+    #   its shared memory (your shared_memory_bytes) fits in smem_limit
+    #   no tile side is larger than the problem needs: each of BLOCK_M, BLOCK_N, BLOCK_K at most its
+    #   dimension rounded up to a power of two (next_pow2), or at most 16 where that is smaller (16 always fits)
     # Return the kept configs in their original order.
     #! return list(configs)
     ### END SOLUTION

@@ -160,8 +160,8 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, config=None):
     _attn_fwd_simple[grid](q, k, v, o, lse, q.stride(0), q.stride(1), q.stride(2), H, N, sm_scale,
                            HEAD_DIM=D, CAUSAL=causal, **cfg)
     ### STUB
-    # launch _attn_fwd_simple on a grid of (triton.cdiv(N, BLOCK_M), B * H) programs,
-    # passing q, k, v, o, lse, q's strides (batch, head, token), H, N, sm_scale, HEAD_DIM=D, CAUSAL=causal, **cfg
+    # launch _attn_fwd_simple with a program per (query block, batch·head), in that order on the grid; pass
+    # the arguments in the order its signature lists them (the constants as keywords), then **cfg
     ### END SOLUTION
     return o, lse
 

@@ -6,7 +6,7 @@ sum ``l`` of ``exp(x - m)``. When a block raises the max, the sum so far is resc
 arXiv:1805.02867). Pass 2 reads the row again and writes ``exp(x - m) / l``.
 
 Traffic: read the (M, N) input, write the (M, N) output: ``2 * M * N`` elements at least
-(4 bytes an element in fp16). Pass 2 reads the input a second time; at speed that second read
+(2 bytes each in fp16: ``4 * M * N`` bytes). Pass 2 reads the input a second time; at speed that second read
 comes from L2, not HBM, when the row was read a moment before.
 
 This file is the lesson: one program per row, the two functions you write and their launcher.
@@ -60,8 +60,9 @@ def online_stats(
     # for block_start in tl.range(start, end, BLOCK, num_stages=NUM_STAGES):
     #     load the block's columns (mask cols < end, other=-inf) as fp32
     #     m_new = the larger of m and the block's max
-    #     l = l * exp(m - m_new) + sum(exp(x - m_new))   (rows that start with -inf: use 0 for m_new while it is -inf)
-    #     m = m_new
+    #     l = l * exp(m - m_new) + sum(exp(x - m_new)); while m_new is still -inf (a row that starts with -inf),
+    #         subtract 0 in both exps in its place, so that l stays 0, not nan
+    #     m = m_new (the true max, -inf while it is)
     ### END SOLUTION
     return m, l
 

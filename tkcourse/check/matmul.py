@@ -40,7 +40,7 @@ ACC_SHAPE = (32, 32, 2048)
 #: A config of tiles that are not square, and a C it cuts into 7 x 1 of them: the default config's tiles
 #: are square, so a grid or a (pid_m, pid_n) that swaps BLOCK_M and BLOCK_N passes everywhere else.
 TALL_TILE = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, GROUP_M=2, num_warps=4, num_stages=2)
-TALL_SHAPE = (100, 30, 40)  # the fp16 accumulation case: long sums of positive values
+TALL_SHAPE = (100, 30, 40)  # C cut into 7 x 1 tall tiles by TALL_TILE
 #: A config and a C of 3 x 3 tiles: a whole group of GROUP_M = 2 tile rows, then a last group of one. A group size
 #: not clamped for the last group alone (min(num_pid_m, GROUP_M), without - first_pid_m) is right in a first
 #: group and in a one-column C, which is all the other cases hold.
