@@ -5,13 +5,13 @@
 # turns within each, for the spread of the recorded 0.97 / 0.99 x cuDNN at B 4; then the bench's D 64 causal
 # rows with the ping-pong kernel from 4096 tokens against the route as it is, in turns twice (research/README.md
 # item 6); then the ratios
+if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then  # the figures below are the H200's only
+  echo "not an H200: $(nvidia-smi --query-gpu=name --format=csv,noheader)"; exit 0
+fi
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 hdr() { echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) torch $(python3 -c 'import torch;print(torch.__version__)') triton $(python3 -c 'import triton;print(triton.__version__)')"; echo "# command: $1"; }
 { hdr "python3 -m pytest -q -p no:cacheprovider -rfE tests/test_hopper.py"; timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_hopper.py 2>&1 | tail -30; echo "rc ${PIPESTATUS[0]}"; } > $OUT/gpu_hopper.log 2>&1
-if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then  # the figures below are the H200's only
-  tail -4 $OUT/gpu_hopper.log; exit 0
-fi
 G="flash_attention --kernel attention_fwd --shape B4-Hq32-Hkv8-N4096-D128 --shape B4-Hq32-Hkv8-N4096-D128-causal --shape B1-Hq32-Hkv8-N4096-D128 --shape B1-Hq32-Hkv8-N4096-D128-causal --provider triton --provider sdpa-flash --provider sdpa-cudnn --dtype float16"
 for v in 1 2; do
   { hdr "python3 -m tkcourse bench $G --out \$OUT/gqa_rows_$v.csv"; timeout 120 python3 -m tkcourse bench $G --out $OUT/gqa_rows_$v.csv 2>&1 | tail -14; } >> $OUT/gqa_rows.log 2>&1
