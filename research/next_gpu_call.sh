@@ -1,6 +1,6 @@
 #!/bin/bash
 # run from the repository root on the device machine: bash research/next_gpu_call.sh (carry .whl); on an H200.
-# one GPU call: lesson 12's grader tests (the lesson's tiles graded in fp16 since the second H100 run); the
+# one GPU call (lesson 12's grader tests passed on an H100 on 2026-12-06 and are left out): the
 # grouped-query forward's bench rows (B 1 and B 4 x Hq 32 x Hkv 8 x N 4096 x D 128) twice, the providers in
 # turns within each, for the spread of the recorded 0.97 / 0.99 x cuDNN at B 4; then the bench's D 64 causal
 # rows with the ping-pong kernel from 4096 tokens against the route as it is, in turns twice (research/README.md
@@ -11,7 +11,6 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 hdr() { echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) torch $(python3 -c 'import torch;print(torch.__version__)') triton $(python3 -c 'import triton;print(triton.__version__)')"; echo "# command: $1"; }
-{ hdr "python3 -m pytest -q -p no:cacheprovider -rfE tests/test_hopper.py"; timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_hopper.py 2>&1 | tail -30; echo "rc ${PIPESTATUS[0]}"; } > $OUT/gpu_hopper.log 2>&1
 G="flash_attention --kernel attention_fwd --shape B4-Hq32-Hkv8-N4096-D128 --shape B4-Hq32-Hkv8-N4096-D128-causal --shape B1-Hq32-Hkv8-N4096-D128 --shape B1-Hq32-Hkv8-N4096-D128-causal --provider triton --provider sdpa-flash --provider sdpa-cudnn --dtype float16"
 for v in 1 2; do
   { hdr "python3 -m tkcourse bench $G --out \$OUT/gqa_rows_$v.csv"; timeout 120 python3 -m tkcourse bench $G --out $OUT/gqa_rows_$v.csv 2>&1 | tail -14; } >> $OUT/gqa_rows.log 2>&1
@@ -24,4 +23,4 @@ python3 research/hopper/route_bench.py --ratios $OUT/gqa_rows_*.csv $OUT/route_d
 # lesson 08's recorded proton profile names the tuned forward by a name it no longer has: recorded again
 { hdr "python3 research/launch/proton_profile.py \$OUT/proton"; timeout 120 python3 research/launch/proton_profile.py $OUT/proton 2>&1 | tail -20; } > $OUT/proton.log 2>&1
 (cd $OUT && tar czf tables.tgz *.csv $(ls -d proton 2>/dev/null) && rm -rf *.csv proton)  # at most 8 files come back
-tail -4 $OUT/gpu_hopper.log; cat $OUT/ratios.txt
+cat $OUT/ratios.txt
