@@ -97,8 +97,10 @@ def _attn_fwd_simple(
     # 4. loop start_n over 0..hi step BLOCK_N, with hi = N, or min((start_m + 1) * BLOCK_M, N) if CAUSAL
     #    a. load K and V blocks (mask keys >= N)
     #    b. s = dot(q, trans(k)) * sm_scale; set s to -inf where key >= N, and (CAUSAL) where key > query
-    #    c. m_new = max(m_i, rowmax(s)); alpha = exp(m_i - m_new); p = exp(s - m_new)
-    #    d. l_i = l_i * alpha + rowsum(p); acc = acc * alpha + dot(p.to(v.dtype), v); m_i = m_new
+    #    c. lesson 05's update, every query row at once: the new running max m_new, the factor alpha that
+    #       rescales what was summed against the old max, and p, the block's scores exponentiated against m_new
+    #    d. rescale l_i and acc by alpha and add the block's share: its row sums of p, and P V (a tensor-core
+    #       product, so P in V's dtype); then m_i = m_new
     # 5. store acc / l_i into O and m_i + log(l_i) into LSE (rows < N only)
     ### END SOLUTION
 
