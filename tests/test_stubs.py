@@ -1,6 +1,7 @@
 """Exercises are generated from solutions; the generator never loses a learner's work."""
 
 import os
+import re
 
 import pytest
 
@@ -188,3 +189,64 @@ def test_answer_text_keeps_the_solution_and_drops_markers_and_stubs():
     real = (stubs.SOLUTIONS / "vector_add.py").read_text()
     answer = stubs.answer_text(real)
     assert "### " not in answer and "# TODO" not in answer and len(answer) < len(real)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# a stub says what to write, not the reference's lines
+# ---------------------------------------------------------------------------------------------------------
+
+_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### STUB\n(.*?)### END SOLUTION", re.S)
+#: The most of a region's code (in characters, spaces, ``tl.`` and ``self.`` left out) that its stub may spell out.
+MOST_SPELLED = 0.25
+#: Regions allowed more, and why. Lesson 01's kernel is the course's first: its stub walks through the three lines
+#: the welcome lesson has already shown.
+SPELLED_OUT = {("vector_add", "add_kernel"): 0.4}
+
+
+def _plain(code: str) -> str:
+    return re.sub(r"\s+", "", re.sub(r"\b(tl|self)\.", "", code))
+
+
+def spelled_out(source: str) -> dict[str, float]:
+    """For each BEGIN SOLUTION region with a stub (named by the function it lies in): the share of its code
+    that the stub's comments hold word for word (an assignment counted by its right-hand side, a line of
+    at least 8 characters)."""
+    shares, name = {}, "<module>"
+    for m in re.finditer(r"^\s*def (\w+)\(|" + _REGION.pattern, source, re.S | re.M):
+        if m.group(1):
+            name = m.group(1)
+            continue
+        stub = _plain(" ".join(line.strip().lstrip("#!") for line in m.group(3).splitlines()))
+        total = found = 0
+        for line in m.group(2).splitlines():
+            code = _plain(line.split("  #", 1)[0])
+            if not code or code.startswith("#"):
+                continue
+            assigned = re.match(r"^[\w,\[\]\.\(\)]+[+*/-]?=(?!=)(.*)$", code)
+            piece = assigned.group(1) if assigned else code
+            total += len(piece)
+            found += len(piece) if len(piece) >= 8 and piece in stub else 0
+        if total:
+            shares[name] = found / total
+    return shares
+
+
+def test_no_stub_spells_out_its_solution():
+    """An exercise stub says what each step computes and which helper it takes; a stub that is the reference's
+    lines with ``tl.`` left off leaves the learner nothing to write."""
+    over = []
+    for name in stubs.lessons():
+        for fn, share in spelled_out((stubs.SOLUTIONS / f"{name}.py").read_text()).items():
+            if share > SPELLED_OUT.get((name, fn), MOST_SPELLED):
+                over.append(f"  solutions/{name}.py, {fn}: the stub spells out {share:.0%} of the code")
+    assert not over, "stubs that give the reference's lines:\n" + "\n".join(over)
+
+
+def test_a_spelled_out_stub_is_measured():
+    source = ("def f(x, n):\n    ### BEGIN SOLUTION\n    offs = tl.arange(0, BLOCK) + start\n    y = x * 2\n"
+              "    ### STUB\n    # offs = arange(0, BLOCK) + start\n    #! y = None\n    ### END SOLUTION\n"
+              "def g(x):\n    ### BEGIN SOLUTION\n    return tl.sum(x, axis=0) / n\n    ### STUB\n"
+              "    # the mean of x\n    ### END SOLUTION\n")
+    shares = spelled_out(source)
+    assert shares["f"] == pytest.approx(len("arange(0,BLOCK)+start") / len("arange(0,BLOCK)+startx*2"))
+    assert shares["g"] == 0
