@@ -337,6 +337,36 @@ def test_the_swap_cell_names_a_wrong_kernel_and_its_grader(capsys):
     assert out.count("wrong:") == 2, out
 
 
+def test_the_swap_cell_runs_no_reference_in_place_of_the_library(capsys):
+    """A piece whose exercise is not the learner's yet (the reference stands in) is not run: the model already ran
+    the library's kernels, so there is nothing to compare. Its line says so and why; nothing is generated."""
+    import types
+
+    import tkcourse
+    from tkcourse.labels import Whose
+
+    def never(*args, **kwargs):
+        raise AssertionError("a reference standing in was run")
+
+    pieces = {"rmsnorm": "rmsnorm", "matmul": "matmul", "flash_attention": "attention_forward",
+              "decode_attention": "decode_attention", "int4_matmul": "matmul"}
+    course = types.SimpleNamespace(size=tkcourse.size, exercise=lambda name: types.SimpleNamespace(
+        __name__=f"solutions.{name}", **{pieces[name]: never}),
+        whose=lambda m: Whose(m.__name__.split(".")[1], False, "not done yet"))
+    generated = []
+    fake_llm = types.SimpleNamespace(**{k: getattr(llm, k) for k in ("MATMUL_CONFIG", "PIECES", "swap")},
+                                     generate=lambda **kw: generated.append(kw), load=llm.load)
+    scope = dict(tkcourse=course, llm=fake_llm, mode=mode, torch=torch, time=__import__("time"),
+                 DTYPE=torch.float16, weights=None, PROMPT="def f(x):\n")
+    exec(_cell("63e261d8"), scope)
+    out = capsys.readouterr().out
+    assert not generated, out
+    for piece, exercise in (("rmsnorm", "rmsnorm"), ("matmul", "matmul"), ("attention_forward", "flash_attention"),
+                            ("decode_attention", "decode_attention"), ("int4_matmul", "int4_matmul")):
+        assert (f"{piece:<17} reference kernel: not run, nothing to compare (exercises/{exercise}.py is not done "
+                "yet)") in out, out
+
+
 def test_the_lessons_words_hold_in_the_recorded_run():
     """What lesson 11 says in words of the recorded H200 run and of the byte count: int4 reads about a
     quarter of the bytes, overtakes torch.compile at a smaller share of its floor; the MLP is most of a
