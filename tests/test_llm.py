@@ -316,7 +316,8 @@ def test_the_swap_cell_names_a_wrong_kernel_and_its_grader(capsys):
     for name, module in learner.items():
         module.__name__ = f"exercises.{name}"
     course = types.SimpleNamespace(size=tkcourse.size, exercise=learner.__getitem__,
-                                   whose=lambda m: Whose(m.__name__.split(".")[1], True, "your exercise"))
+                                   whose=lambda m: Whose(getattr(m, "__name__", f"exercises.{m}").split(".")[1], True,
+                                                         "your exercise"))
     config = llm.Config(n_layers=1, d_model=128, n_heads=2, n_kv_heads=1, head_dim=64, ffn_dim=256, vocab=256,
                         max_seq=128)
     scope = dict(tkcourse=course, llm=llm, mode=mode, torch=torch, time=__import__("time"), DTYPE=torch.float16,
@@ -352,7 +353,7 @@ def test_the_swap_cell_runs_no_reference_in_place_of_the_library(capsys):
               "decode_attention": "decode_attention", "int4_matmul": "matmul"}
     course = types.SimpleNamespace(size=tkcourse.size, exercise=lambda name: types.SimpleNamespace(
         __name__=f"solutions.{name}", **{pieces[name]: never}),
-        whose=lambda m: Whose(m.__name__.split(".")[1], False, "not done yet"))
+        whose=lambda m: Whose(getattr(m, "__name__", f"solutions.{m}").split(".")[1], False, "not done yet"))
     generated = []
     fake_llm = types.SimpleNamespace(**{k: getattr(llm, k) for k in ("MATMUL_CONFIG", "PIECES", "swap")},
                                      generate=lambda **kw: generated.append(kw), load=llm.load)
