@@ -267,21 +267,17 @@ def _backward_against_sdpa(rows):
 def _backward_lowest_at_short_sequences(rows):
     """Every provider's backward at its lowest rate at the shortest N (per head dim and dtype), its causal rows
     lower still there."""
-    found = False
-    for provider in ("triton", "sdpa-flash", "sdpa-cudnn"):
-        for r in select(rows, kernel="attention_bwd", provider=provider):
-            if "-Hq" in r["shape"] or r["shape"].endswith("-causal"):
-                continue
-            d, dtype = r["shape"].rsplit("-", 1)[1], r["dtype"]
-            plain = {s["shape"]: s["median"] for s in select(rows, kernel="attention_bwd", provider=provider,
-                                                             dtype=dtype)
-                     if "-Hq" not in s["shape"] and s["shape"].split("-")[3] == d and not s["shape"].endswith("-causal")}
-            shortest = min(plain, key=lambda s: int(s.split("-")[2][1:]))
-            causal = select(rows, kernel="attention_bwd", provider=provider, dtype=dtype, shape=shortest + "-causal")
-            if min(plain.values()) != plain[shortest] or not causal or causal[0]["median"] >= plain[shortest]:
-                return False
-            found = True
-    return found
+    groups = {}  # (provider, dtype, head dim) -> {(N, causal): median}
+    for r in select(rows, kernel="attention_bwd"):
+        if r["provider"] in ("triton", "sdpa-flash", "sdpa-cudnn") and "-Hq" not in r["shape"]:
+            _, _, n, d, *causal = r["shape"].split("-")
+            groups.setdefault((r["provider"], r["dtype"], d), {})[int(n[1:]), bool(causal)] = r["median"]
+    for rates in groups.values():
+        plain = {n: v for (n, causal), v in rates.items() if not causal}
+        shortest = min(plain)
+        if min(plain.values()) != plain[shortest] or rates.get((shortest, True), float("inf")) >= plain[shortest]:
+            return False
+    return bool(groups)
 
 
 def _matmul_4096_few_percent_behind(rows):

@@ -34,6 +34,11 @@ def test_stub_text_replaces_regions():
     compile(text, "demo.py", "exec")
 
 
+def test_regions_pair_each_solution_with_its_stub():
+    """Regions with a stub, as stub_text reads the markers; a region without one (g's) is left out."""
+    assert stubs.regions(SOLUTION) == [(3, "    y = x + 1\n", "    # add one to x\n    #! y = None\n")]
+
+
 @pytest.mark.parametrize("bad, why", [
     ("### BEGIN SOLUTION\nx = 1\n", "never closed"),
     ("### END SOLUTION\n", "outside"),
@@ -195,7 +200,6 @@ def test_answer_text_keeps_the_solution_and_drops_markers_and_stubs():
 # a stub says what to write, not the reference's lines
 # ---------------------------------------------------------------------------------------------------------
 
-_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### STUB\n(.*?)### END SOLUTION", re.S)
 #: The most of a region's code (in characters, spaces, ``tl.`` and ``self.`` left out) that its stub may spell out.
 MOST_SPELLED = 0.25
 #: Regions allowed more, and why. Lesson 01's kernel is the course's first: its stub walks through the three lines
@@ -211,14 +215,14 @@ def spelled_out(source: str) -> dict[str, float]:
     """For each BEGIN SOLUTION region with a stub (named by the function it lies in): the share of its code
     that the stub's comments hold word for word (an assignment counted by its right-hand side, a line of
     at least 8 characters)."""
-    shares, name = {}, "<module>"
-    for m in re.finditer(r"^\s*def (\w+)\(|" + _REGION.pattern, source, re.S | re.M):
-        if m.group(1):
-            name = m.group(1)
-            continue
-        stub = _plain(" ".join(line.strip().lstrip("#!") for line in m.group(3).splitlines()))
+    lines = source.splitlines()
+    shares = {}
+    for start, solution, stub_lines in stubs.regions(source):
+        name = next((m[1] for line in reversed(lines[:start]) if (m := re.match(r"\s*def (\w+)\(", line))),
+                    "<module>")
+        stub = _plain(" ".join(line.strip().lstrip("#!") for line in stub_lines.splitlines()))
         total = found = 0
-        for line in m.group(2).splitlines():
+        for line in solution.splitlines():
             code = _plain(line.split("  #", 1)[0])
             if not code or code.startswith("#"):
                 continue

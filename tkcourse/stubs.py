@@ -105,6 +105,26 @@ def stub_text(source: str, name: str) -> str:
     return "".join(out)
 
 
+def regions(source: str) -> list[tuple[int, str, str]]:
+    """Each BEGIN SOLUTION region of a solution's source that has a stub: (the line of its BEGIN marker, the
+    solution's lines, the stub's lines), for checks of what a stub says (markers as ``stub_text`` reads them)."""
+    found, state, start, solution, stub = [], "code", 0, [], []
+    for line_no, line in enumerate(source.splitlines(keepends=True), 1):
+        if _BEGIN.match(line):
+            state, start, solution, stub = "solution", line_no, [], []
+        elif _STUB.match(line) and state == "solution":
+            state = "stub"
+        elif _END.match(line):
+            if state == "stub":
+                found.append((start, "".join(solution), "".join(stub)))
+            state = "code"
+        elif state == "solution":
+            solution.append(line)
+        elif state == "stub":
+            stub.append(line)
+    return found
+
+
 def answer_text(source: str) -> str:
     """A solution's source as a learner who finished the exercise would have written it: the solution's code
     kept, the markers and the stubs (``### STUB`` up to ``### END SOLUTION``) dropped."""
