@@ -449,3 +449,42 @@ def test_a_mismatch_between_text_and_exercise_is_caught():
     assert you_write(two, ("a", "b")) == {"a": {"h", "k"}, "b": {"f", "C.g"}}
     assert marked_functions("class C:\n    def g(self):\n        ### BEGIN SOLUTION\n        pass\n"
                             "        ### END SOLUTION\n") == {"C.g"}
+
+
+# --- the recorded proton profile names kernels a learner can find -----------------------------------------
+PROFILE = ROOT / "tkcourse" / "data" / "h200" / "proton" / "launch.txt"
+
+
+def profiled_course_kernels(tree: str) -> set[str]:
+    """The kernels the recorded tree lists under a "(course)" scope (its lines are indented two spaces a level)."""
+    names, in_course = set(), False
+    for line in tree.splitlines():
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        if depth == 1:
+            in_course = "(course)" in line
+        elif depth == 2 and in_course:
+            names.add(line.split()[0])
+    return names
+
+
+def unexplained_kernels(tree: str, markdown: str) -> set[str]:
+    """Profiled course kernels that no ``def`` under solutions/ defines and the lesson's text does not name."""
+    defined = {m for path in SOLUTIONS.rglob("*.py") for m in re.findall(r"^def (\w+)\(", path.read_text(), re.M)}
+    return {k for k in profiled_course_kernels(tree) if k not in defined and f"`{k}`" not in markdown}
+
+
+@pytest.mark.skipif(not PROFILE.exists(), reason="no proton profile recorded")
+def test_the_recorded_profile_names_kernels_the_learner_can_find():
+    markdown = "\n".join(_text(c) for c in _cells("08_launch") if c["cell_type"] == "markdown")
+    assert profiled_course_kernels(PROFILE.read_text()), "the recorded tree lists no course kernel: its format changed?"
+    assert not unexplained_kernels(PROFILE.read_text(), markdown), (
+        "lesson 08 shows a recorded proton tree naming a course kernel that solutions/ no longer defines; "
+        "record it again (research/launch/proton_profile.py) or say in the text what the name was")
+
+
+def test_a_renamed_profiled_kernel_is_caught():
+    tree = "ROOT  0.0 us\n  softmax (course)  0.0 us\n    softmax_kernel  1.0 us, 20 launches\n" \
+           "    _old_kernel  1.0 us, 20 launches\n  softmax (torch)  0.0 us\n    torch_kernel  1.0 us, 2 launches\n"
+    assert profiled_course_kernels(tree) == {"softmax_kernel", "_old_kernel"}
+    assert unexplained_kernels(tree, "text") == {"_old_kernel"}
+    assert unexplained_kernels(tree, "it was named `_old_kernel`") == set()
