@@ -205,6 +205,29 @@ def test_lesson_02_kernel_not_done_is_named():
     assert "(tkcourse check softmax). What the check saw in that kernel: " in rep.first_problem().hint
 
 
+@pytest.mark.parametrize("state, words", [("untouched", "your exercises/softmax.py is still the generated stub"),
+                                           ("edited", "your exercises/softmax.py does not pass lesson 02's check yet")])
+def test_the_hint_says_where_lesson_02_stands(monkeypatch, state, words):
+    """A learner who reaches lesson 08 with lesson 02's exercise untouched is told so, not that it is wrong."""
+    from tkcourse import stubs
+
+    mod = _mutant()
+
+    @triton.jit
+    def stub_kernel(x_ptr, out_ptr, a, b, c, d, BLOCK: triton.language.constexpr, NUM_STAGES: triton.language.constexpr):
+        pass
+
+    stub_kernel.fn.__module__ = "exercises.softmax"  # as the learner's plan imports it
+    real = stubs.status
+    monkeypatch.setattr(stubs, "status", lambda name: stubs.Status(name, state, real(name).path)
+                        if name == "softmax" else real(name))
+    mod.softmax_kernel = stub_kernel
+    rep = assert_grader_catches("launch", mod, "lesson 02 " + state, words)
+    assert "Finish lesson 02 first" in rep.first_problem().hint
+    # what the check saw in a stub (nothing written) is no advice; in a kernel the learner wrote it is
+    assert ("What the check saw" in rep.first_problem().hint) == (state == "edited")
+
+
 def test_lesson_02_kernel_storing_at_x_row_stride_is_lesson_02s():
     """A lesson-02 kernel that stores rows at x's row stride fails its own check (x's rows apart from out's there),
     so the plan's hint about out's row stride never blames a plan that passes the right one."""

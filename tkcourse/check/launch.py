@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import triton
 
-from .. import mode
+from .. import mode, stubs
 from .core import (
     INPUT_PAD,
     Case,
@@ -298,6 +298,16 @@ def _keys_differ(key, label, a, b, detail, hint) -> Case:
     return Case(label, "pass") if differs else Case(label, "fail", detail(ka), hint)
 
 
+def _lesson_02_state(kernel) -> str:
+    """Where the lesson-02 kernel the plan launches stands: the learner's untouched stub, or written and wrong."""
+    fn = getattr(kernel, "fn", kernel)
+    if getattr(fn, "__module__", None) != "exercises.softmax":
+        return "it does not compute lesson 02's softmax"
+    if stubs.status("softmax").state in ("untouched", "missing"):
+        return "your exercises/softmax.py is still the generated stub"
+    return "your exercises/softmax.py does not pass lesson 02's check yet"
+
+
 def _kernel_case(mod):
     """The lesson-02 kernel the module launches, on its own: a failure there is lesson 02's, not the plan's."""
     label = "lesson 02's softmax_kernel, which the plan launches"
@@ -313,9 +323,11 @@ def _kernel_case(mod):
 
     case, _ = _graded(label, launch, x, fn_name="softmax_kernel")
     if case.status != "pass":
-        saw = f" What the check saw in that kernel: {case.hint}" if case.hint else ""
-        case.hint = ("the kernel this lesson plans is lesson 02's softmax_kernel (your exercises/softmax.py): it is not "
-                     "done or not right yet. Finish lesson 02 first (tkcourse check softmax)." + saw)
+        state = _lesson_02_state(kernel)
+        # what the check saw in a stub is only that it does nothing: said for a kernel someone wrote
+        saw = f" What the check saw in that kernel: {case.hint}" if case.hint and "stub" not in state else ""
+        case.hint = (f"the kernel this lesson plans is lesson 02's softmax_kernel, and {state}. "
+                     "Finish lesson 02 first (tkcourse check softmax)." + saw)
     return case
 
 
