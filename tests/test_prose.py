@@ -467,10 +467,21 @@ def profiled_course_kernels(tree: str) -> set[str]:
     return names
 
 
+def _defined() -> set[str]:
+    return {m for path in SOLUTIONS.rglob("*.py") for m in re.findall(r"^def (\w+)\(", path.read_text(), re.M)}
+
+
 def unexplained_kernels(tree: str, markdown: str) -> set[str]:
     """Profiled course kernels that no ``def`` under solutions/ defines and the lesson's text does not name."""
-    defined = {m for path in SOLUTIONS.rglob("*.py") for m in re.findall(r"^def (\w+)\(", path.read_text(), re.M)}
+    defined = _defined()
     return {k for k in profiled_course_kernels(tree) if k not in defined and f"`{k}`" not in markdown}
+
+
+def stale_names(tree: str, markdown: str) -> set[str]:
+    """Names the text gives in backticks that neither solutions/ defines nor the recorded tree holds: an old
+    name explained after the profile was recorded again."""
+    defined, profiled = _defined(), profiled_course_kernels(tree)
+    return {n for n in re.findall(r"`(\w+)`", markdown) if n not in defined and n not in profiled and "_" in n}
 
 
 @pytest.mark.skipif(not PROFILE.exists(), reason="no proton profile recorded")
@@ -480,6 +491,8 @@ def test_the_recorded_profile_names_kernels_the_learner_can_find():
     assert not unexplained_kernels(PROFILE.read_text(), markdown), (
         "lesson 08 shows a recorded proton tree naming a course kernel that solutions/ no longer defines; "
         "record it again (research/launch/proton_profile.py) or say in the text what the name was")
+    profile_cell = next(_text(c) for c in _cells("08_launch") if c.get("id") == "3106227c")
+    assert not stale_names(PROFILE.read_text(), profile_cell), "lesson 08 explains a kernel name the profile no longer has"
 
 
 def test_a_renamed_profiled_kernel_is_caught():
@@ -488,3 +501,6 @@ def test_a_renamed_profiled_kernel_is_caught():
     assert profiled_course_kernels(tree) == {"softmax_kernel", "_old_kernel"}
     assert unexplained_kernels(tree, "text") == {"_old_kernel"}
     assert unexplained_kernels(tree, "it was named `_old_kernel`") == set()
+    recorded_again = tree.replace("_old_kernel", "softmax_kernel")
+    assert stale_names(recorded_again, "it was named `_old_kernel`") == {"_old_kernel"}
+    assert stale_names(tree, "it was named `_old_kernel`, now `softmax_kernel`") == set()
