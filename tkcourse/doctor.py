@@ -196,11 +196,7 @@ def report(probe=None, widgets=None, compiler=None) -> list[tuple[str, str, str]
             rows.append((dist, v, OK))
     info = mode.describe()
     rows.append(("mode", info["mode"] + (" (TRITON_INTERPRET set by you)" if info["interpret_set_by_user"] else ""), OK))
-    if mode.INTERPRET:
-        rows.append(("gpu", "none: kernels run in Triton's interpreter on the CPU; timings there say nothing "
-                            "about GPU speed (the notebooks show recorded H200 figures instead)", OK))
-    else:
-        rows.append(("gpu", f"{info['gpu']}, {info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability']}", OK))
+    rows.append(gpu_row(info))
     status, msg = probe()
     rows.append(("interpreter", msg, status))
     if mode.INTERPRET:
@@ -210,6 +206,23 @@ def report(probe=None, widgets=None, compiler=None) -> list[tuple[str, str, str]
     rows.append(("widgets", msg, OK if ok else BAD))
     rows.append(("jupyter", shutil.which("jupyter") or f"{sys.executable} -m jupyter", OK))
     return rows
+
+
+#: The oldest GPU Triton compiles the course's kernels for (README, "Which GPU").
+MIN_CAPABILITY = (8, 0)
+
+
+def gpu_row(info: dict) -> tuple[str, str, str]:
+    """The report's GPU line from ``mode.describe()``: a GPU older than Triton supports warns, with the way out."""
+    if mode.INTERPRET:
+        return ("gpu", "none: kernels run in Triton's interpreter on the CPU; timings there say nothing about GPU "
+                       "speed (the notebooks show recorded H200 figures instead)", OK)
+    text = f"{info['gpu']}, {info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability'].replace('.', '')}"
+    if tuple(int(n) for n in info["capability"].split(".")) < MIN_CAPABILITY:
+        return ("gpu", f"{text}: Triton compiles for compute capability {'.'.join(map(str, MIN_CAPABILITY))} and "
+                       "newer, so kernels may fail here; run the course on the CPU instead: TRITON_INTERPRET=1 make lab",
+                WARN)
+    return ("gpu", text, OK)
 
 
 def main() -> int:

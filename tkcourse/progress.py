@@ -2,8 +2,9 @@
 
 ``tkcourse.check.run`` records each result of grading your exercise (the lesson, passed or not, the
 first failing case, when, and a hash of the file it graded), and ``tkcourse.check.hint`` records how
-many hints of each exercise you have revealed. ``tkcourse progress`` prints one line a lesson: done,
-failing at which case, changed since its last check, or not started.
+many hints of each exercise you have revealed. ``tkcourse progress`` prints one line for each lesson with
+an exercise: done, failing at which case, changed since its last check, edited but not checked yet, or not
+started.
 
 Where: ``.tkcourse/progress.json`` in the course's checkout (git-ignored), or the folder
 ``TKCOURSE_STATE_DIR`` names. The checkout, not a per-user data folder, because what it describes is
