@@ -4,8 +4,9 @@
     python book/build.py --from DIR   # the site from notebooks already run into DIR (what the tests do)
 
 Running: each notebook in ``notebooks/`` runs in a fresh kernel from that folder, without
-``TKCOURSE_SOLUTIONS``, exactly as a learner first opens it (untouched exercises: the reference
-solution runs in their place, and the outputs say so), into ``build/executed/``. Without a GPU that is
+``TKCOURSE_SOLUTIONS``, with the exercises as this checkout has them: in a fresh clone exactly as a
+learner first opens it (untouched exercises: the reference solution runs in their place, and the outputs
+say so), into ``build/executed/``. Without a GPU that is
 Triton's interpreter, and the lessons show the recorded H200 figures beside what ran. Sphinx with
 myst-nb then renders those notebooks (it executes nothing itself) into ``build/book/``; open
 ``build/book/index.html``.
