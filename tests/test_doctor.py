@@ -55,6 +55,7 @@ def test_versions_outside_the_tested_set_warn_but_never_fail(monkeypatch, capsys
     monkeypatch.setattr(doctor, "interpreter_probe", OK_PROBE)
     monkeypatch.setattr(doctor, "widget_extension", OK_WIDGETS)
     monkeypatch.setattr(doctor, "compile_probe", OK_COMPILER)
+    monkeypatch.setattr(doctor.mode, "INTERPRET", True)  # the CPU set's pins, on a GPU machine too
     rows = {what: (value, status) for what, value, status in doctor.report(OK_PROBE, OK_WIDGETS, OK_COMPILER)}
     pins = doctor.tested_versions()
     for dist, v in fake.items():
@@ -82,6 +83,7 @@ def test_a_missing_package_or_widget_extension_is_bad():
 
 def test_doctor_reports_nothing_false_here(capsys):
     """On the installed environment (CI installs the pinned set) every row is ok or a warning."""
+    pytest.importorskip("jupyterlab", reason="the dev set is not installed here (a GPU machine's runtime wheels)")
     rc = doctor.main()
     out = capsys.readouterr().out
     assert rc == 0 and "BAD" not in out, out
