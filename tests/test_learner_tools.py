@@ -126,6 +126,33 @@ def test_an_answer_that_quotes_a_gpu_figure_computes_it_from_the_table():
     assert f"{f['mm1024_fp16_x']:.2f}x" in reveal.answer("03", 5)
 
 
+def test_the_skinny_matmul_answer_holds_in_the_recorded_sweeps():
+    """Lesson 04's answer on M = 16: the winner there spreads B's read over more programs than the 4096³ winner,
+    wastes fewer masked rows, and the best 16-row tile is well behind it."""
+    f = reveal.figures()
+    assert f["skinny_winner_programs"] > f["big_winner_programs"]
+    assert 16 < int(re.search(r"BM(\d+)", f["skinny_winner"]).group(1)) < f["big_winner_bm"]
+    assert f["skinny_bm16_pct"] < 75 and f["skinny_big_pct"] < 75
+
+
+def test_the_kv_cache_answer_holds_for_both_models():
+    """Lesson 11's answer on the cache's share: at batch 8 and its longest context Llama-3-8B's cache is over half
+    its 16-bit weights and more than its int4 weights; the lesson's small model reads more cache than weights."""
+    from solutions import llm
+
+    def parts(cfg, int4=False):
+        p = llm.step_bytes(cfg, 8, cfg.max_seq, int4=int4)
+        return p["KV cache"], sum(v for k, v in p.items() if k != "KV cache")
+
+    big, tiny = llm.Config.llama3_8b(), llm.Config.tiny()
+    (kv, w16), (_, w4) = parts(big), parts(big, int4=True)
+    assert w16 / 2 < kv < w16 and kv > w4
+    kv_tiny, w16_tiny = parts(tiny)
+    assert kv_tiny > w16_tiny
+    text = reveal.answer("11", 3)
+    assert f"({big.max_seq} tokens)" in text and f"its {tiny.max_seq} tokens" in text and f"{tiny.n_layers}-layer" in text
+
+
 def test_answers_widget_reveals_on_click():
     box = check.answers("05")
     first = box.children[0]

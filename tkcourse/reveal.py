@@ -204,13 +204,16 @@ def _sweep_figures() -> dict:
 
     sweeps = {(s.kernel, s.shape, s.dtype): s for s in at.load_sweeps()}
     big, skinny = sweeps[("matmul", "4096x4096x4096", "float16")], sweeps[("matmul", "16x4096x4096", "float16")]
-    winner = big.best().config
+    winner, skinny_best = big.best().config, skinny.best()
+    rows_16 = max(skinny.rate(r) for r in skinny.ok if r.config["BLOCK_M"] == 16)
     return {
         "big_winner": at.config_label(winner),
         "big_winner_bm": winner["BLOCK_M"],
         "big_winner_programs": 4096 // winner["BLOCK_N"],
-        "skinny_winner": at.config_label(skinny.best().config),
-        "skinny_big_pct": 100 * skinny.rate(skinny.get(winner)) / skinny.rate(skinny.best()),
+        "skinny_winner": at.config_label(skinny_best.config),
+        "skinny_winner_programs": 4096 // skinny_best.config["BLOCK_N"],
+        "skinny_big_pct": 100 * skinny.rate(skinny.get(winner)) / skinny.rate(skinny_best),
+        "skinny_bm16_pct": 100 * rows_16 / skinny.rate(skinny_best),
         "mm4096_sweep_pct": 100 * big.rate(big.best()) / big.baseline_rate(),
     }
 
