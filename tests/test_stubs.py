@@ -211,16 +211,16 @@ def _plain(code: str) -> str:
     return re.sub(r"\s+", "", re.sub(r"\b(tl|self)\.", "", code))
 
 
-def spelled_out(source: str) -> dict[str, float]:
+def spelled_out(source: str, hints: list[str] = ()) -> dict[str, float]:
     """For each BEGIN SOLUTION region with a stub (named by the function it lies in): the share of its code
-    that the stub's comments hold word for word (an assignment counted by its right-hand side, a line of
-    at least 8 characters)."""
+    that the stub's comments, and the exercise's ``hints`` if given, hold word for word (an assignment counted
+    by its right-hand side, a line of at least 8 characters)."""
     lines = source.splitlines()
     shares = {}
     for start, solution, stub_lines in stubs.regions(source):
         name = next((m[1] for line in reversed(lines[:start]) if (m := re.match(r"\s*def (\w+)\(", line))),
                     "<module>")
-        stub = _plain(" ".join(line.strip().lstrip("#!") for line in stub_lines.splitlines()))
+        stub = _plain(" ".join([line.strip().lstrip("#!") for line in stub_lines.splitlines()] + list(hints)))
         total = found = 0
         for line in solution.splitlines():
             code = _plain(line.split("  #", 1)[0])
@@ -246,6 +246,20 @@ def test_no_stub_spells_out_its_solution():
     assert not over, "stubs that give the reference's lines:\n" + "\n".join(over)
 
 
+def test_no_stub_and_its_hints_spell_out_its_solution():
+    """The hints go from a nudge to nearly the answer in words: all of them beside the stub still leave the
+    learner the code to write."""
+    from tkcourse import reveal
+
+    over = []
+    for name in stubs.lessons():
+        source = (stubs.SOLUTIONS / f"{name}.py").read_text()
+        for fn, share in spelled_out(source, reveal.all_hints().get(name, [])).items():
+            if share > SPELLED_OUT.get((name, fn), MOST_SPELLED):
+                over.append(f"  {name}, {fn}: the stub and the hints spell out {share:.0%} of the code")
+    assert not over, "hints that give the reference's lines:\n" + "\n".join(over)
+
+
 def test_a_spelled_out_stub_is_measured():
     source = ("def f(x, n):\n    ### BEGIN SOLUTION\n    offs = tl.arange(0, BLOCK) + start\n    y = x * 2\n"
               "    ### STUB\n    # offs = arange(0, BLOCK) + start\n    #! y = None\n    ### END SOLUTION\n"
@@ -254,3 +268,4 @@ def test_a_spelled_out_stub_is_measured():
     shares = spelled_out(source)
     assert shares["f"] == pytest.approx(len("arange(0,BLOCK)+start") / len("arange(0,BLOCK)+startx*2"))
     assert shares["g"] == 0
+    assert spelled_out(source, ["the mean: return tl.sum(x, axis=0) / n"])["g"] == 1
