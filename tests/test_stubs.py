@@ -203,8 +203,9 @@ def test_answer_text_keeps_the_solution_and_drops_markers_and_stubs():
 #: The most of a region's code (in characters, spaces, ``tl.`` and ``self.`` left out) that its stub may spell out.
 MOST_SPELLED = 0.25
 #: Regions allowed more, and why. Lesson 01's kernel is the course's first: its stub walks through the three lines
-#: the welcome lesson has already shown.
-SPELLED_OUT = {("vector_add", "add_kernel"): 0.4}
+#: the welcome lesson has already shown. Lesson 05's stub gives the scaffolding, two 0-d fp32 scalars (an API no
+#: lesson has shown) and the pipelined loop's header; the online update, the idea, is left in words.
+SPELLED_OUT = {("vector_add", "add_kernel"): 0.4, ("online_softmax", "online_stats"): 0.35}
 
 
 def _plain(code: str) -> str:
@@ -226,7 +227,7 @@ def spelled_out(source: str, hints: list[str] = ()) -> dict[str, float]:
             code = _plain(line.split("  #", 1)[0])
             if not code or code.startswith("#"):
                 continue
-            assigned = re.match(r"^[\w,\[\]\.\(\)]+[+*/-]?=(?!=)(.*)$", code)
+            assigned = re.match(r"^[\w,\[\]\.]+[+*/-]?=(?!=)(.*)$", code)  # a target has no call in it
             piece = assigned.group(1) if assigned else code
             total += len(piece)
             found += len(piece) if len(piece) >= 8 and piece in stub else 0
