@@ -72,6 +72,23 @@ def _for_a_page(nb):
     return nb
 
 
+def how_run(notebooks: list) -> str:
+    """The index's sentence on how the pages were run, read from their outputs (the mode each lesson prints)
+    and from the exercises of this checkout, so that it is true of every build."""
+    from tkcourse import stubs
+
+    text = " ".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", ""))
+                    for nb in notebooks for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    where = ("on a GPU" if "compiled (GPU)" in text else
+             "on a CPU, in Triton's interpreter" if "interpreter (CPU)" in text else "here")
+    untouched = all(stubs.status(name).state in ("untouched", "missing") for name in stubs.lessons())
+    if untouched:
+        return (f"They were run {where}, with the exercises untouched: where a lesson asks you to write a kernel, "
+                "the reference solution ran in its place, and every output says so.")
+    return (f"They were run {where}, with the exercises of the checkout that built them: where one was still "
+            "untouched, the reference solution ran in its place, and the output says so.")
+
+
 def build(executed: Path = EXECUTED, out: Path = OUT, source: Path = SOURCE) -> Path:
     """Render the executed lessons in ``executed`` into the site ``out``; return its index.html."""
     import nbformat
@@ -82,9 +99,11 @@ def build(executed: Path = EXECUTED, out: Path = OUT, source: Path = SOURCE) -> 
     shutil.rmtree(source, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
     source.mkdir(parents=True)
-    shutil.copy(BOOK / "index.md", source / "index.md")
-    for path in found:
-        nbformat.write(_for_a_page(nbformat.read(path, as_version=4)), source / path.name)
+    notebooks = [nbformat.read(path, as_version=4) for path in found]
+    index = (BOOK / "index.md").read_text(encoding="utf-8").replace("{how_run}", how_run(notebooks))
+    (source / "index.md").write_text(index, encoding="utf-8")
+    for path, nb in zip(found, notebooks):
+        nbformat.write(_for_a_page(nb), source / path.name)
     cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-E", "-W", "--keep-going", "-c", str(BOOK),
            "-d", str(source / ".doctrees"), str(source), str(out)]
     subprocess.run(cmd, check=True)

@@ -326,3 +326,32 @@ def test_each_check_has_a_hint_button_and_a_comparison(path):
         assert any(f'hint_button("{name}")' in src for src in code[:at]), f"{path.stem}: no hint button for {name}"
         assert any(f'compare_with_reference(report, "{name}")' in src for src in code[at + 1:]), \
             f"{path.stem}: no comparison after the check of {name}"
+
+
+def test_the_sites_index_says_how_its_pages_were_run(monkeypatch):
+    """book/index.md's sentence on how the pages ran is read from the lessons' outputs and the exercises."""
+    import importlib.util
+
+    import nbformat
+
+    from tkcourse import stubs
+
+    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert (ROOT / "book" / "index.md").read_text().count("{how_run}") == 1
+
+    def ran(mode_line):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("tkcourse.mode.describe()")
+        cell.outputs = [nbformat.v4.new_output("stream", text=mode_line)]
+        nb.cells = [cell]
+        return [nb]
+
+    status = stubs.status
+    monkeypatch.setattr(stubs, "status", lambda name: stubs.Status(name, "untouched", status(name).path))
+    cpu = build.how_run(ran("interpreter (CPU) | tensors live on cpu"))
+    assert cpu.startswith("They were run on a CPU, in Triton's interpreter, with the exercises untouched")
+    assert build.how_run(ran("compiled (GPU) | NVIDIA H200")).startswith("They were run on a GPU")
+    monkeypatch.setattr(stubs, "status", lambda name: stubs.Status(name, "edited", status(name).path))
+    assert "with the exercises of the checkout that built them" in build.how_run(ran("interpreter (CPU)"))
