@@ -93,9 +93,9 @@ def test_a_gpu_older_than_triton_supports_warns_with_the_way_out(monkeypatch):
     from tkcourse import doctor, mode
 
     monkeypatch.setattr(mode, "INTERPRET", False)
-    t4 = {"gpu": "Tesla T4", "sms": 40, "memory_gib": 14.7, "capability": "7.5"}
+    t4 = {"gpu": "Tesla T4", "sms": 40, "memory_gib": 14.7, "capability": "7.5", "arch": "sm_75"}
     what, text, status = doctor.gpu_row(t4)
     assert status == doctor.WARN and "sm_75" in text and "TRITON_INTERPRET=1 make lab" in text
-    h200 = dict(t4, gpu="NVIDIA H200", sms=132, capability="9.0")
+    h200 = dict(t4, gpu="NVIDIA H200", sms=132, capability="9.0", arch="sm_90")
     assert doctor.gpu_row(h200) == ("gpu", "NVIDIA H200, 132 SMs, 14.7 GiB, sm_90", doctor.OK)
     assert doctor.gpu_row(dict(t4, capability="8.0"))[2] == doctor.OK

@@ -217,7 +217,7 @@ def gpu_row(info: dict) -> tuple[str, str, str]:
     if mode.INTERPRET:
         return ("gpu", "none: kernels run in Triton's interpreter on the CPU; timings there say nothing about GPU "
                        "speed (the notebooks show recorded H200 figures instead)", OK)
-    text = f"{info['gpu']}, {info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability'].replace('.', '')}"
+    text = f"{info['gpu']}, {info['sms']} SMs, {info['memory_gib']} GiB, {info['arch']}"
     if tuple(int(n) for n in info["capability"].split(".")) < MIN_CAPABILITY:
         return ("gpu", f"{text}: Triton compiles for compute capability {'.'.join(map(str, MIN_CAPABILITY))} and "
                        "newer, so kernels may fail here; run the course on the CPU instead: TRITON_INTERPRET=1 make lab",

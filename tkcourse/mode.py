@@ -92,5 +92,5 @@ def describe() -> dict:
     if not INTERPRET:
         p = torch.cuda.get_device_properties(0)
         info.update(gpu=p.name, sms=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1),
-                    capability=f"{p.major}.{p.minor}")
+                    capability=f"{p.major}.{p.minor}", arch=f"sm_{p.major}{p.minor}")
     return info

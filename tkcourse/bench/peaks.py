@@ -59,7 +59,7 @@ def report() -> None:
     if mode.INTERPRET:
         print("No GPU: kernels run in Triton's interpreter on the CPU. Timings here say nothing about GPU speed.")
     else:
-        print(f"GPU: {info['gpu']} ({info['sms']} SMs, {info['memory_gib']} GiB, sm_{info['capability'].replace('.', '')})")
+        print(f"GPU: {info['gpu']} ({info['sms']} SMs, {info['memory_gib']} GiB, {info['arch']})")
     try:
         p = peaks()
     except (FileNotFoundError, LookupError) as e:

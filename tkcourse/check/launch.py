@@ -298,14 +298,14 @@ def _keys_differ(key, label, a, b, detail, hint) -> Case:
     return Case(label, "pass") if differs else Case(label, "fail", detail(ka), hint)
 
 
-def _lesson_02_state(kernel) -> str:
-    """Where the lesson-02 kernel the plan launches stands: the learner's untouched stub, or written and wrong."""
+def _lesson_02_state(kernel) -> tuple[str, bool]:
+    """Where the lesson-02 kernel the plan launches stands, in words, and whether it is the learner's untouched stub."""
     fn = getattr(kernel, "fn", kernel)
     if getattr(fn, "__module__", None) != "exercises.softmax":
-        return "it does not compute lesson 02's softmax"
+        return "it does not compute lesson 02's softmax", False
     if stubs.status("softmax").state in ("untouched", "missing"):
-        return "your exercises/softmax.py is still the generated stub"
-    return "your exercises/softmax.py does not pass lesson 02's check yet"
+        return "your exercises/softmax.py is still the generated stub", True
+    return "your exercises/softmax.py does not pass lesson 02's check yet", False
 
 
 def _kernel_case(mod):
@@ -323,9 +323,9 @@ def _kernel_case(mod):
 
     case, _ = _graded(label, launch, x, fn_name="softmax_kernel")
     if case.status != "pass":
-        state = _lesson_02_state(kernel)
+        state, stub = _lesson_02_state(kernel)
         # what the check saw in a stub is only that it does nothing: said for a kernel someone wrote
-        saw = f" What the check saw in that kernel: {case.hint}" if case.hint and "stub" not in state else ""
+        saw = f" What the check saw in that kernel: {case.hint}" if case.hint and not stub else ""
         case.hint = (f"the kernel this lesson plans is lesson 02's softmax_kernel, and {state}. "
                      "Finish lesson 02 first (tkcourse check softmax)." + saw)
     return case
