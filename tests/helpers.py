@@ -1,10 +1,21 @@
 """What several test files share (pytest puts tests/ on sys.path: `from helpers import ...`)."""
 
+import importlib.util
+from pathlib import Path
+
 import torch
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from tkcourse import check, mode  # first: the interpreter is chosen before triton is imported
+
+
+def book_build():
+    """book/build.py as a module (the site's builder is a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location("book_build", Path(__file__).resolve().parents[1] / "book" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import importlib.util
 import json
 import os
 import threading
@@ -23,18 +22,12 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
+from helpers import book_build  # noqa: E402
 from test_browser import browser  # noqa: E402,F401  (the shared fixture; skips this file without Chromium)
 from test_learner_path import EXECUTED, FIGURE_MARK  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
-
-
-def _book_build():
-    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _sources(path: Path) -> list[str]:
@@ -159,7 +152,7 @@ def book(tmp_path_factory):
     (tmp / "executed").mkdir()
     for p in lessons:
         nbformat.write(_without_figure_text(nbformat.read(EXECUTED / p.name, as_version=4)), tmp / "executed" / p.name)
-    build = _book_build()
+    build = book_build()
     index = build.build(tmp / "executed", out=tmp / "site", source=tmp / "source")
     pages = {p.stem: build._for_a_page(nbformat.read(tmp / "executed" / p.name, as_version=4)) for p in lessons}
     return index.parent, pages

@@ -90,9 +90,7 @@ def test_doctor_reports_nothing_false_here(capsys):
 
 
 def test_a_gpu_older_than_triton_supports_warns_with_the_way_out(monkeypatch):
-    from tkcourse import doctor, mode
-
-    monkeypatch.setattr(mode, "INTERPRET", False)
+    monkeypatch.setattr(doctor.mode, "INTERPRET", False)
     t4 = {"gpu": "Tesla T4", "sms": 40, "memory_gib": 14.7, "capability": "7.5", "arch": "sm_75"}
     what, text, status = doctor.gpu_row(t4)
     assert status == doctor.WARN and "sm_75" in text and "TRITON_INTERPRET=1 make lab" in text

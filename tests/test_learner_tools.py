@@ -330,15 +330,12 @@ def test_each_check_has_a_hint_button_and_a_comparison(path):
 
 def test_the_sites_index_says_how_its_pages_were_run(monkeypatch):
     """book/index.md's sentence on how the pages ran is read from the lessons' outputs and the exercises."""
-    import importlib.util
-
     import nbformat
+    from helpers import book_build
 
     from tkcourse import stubs
 
-    spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = book_build()
     assert (ROOT / "book" / "index.md").read_text().count("{how_run}") == 1
 
     def ran(mode_line):

@@ -481,6 +481,7 @@ def stale_names(tree: str, markdown: str) -> set[str]:
     """Names the text gives in backticks that neither solutions/ defines nor the recorded tree holds: an old
     name explained after the profile was recorded again."""
     defined, profiled = _defined(), profiled_course_kernels(tree)
+    # a kernel's name has an underscore; a plain word in backticks (`proton`) has none
     return {n for n in re.findall(r"`(\w+)`", markdown) if n not in defined and n not in profiled and "_" in n}
 
 
